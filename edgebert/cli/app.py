@@ -1,0 +1,104 @@
+"""The Typer app and the one place where errors become a one-line message and an exit code."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+
+try:  # typer >= 0.20 vendors click as typer._click; older typer uses click itself
+    from typer._click import exceptions as _vendored
+except ImportError:  # pragma: no cover
+    _vendored = click.exceptions
+
+
+def _both(name: str) -> tuple[type[BaseException], ...]:
+    found = {getattr(mod, name, None) for mod in (click.exceptions, _vendored, typer.exceptions)}
+    return tuple(cls for cls in found if isinstance(cls, type))
+
+
+_Exit, _Abort = _both("Exit"), _both("Abort")
+_UsageError, _ClickException = _both("UsageError"), _both("ClickException")
+from rich.console import Console
+
+from ..errors import EdgebertError
+
+app = typer.Typer(
+    name="edgebert",
+    help="Train or import a BERT, shrink it, export it to ONNX, and benchmark it on edge devices.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Train or import a BERT, shrink it, export it to ONNX, and benchmark it on edge devices."""
+
+
+console = Console()            # results
+err_console = Console(stderr=True)
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
+
+
+def _debug() -> bool:
+    return os.environ.get("EDGEBERT_DEBUG", "") not in ("", "0")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point. Every error ends here as one line on stderr."""
+    try:
+        result = app(args=argv, standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except _Exit as exc:  # --help, typer.Exit
+        return exc.exit_code
+    except _Abort:
+        err_console.print("error: aborted", highlight=False)
+        return 130
+    except KeyboardInterrupt:
+        err_console.print("error: interrupted (checkpoints already written are kept)", highlight=False)
+        return 130
+    except _UsageError as exc:
+        if not exc.format_message().strip() and exc.ctx is not None:  # bare `edgebert`: show help
+            console.print(exc.ctx.get_help(), highlight=False, markup=False)
+            return 0
+        cmd = exc.ctx.command_path if exc.ctx else "edgebert"
+        _print_error(f"{exc.format_message()} (see '{cmd} --help')")
+        return EXIT_USER_ERROR
+    except _ClickException as exc:
+        _print_error(exc.format_message())
+        return EXIT_USER_ERROR
+    except EdgebertError as exc:
+        if _debug():
+            raise
+        _print_error(exc.one_line())
+        return EXIT_USER_ERROR
+    except Exception as exc:  # a bug or an unexpected environment problem
+        if _debug():
+            raise
+        _print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())} "
+                     "(set EDGEBERT_DEBUG=1 for a traceback and report it)")
+        return EXIT_INTERNAL_ERROR
+
+
+def _print_error(line: str) -> None:
+    # soft_wrap: one physical line whatever the terminal width
+    err_console.print(f"error: {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+@app.command("info")
+def info() -> None:
+    """Print versions, threads and the onnxruntime execution providers on this machine."""
+    from ..environment import describe
+
+    for key, value in describe().items():
+        console.print(f"{key}: {value}", highlight=False)

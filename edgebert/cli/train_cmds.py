@@ -1,0 +1,3 @@
+"""CLI commands: train_cmds (filled by its issue)."""
+
+from .app import app, console  # noqa: F401

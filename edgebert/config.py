@@ -1,0 +1,177 @@
+"""Model configuration: a typed dataclass that reads and writes Hugging Face ``BertConfig`` JSON.
+
+Validated at construction; named presets ``tiny`` (tests), ``small``, ``base``, ``large``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import CheckpointError, ConfigError
+
+# Architectures we can build, in Hugging Face naming (config.json "architectures").
+ARCHITECTURES = (
+    "BertModel",
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+)
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    initializer_range: float = 0.02
+    hidden_act: str = "gelu"
+    # Classification labels (sequence / token classification heads); None for other heads.
+    id2label: dict[int, str] | None = None
+    architecture: str = "BertForPreTraining"
+    # Keys from a Hugging Face config.json that we do not use; written back unchanged.
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings", "type_vocab_size")
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"config {name}={value!r} must be a positive integer")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                f"{self.num_attention_heads}", "choose a head count that divides the hidden size")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise ConfigError(f"config {name}={value!r} must be in [0, 1)")
+        if not self.layer_norm_eps > 0:
+            raise ConfigError(f"config layer_norm_eps={self.layer_norm_eps!r} must be > 0")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"config pad_token_id={self.pad_token_id} is outside the vocabulary "
+                              f"(size {self.vocab_size})")
+        if self.hidden_act not in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"):
+            raise ConfigError(f"config hidden_act={self.hidden_act!r} is not supported",
+                              "use gelu, gelu_new, gelu_pytorch_tanh or relu")
+        if self.architecture not in ARCHITECTURES:
+            raise ConfigError(f"unknown architecture {self.architecture!r}",
+                              f"use one of {', '.join(ARCHITECTURES)}")
+        if self.id2label is not None:
+            if not self.id2label:
+                raise ConfigError("id2label is empty", "give at least one label")
+            object.__setattr__(self, "id2label", {int(k): str(v) for k, v in self.id2label.items()})
+            if sorted(self.id2label) != list(range(len(self.id2label))):
+                raise ConfigError("id2label keys must be 0..N-1")
+
+    # ----------------------------------------------------------------- derived values
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    def replace(self, **changes: Any) -> "BertConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ----------------------------------------------------------------- presets
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}", f"use one of {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    # ----------------------------------------------------------------- HF JSON
+    def to_hf_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.extra)
+        d.update({
+            "architectures": [self.architecture],
+            "model_type": "bert",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "hidden_act": self.hidden_act,
+            "hidden_dropout_prob": self.hidden_dropout_prob,
+            "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "initializer_range": self.initializer_range,
+            "layer_norm_eps": self.layer_norm_eps,
+            "pad_token_id": self.pad_token_id,
+            "position_embedding_type": "absolute",
+        })
+        if self.id2label:
+            d["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            d["label2id"] = {v: k for k, v in self.id2label.items()}
+        return d
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> "BertConfig":
+        if d.get("model_type", "bert") != "bert":
+            raise ConfigError(f"model_type={d.get('model_type')!r} is not a BERT",
+                              "edgebert reads BERT checkpoints only")
+        if d.get("position_embedding_type", "absolute") != "absolute":
+            raise ConfigError(f"position_embedding_type={d['position_embedding_type']!r} "
+                              "is not supported", "only absolute position embeddings are")
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "architecture", "id2label"}
+        kwargs = {k: d[k] for k in names if k in d}
+        archs = d.get("architectures") or ["BertModel"]
+        arch = archs[0] if archs[0] in ARCHITECTURES else "BertModel"
+        id2label = d.get("id2label")
+        if arch not in ("BertForSequenceClassification", "BertForTokenClassification"):
+            id2label = None
+        used = names | {"architectures", "id2label", "label2id", "model_type"}
+        extra = {k: v for k, v in d.items() if k not in used}
+        return cls(**kwargs, architecture=arch, id2label=id2label, extra=extra)
+
+    def save(self, path: str | Path) -> None:
+        from .fileio import write_json
+
+        write_json(path, self.to_hf_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BertConfig":
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.exists():
+            raise CheckpointError(f"{path} not found", "pass a model directory with a config.json")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path} must hold a JSON object")
+        try:
+            return cls.from_hf_dict(d)
+        except TypeError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # For tests: runs in milliseconds.
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                 max_position_embeddings=128, vocab_size=1024),
+    # 4 layers, hidden 512: trains on a laptop CPU.
+    "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048),
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                  intermediate_size=4096),
+}

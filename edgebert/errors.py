@@ -1,0 +1,50 @@
+"""Every error a user can cause is an EdgebertError: one line saying what was wrong and what to do.
+
+The CLI prints these as a single line (see ``edgebert.cli.main``); library callers can catch them.
+"""
+
+from __future__ import annotations
+
+
+class EdgebertError(Exception):
+    """Base class. ``hint`` says what to do about it."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = self.message if not self.hint else f"{self.message} ({self.hint})"
+        return " ".join(text.split())
+
+
+class ConfigError(EdgebertError):
+    """A configuration value or combination is invalid."""
+
+
+class DataError(EdgebertError):
+    """An input file (corpus, TSV, vocab) is missing, empty or malformed."""
+
+
+class CheckpointError(EdgebertError):
+    """A model directory is missing, incomplete or corrupt."""
+
+
+class ValidationError(EdgebertError):
+    """An exported or transformed graph does not match its reference.
+
+    ``figures`` holds what was measured (e.g. ``{"max_abs_diff": 0.3, "tolerance": 1e-4}``).
+    """
+
+    def __init__(self, message: str, hint: str | None = None, figures: dict | None = None):
+        super().__init__(message, hint)
+        self.figures = dict(figures or {})
+
+
+class BundleError(EdgebertError):
+    """An ONNX bundle is missing files, or a file does not match its manifest hash."""
+
+
+class ProviderUnavailable(EdgebertError):
+    """An onnxruntime execution provider cannot be used on this machine."""

