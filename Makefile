@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/edgebert pipeline --out $(RUNS)/demo
+	rm -rf $(RUNS)/demo
+	$(BIN)/edgebert pretrain --train-preset demo --out $(RUNS)/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -1,0 +1,64 @@
+"""Distillation loss terms (DistilBERT + optional TinyBERT terms), as plain functions of tensors.
+
+Every term is 0 when the student equals the teacher and positive otherwise. Masks are (B, T) with 1 for
+real tokens; padding never contributes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
+            select: torch.Tensor | None = None) -> torch.Tensor:
+    """KL(teacher_T || student_T) * T^2 over the selected rows (e.g. masked tokens).
+
+    logits: (..., C); select: bool mask over the leading dims (None = all rows). The T^2 factor keeps
+    the gradient scale independent of T (Hinton et al.).
+    """
+    s = student_logits.reshape(-1, student_logits.shape[-1]).float()
+    t = teacher_logits.reshape(-1, teacher_logits.shape[-1]).float()
+    if select is not None:
+        keep = select.reshape(-1)
+        s, t = s[keep], t[keep]
+    if s.shape[0] == 0:
+        return student_logits.sum() * 0.0
+    log_p_s = F.log_softmax(s / temperature, dim=-1)
+    log_p_t = F.log_softmax(t / temperature, dim=-1)
+    kl = F.kl_div(log_p_s, log_p_t, reduction="batchmean", log_target=True)
+    return kl * temperature ** 2
+
+
+def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean (1 - cos) between student and teacher token vectors over non-padding tokens. (B, T, H)."""
+    keep = attention_mask.bool()
+    s, t = student_hidden[keep].float(), teacher_hidden[keep].float()        # (n, H)
+    return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
+
+
+def hidden_mse_loss(student_states, teacher_states, layer_map, attention_mask) -> torch.Tensor:
+    """TinyBERT hidden-state MSE: student layer i vs teacher layer layer_map[i] (+ embeddings).
+
+    ``*_states`` are the ``hidden_states`` tuples (embeddings first), so index i+1 is layer i.
+    """
+    keep = attention_mask.bool()
+    pairs = [(0, 0)] + [(i + 1, t + 1) for i, t in enumerate(layer_map)]
+    total = sum(F.mse_loss(student_states[s][keep].float(), teacher_states[t][keep].float())
+                for s, t in pairs)
+    return total / len(pairs)
+
+
+def attention_kl_loss(student_attn, teacher_attn, layer_map, attention_mask) -> torch.Tensor:
+    """TinyBERT attention term: KL(teacher probs || student probs) per mapped layer, real query rows only.
+
+    ``*_attn`` are tuples of (B, N, T, T) attention probabilities.
+    """
+    rows = attention_mask.bool()[:, None, :].expand(-1, student_attn[0].shape[1], -1)  # (B, N, T)
+    total = 0.0
+    for i, t in enumerate(layer_map):
+        p_t = teacher_attn[t][rows].float().clamp_min(1e-12)                # (n, T)
+        p_s = student_attn[i][rows].float().clamp_min(1e-12)
+        total = total + (p_t * (p_t.log() - p_s.log())).sum(-1).mean()
+    return total / len(layer_map)

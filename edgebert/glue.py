@@ -1,0 +1,173 @@
+"""Labelled data: GLUE TSV (SST-2, MRPC, any TSV with named columns) and CoNLL-style token tags.
+
+``read_task_tsv(path, task)`` returns ``LabelledExample``s and ``read_tagged(path)`` returns
+``TaggedSentence``s (task ``conll``: one ``word<TAB>tag`` per line, a blank line between
+sentences); every malformed row is a DataError that names the file and line. Metrics (accuracy, F1) live here too, so fine-tuning, distillation,
+evaluation and the ONNX accuracy guard all count the same way.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .errors import DataError
+
+TASKS = ("sst2", "mrpc", "tsv", "conll")
+SEQUENCE_TASKS = ("sst2", "mrpc", "tsv")   # one label per example
+TOKEN_TASKS = ("conll",)                    # one label per word
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Which columns hold the text(s) and the label, and the label names in id order."""
+
+    name: str
+    text_columns: tuple[str, ...]        # one column: single sentence; two: a pair
+    label_column: str
+    labels: tuple[str, ...]              # label values as written in the file, in id order
+    label_names: tuple[str, ...]         # human names for id2label
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_columns) == 2
+
+
+TASK_SPECS: dict[str, TaskSpec] = {
+    "sst2": TaskSpec("sst2", ("sentence",), "label", ("0", "1"), ("negative", "positive")),
+    "mrpc": TaskSpec("mrpc", ("#1 String", "#2 String"), "Quality", ("0", "1"),
+                     ("not_equivalent", "equivalent")),
+}
+
+
+@dataclass(frozen=True)
+class LabelledExample:
+    text_a: str
+    text_b: str | None
+    label: int
+
+
+@dataclass(frozen=True)
+class TaggedSentence:
+    words: tuple[str, ...]
+    tags: tuple[int, ...]                # tag ids, one per word
+
+
+def _read_utf8(path: Path) -> str:
+    if not path.is_file():
+        raise DataError(f"{path} not found", "pass an existing file")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line} is not UTF-8 ({exc.reason})") from exc
+
+
+def read_tagged(path: str | Path, labels: Sequence[str] | None = None) -> tuple[list[TaggedSentence], tuple[str, ...]]:
+    """CoNLL-style file: ``word<TAB>tag`` (or whitespace-separated, tag last) per line, sentences
+    separated by blank lines; ``-DOCSTART-`` lines are skipped. The tag set is the file's (sorted)
+    unless ``labels`` is given (then an unknown tag is an error)."""
+    path = Path(path)
+    rows: list[list[tuple[int, str, str]]] = [[]]
+    for n, line in enumerate(_read_utf8(path).splitlines(), start=1):
+        if not line.strip():
+            if rows[-1]:
+                rows.append([])
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        parts = [p.strip() for p in parts]
+        if len(parts) < 2 or not parts[0] or not parts[-1]:
+            raise DataError(f"{path}:{n} is not 'word<TAB>tag': {line.strip()[:60]!r}")
+        if parts[0] == "-DOCSTART-":
+            continue
+        rows[-1].append((n, parts[0], parts[-1]))
+    sentences = [r for r in rows if r]
+    if not sentences:
+        raise DataError(f"{path} has no tagged words", "write one 'word<TAB>tag' per line")
+    tagset = tuple(labels) if labels else tuple(sorted({t for s in sentences for _, _, t in s}))
+    tag_id = {t: i for i, t in enumerate(tagset)}
+    out = []
+    for s in sentences:
+        for n, _, t in s:
+            if t not in tag_id:
+                raise DataError(f"{path}:{n} has tag {t!r}, expected one of {list(tagset)}")
+        out.append(TaggedSentence(tuple(w for _, w, _ in s), tuple(tag_id[t] for _, _, t in s)))
+    return out, tagset
+
+
+def task_spec(task: str, header: Sequence[str] | None = None) -> TaskSpec:
+    """The spec of a named task; ``tsv`` is inferred from a header (sentence | sentence1+sentence2, label)."""
+    if task in TASK_SPECS:
+        return TASK_SPECS[task]
+    if task != "tsv":
+        raise DataError(f"unknown task {task!r}", f"use one of {', '.join(TASKS)}")
+    cols = set(header or ())
+    if {"sentence1", "sentence2", "label"} <= cols:
+        return TaskSpec("tsv", ("sentence1", "sentence2"), "label", (), ())
+    if {"sentence", "label"} <= cols:
+        return TaskSpec("tsv", ("sentence",), "label", (), ())
+    raise DataError(f"a --task tsv file needs columns 'sentence' (or 'sentence1','sentence2') and "
+                    f"'label'; found {sorted(cols)}")
+
+
+def read_task_tsv(path: str | Path, task: str, spec: TaskSpec | None = None) -> tuple[list[LabelledExample], TaskSpec]:
+    """Read a GLUE-style TSV. For ``tsv`` the label set is taken from the file (sorted) unless ``spec`` is given."""
+    path = Path(path)
+    if task in TOKEN_TASKS:
+        raise DataError(f"task {task!r} is a token task", "read it with read_tagged")
+    text = _read_utf8(path)
+    rows = list(csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
+    if not rows or not any(rows[0]):
+        raise DataError(f"{path} is empty", "pass a TSV with a header row and examples")
+    header = [h.strip() for h in rows[0]]
+    spec = spec or task_spec(task, header)
+    missing = [c for c in (*spec.text_columns, spec.label_column) if c not in header]
+    if missing:
+        raise DataError(f"{path}:1 lacks column(s) {missing} for task {spec.name} (header: {header})",
+                        "check --task matches the file")
+    idx = [header.index(c) for c in spec.text_columns]
+    lab = header.index(spec.label_column)
+    raw: list[tuple[int, list[str]]] = [(n, r) for n, r in enumerate(rows[1:], start=2) if any(x.strip() for x in r)]
+    if not raw:
+        raise DataError(f"{path} has a header but no examples")
+    labels = spec.labels or tuple(sorted({r[lab].strip() for _, r in raw if len(r) > lab}))
+    if spec.name == "tsv" and not spec.labels:
+        spec = TaskSpec("tsv", spec.text_columns, spec.label_column, labels, labels)
+    label_id = {v: i for i, v in enumerate(labels)}
+    out: list[LabelledExample] = []
+    for n, r in raw:
+        if len(r) < len(header):
+            raise DataError(f"{path}:{n} has {len(r)} columns, the header has {len(header)}")
+        value = r[lab].strip()
+        if value not in label_id:
+            raise DataError(f"{path}:{n} has label {value!r}, expected one of {list(labels)}")
+        texts = [r[i].strip() for i in idx]
+        if not texts[0]:
+            raise DataError(f"{path}:{n} has an empty sentence")
+        out.append(LabelledExample(texts[0], texts[1] if spec.is_pair else None, label_id[value]))
+    return out, spec
+
+
+def accuracy(preds: Sequence[int], labels: Sequence[int]) -> float:
+    if not labels:
+        return 0.0
+    return sum(int(p == t) for p, t in zip(preds, labels)) / len(labels)
+
+
+def f1_binary(preds: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
+    tp = sum(1 for p, t in zip(preds, labels) if p == positive and t == positive)
+    fp = sum(1 for p, t in zip(preds, labels) if p == positive and t != positive)
+    fn = sum(1 for p, t in zip(preds, labels) if p != positive and t == positive)
+    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def f1_macro(preds: Sequence[int], labels: Sequence[int], num_labels: int) -> float:
+    return sum(f1_binary(preds, labels, c) for c in range(num_labels)) / max(num_labels, 1)
+
+
+def classification_metrics(preds: Sequence[int], labels: Sequence[int], num_labels: int) -> dict[str, float]:
+    """accuracy, and F1 of the positive class for binary tasks (GLUE's MRPC F1) else macro F1."""
+    f1 = f1_binary(preds, labels) if num_labels == 2 else f1_macro(preds, labels, num_labels)
+    return {"accuracy": accuracy(preds, labels), "f1": f1, "n": len(labels)}
