@@ -2,8 +2,9 @@
 
 ``read_task_tsv(path, task)`` returns ``LabelledExample``s and ``read_tagged(path)`` returns
 ``TaggedSentence``s (task ``conll``: one ``word<TAB>tag`` per line, a blank line between
-sentences); every malformed row is a DataError that names the file and line. Metrics (accuracy, F1) live here too, so fine-tuning, distillation,
-evaluation and the ONNX accuracy guard all count the same way.
+sentences); every malformed row is a DataError that names the file and line. Metrics (accuracy,
+F1) live here too, so fine-tuning, distillation, evaluation and the ONNX accuracy guard all count
+the same way.
 """
 
 from __future__ import annotations

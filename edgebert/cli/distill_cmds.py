@@ -29,7 +29,8 @@ def _fmt(metrics: dict[str, float], keys: tuple[str, ...] | None = None) -> str:
 
 @app.command("distill")
 def distill_cmd(
-    teacher: Path = typer.Argument(..., metavar="TEACHER_DIR", help="Teacher model directory (edgebert or Hugging Face BERT)."),
+    teacher: Path = typer.Argument(..., metavar="TEACHER_DIR",
+                                   help="Teacher model directory (edgebert or Hugging Face BERT)."),
     out: Path = typer.Option(..., "--out", help="Output directory for the student."),
     corpus: Optional[list[Path]] = typer.Option(None, "--corpus", help="MLM distillation text (repeatable); "
                                                 "none: the built-in corpus."),
@@ -115,7 +116,8 @@ def distill_cmd(
 
 @app.command("finetune")
 def finetune_cmd(
-    model: Path = typer.Argument(..., metavar="MODEL_DIR", help="Model directory to fine-tune (edgebert or Hugging Face BERT)."),
+    model: Path = typer.Argument(..., metavar="MODEL_DIR",
+                                 help="Model directory to fine-tune (edgebert or Hugging Face BERT)."),
     task: str = typer.Option(..., "--task", help="sst2 | mrpc | tsv | conll (token tags)."),
     train_file: Path = typer.Option(..., "--train", help="Training file (GLUE TSV, or CoNLL for conll)."),
     out: Path = typer.Option(..., "--out", help="Output directory (the best checkpoint)."),
@@ -164,7 +166,8 @@ def finetune_cmd(
 
 @app.command("evaluate")
 def evaluate_cmd(
-    path: Path = typer.Argument(..., metavar="MODEL_DIR", help="Model directory (config.json) or ONNX bundle (manifest.json)."),
+    path: Path = typer.Argument(..., metavar="MODEL_DIR",
+                                help="Model directory (config.json) or ONNX bundle (manifest.json)."),
     task: str = typer.Option(..., "--task", help="sst2 | mrpc | tsv | conll | mlm"),
     data: Path = typer.Option(..., "--data", help="Labelled TSV (classifiers) or a text file (mlm)."),
     max_seq_len: int = typer.Option(128, "--max-seq-len"),

@@ -1,0 +1,164 @@
+"""Labelled examples -> token ids -> padded batches, for fine-tuning, task distillation and evaluation.
+
+Examples are tokenized once (``encode_examples`` / ``encode_tagged``) into unpadded id arrays.
+Batches are padded only to their own longest row (dynamic padding), and training batches are drawn
+from a length-grouped stream (``LengthGroupedBatches``): each epoch's shuffled order is cut into
+mega-chunks of ``group_size`` batches and every chunk is sorted by length, so the rows of a batch have
+similar lengths. On SST-2 (mostly short phrases) that pads a batch of 32 to ~its real length instead
+of 64, which is most of the CPU time saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from .errors import ConfigError, DataError
+from .glue import LabelledExample, TaggedSentence
+from .pretraining_data import IGNORE_INDEX
+from .training import ShuffledBatches
+
+
+@dataclass
+class EncodedDataset:
+    """Tokenized examples. ``labels`` is (N,) for sequence tasks; for token tasks ``token_labels``
+    holds one array per example aligned with ``input_ids`` (IGNORE_INDEX where no label applies)."""
+
+    input_ids: list[np.ndarray]                  # each (T_i,) int32, with [CLS]/[SEP]
+    token_type_ids: list[np.ndarray]             # each (T_i,) int8
+    labels: np.ndarray                           # (N,) int64 (sequence labels; -1 for token tasks)
+    token_labels: list[np.ndarray] | None = None
+    truncated: int = 0                           # how many examples were cut to max_seq_len
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self))
+
+    @property
+    def is_token_task(self) -> bool:
+        return self.token_labels is not None
+
+    def subset(self, n: int) -> "EncodedDataset":
+        """The first ``n`` examples."""
+        return EncodedDataset(self.input_ids[:n], self.token_type_ids[:n], self.labels[:n],
+                              None if self.token_labels is None else self.token_labels[:n],
+                              self.truncated)
+
+
+def truncating_copy(tok: Tokenizer, max_seq_len: int) -> Tokenizer:
+    """A copy of ``tok`` that truncates to ``max_seq_len`` tokens (specials included) and never pads.
+
+    A copy, because truncation is mutable state on the tokenizer object that callers may share.
+    """
+    if max_seq_len < 8:
+        raise ConfigError(f"max_seq_len={max_seq_len} is too short", "use at least 8")
+    copy = Tokenizer.from_str(tok.to_str())
+    copy.no_padding()
+    copy.enable_truncation(max_seq_len, strategy="longest_first")
+    return copy
+
+
+def encode_examples(examples: Sequence[LabelledExample], tok: Tokenizer, max_seq_len: int) -> EncodedDataset:
+    """Sentences or sentence pairs -> ``[CLS] A [SEP] (B [SEP])`` ids with segment ids 0/1."""
+    if not examples:
+        raise DataError("there are no examples to encode")
+    t = truncating_copy(tok, max_seq_len)
+    pairs = examples[0].text_b is not None
+    inputs = [(e.text_a, e.text_b) for e in examples] if pairs else [e.text_a for e in examples]
+    encodings = t.encode_batch(inputs, add_special_tokens=True)
+    return EncodedDataset(
+        input_ids=[np.asarray(e.ids, dtype=np.int32) for e in encodings],
+        token_type_ids=[np.asarray(e.type_ids, dtype=np.int8) for e in encodings],
+        labels=np.asarray([e.label for e in examples], dtype=np.int64),
+        truncated=sum(1 for e in encodings if e.overflowing),
+    )
+
+
+def encode_tagged(sentences: Sequence[TaggedSentence], tok: Tokenizer, max_seq_len: int) -> EncodedDataset:
+    """Pre-split words with one tag id each -> word pieces; the first piece of a word carries its tag,
+    the other pieces and the special tokens get IGNORE_INDEX (the usual BERT NER alignment)."""
+    if not sentences:
+        raise DataError("there are no sentences to encode")
+    t = truncating_copy(tok, max_seq_len)
+    encodings = t.encode_batch([list(s.words) for s in sentences], is_pretokenized=True,
+                               add_special_tokens=True)
+    token_labels = []
+    for s, enc in zip(sentences, encodings):
+        lab = np.full(len(enc.ids), IGNORE_INDEX, dtype=np.int64)
+        previous = None
+        for pos, word in enumerate(enc.word_ids):
+            if word is not None and word != previous:
+                lab[pos] = s.tags[word]
+            previous = word
+        token_labels.append(lab)
+    return EncodedDataset(
+        input_ids=[np.asarray(e.ids, dtype=np.int32) for e in encodings],
+        token_type_ids=[np.asarray(e.type_ids, dtype=np.int8) for e in encodings],
+        labels=np.full(len(sentences), -1, dtype=np.int64),
+        token_labels=token_labels,
+        truncated=sum(1 for e in encodings if e.overflowing),
+    )
+
+
+def collate(data: EncodedDataset, indices: Sequence[int], pad_id: int,
+            with_labels: bool = True) -> dict[str, torch.Tensor]:
+    """Pad the rows ``indices`` to the longest of them: input_ids, token_type_ids, attention_mask,
+    labels ((B,) or (B, T) with IGNORE_INDEX on padding)."""
+    n = len(indices)
+    width = max(len(data.input_ids[i]) for i in indices)
+    input_ids = np.full((n, width), pad_id, dtype=np.int64)
+    token_type_ids = np.zeros((n, width), dtype=np.int64)
+    attention_mask = np.zeros((n, width), dtype=np.int64)
+    token_labels = np.full((n, width), IGNORE_INDEX, dtype=np.int64) if data.is_token_task else None
+    for row, i in enumerate(indices):
+        L = len(data.input_ids[i])
+        input_ids[row, :L] = data.input_ids[i]
+        token_type_ids[row, :L] = data.token_type_ids[i]
+        attention_mask[row, :L] = 1
+        if token_labels is not None:
+            token_labels[row, :L] = data.token_labels[i]
+    batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
+             "attention_mask": torch.from_numpy(attention_mask)}
+    if with_labels:
+        batch["labels"] = torch.from_numpy(token_labels if token_labels is not None
+                                           else data.labels[list(indices)].copy())
+    return batch
+
+
+def eval_batches(data: EncodedDataset, batch_size: int, pad_id: int
+                 ) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
+    """(example indices, padded batch) over all examples, shortest first (least padding)."""
+    order = np.argsort(data.lengths, kind="stable")
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        yield idx, collate(data, idx, pad_id)
+
+
+class LengthGroupedBatches(ShuffledBatches):
+    """``ShuffledBatches`` whose per-epoch order puts examples of similar length next to each other.
+
+    The epoch's permutation (seeded by seed and epoch, as the base class) is cut into chunks of
+    ``batch_size * group_size`` examples, each sorted by length (longest first). Still a pure
+    function of (seed, epoch), so the stream position remains the whole resume state.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, group_size: int = 50):
+        super().__init__(len(lengths), batch_size, seed)
+        self.lengths = np.asarray(lengths)
+        self.chunk = max(1, batch_size * group_size)
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch != self._perm_epoch:
+            perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_examples)
+            for start in range(0, len(perm), self.chunk):
+                part = perm[start:start + self.chunk]
+                perm[start:start + self.chunk] = part[np.argsort(-self.lengths[part], kind="stable")]
+            self._perm, self._perm_epoch = perm, epoch
+        return self._perm

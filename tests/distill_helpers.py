@@ -1,0 +1,120 @@
+"""Toy data and tiny seeded model directories for the fine-tuning, distillation and evaluation tests.
+
+Not a test module (pytest collects ``test_*.py`` only). The toy sentiment task is trivially
+separable: a sentence is positive iff it contains one of ``POSITIVE``, negative iff one of ``NEGATIVE``.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+POSITIVE = ("good", "great", "lovely", "superb", "fine")
+NEGATIVE = ("bad", "awful", "poor", "dull", "boring")
+FILLERS = ("the", "film", "movie", "was", "plot", "actor", "story", "a", "very", "really", "and", "it",
+           "is", "with", "scene", "music", "long", "short", "old", "new")
+
+
+def toy_sentence(rng: random.Random, label: int) -> str:
+    words = [rng.choice(FILLERS) for _ in range(rng.randint(3, 9))]
+    words.insert(rng.randint(0, len(words)), rng.choice(POSITIVE if label else NEGATIVE))
+    return " ".join(words)
+
+
+def write_toy_tsv(path: Path, n: int, seed: int = 0, pair: bool = False) -> Path:
+    """sentence<TAB>label (or sentence1<TAB>sentence2<TAB>label: label from the second sentence)."""
+    rng = random.Random(seed)
+    rows = ["sentence1\tsentence2\tlabel" if pair else "sentence\tlabel"]
+    for _ in range(n):
+        label = rng.randint(0, 1)
+        if pair:
+            neutral = " ".join(rng.choice(FILLERS) for _ in range(4))
+            rows.append(f"{neutral}\t{toy_sentence(rng, label)}\t{label}")
+        else:
+            rows.append(f"{toy_sentence(rng, label)}\t{label}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def write_toy_conll(path: Path, n: int, seed: int = 0) -> Path:
+    """word<TAB>tag with tag POS/NEG for sentiment words and O otherwise."""
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(n):
+        words = toy_sentence(rng, rng.randint(0, 1)).split()
+        tags = ["POS" if w in POSITIVE else "NEG" if w in NEGATIVE else "O" for w in words]
+        blocks.append("\n".join(f"{w}\t{t}" for w, t in zip(words, tags)))
+    path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path
+
+
+def write_toy_corpus(path: Path, paragraphs: int = 80, seed: int = 0) -> Path:
+    """Plain text: blank-line separated paragraphs of a few toy sentences each."""
+    rng = random.Random(seed)
+    paras = []
+    for _ in range(paragraphs):
+        sents = [toy_sentence(rng, rng.randint(0, 1)).capitalize() + "." for _ in range(rng.randint(3, 6))]
+        paras.append(" ".join(sents))
+    path.write_text("\n\n".join(paras) + "\n", encoding="utf-8")
+    return path
+
+
+def toy_tokenizer():
+    from edgebert.tokenizer import train_tokenizer
+
+    rng = random.Random(1)
+    texts = [toy_sentence(rng, i % 2) for i in range(300)]
+    return train_tokenizer(texts, vocab_size=200, min_frequency=1)
+
+
+def make_model_dir(out_dir: Path, architecture: str = "BertForPreTraining", layers: int = 2, seed: int = 0,
+                   id2label: dict[int, str] | None = None, hidden: int = 64, dropout: float = 0.0) -> Path:
+    """A tiny seeded BERT (+ the toy tokenizer) saved as an edgebert model directory."""
+    import torch
+
+    from edgebert.checkpoint import save_model
+    from edgebert.config import BertConfig
+    from edgebert.model import build_model
+    from edgebert.tokenizer import save_tokenizer
+
+    tok = toy_tokenizer()
+    cfg = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), num_hidden_layers=layers,
+                            hidden_size=hidden, intermediate_size=2 * hidden, max_position_embeddings=64,
+                            hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, id2label=id2label)
+    torch.manual_seed(seed)
+    model = build_model(cfg, architecture).eval()
+    save_model(model, out_dir)
+    save_tokenizer(tok, out_dir, model_max_length=64)
+    return out_dir
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``edgebert.cli.main([...])`` -> (exit code, stdout, stderr)."""
+    from edgebert.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0, err
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one thread, and a shared CPU makes multi-threaded OpenMP spin:
+    the modules that import this fixture run with ``torch.set_num_threads(1)`` (restored after)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
