@@ -9,6 +9,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
 from typing import Any, Iterator
 
 
@@ -23,6 +31,7 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
@@ -56,6 +65,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         if target.exists():

@@ -1,0 +1,336 @@
+"""Import a Hugging Face BERT directory as an edgebert checkpoint (``edgebert import-hf``).
+
+edgebert uses Hugging Face parameter names and config.json, so importing is mostly checking: the
+source weights are mapped onto the edgebert model of the same architecture (``BertModel``,
+``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification`` with its
+``id2label``, ``BertForTokenClassification``); anything that would silently change the network is
+refused (missing encoder or head weights, shapes that disagree with config.json, an untied MLM
+decoder, leftover encoder weights such as extra layers), and what is dropped on purpose (buffers
+like ``position_ids``, tied copies, heads the chosen architecture has no use for) is reported.
+
+The output directory is written in one go (``atomic_dir``): ``config.json`` + ``model.safetensors``
+via ``save_model``, the tokenizer files, and nothing at all if any step fails. Before it is moved
+into place, the written checkpoint is reloaded with ``load_model`` and must give exactly (max abs
+diff 0) the outputs of the model built from the source weights.
+
+The other direction needs no converter: every edgebert checkpoint loads with
+``transformers.<Arch>.from_pretrained(dir)`` (tested in tests/test_hf_interop.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, load_model, map_state_dict,
+                         model_state_dict, read_state_dict, save_model)
+from .config import ARCHITECTURES, BertConfig
+from .errors import CheckpointError, ConfigError, EdgebertError, ValidationError
+from .fileio import atomic_dir, copy_file, write_text
+from .model import build_model, count_parameters
+
+# Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification")
+# Config keys that describe how the *source* was stored; edgebert always writes float32.
+DROPPED_CONFIG_KEYS = ("torch_dtype", "dtype")
+
+
+@dataclass
+class ImportReport:
+    """What ``convert_hf`` did: where from and to, what was dropped and why, what was verified."""
+
+    src: Path
+    out_dir: Path
+    source_architecture: str        # from the source config.json ("architectures"[0])
+    architecture: str               # what was written
+    num_parameters: int
+    weights_file: str               # model.safetensors or pytorch_model.bin
+    source_dtypes: list[str]
+    dropped: dict[str, str] = field(default_factory=dict)  # source key -> why it was not imported
+    tokenizer_files: list[str] = field(default_factory=list)
+    tokenizer_built_from_vocab: bool = False
+    max_abs_diff: float = 0.0       # reloaded checkpoint vs model built from the source weights
+    notes: list[str] = field(default_factory=list)
+
+
+def import_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None = None,
+              overwrite: bool = False) -> Path:
+    """Import the Hugging Face BERT directory ``src`` into ``out_dir``; returns ``out_dir``."""
+    return convert_hf(src, out_dir, architecture=architecture, overwrite=overwrite).out_dir
+
+
+def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None = None,
+               overwrite: bool = False) -> ImportReport:
+    """``import_hf`` with the full report (dropped keys, tokenizer files, reload check).
+
+    ``architecture`` overrides the source's (e.g. ``BertModel`` to keep only the encoder of a
+    pretraining checkpoint); heads may be dropped this way, never invented.
+    ``out_dir`` must not exist or be empty unless ``overwrite`` (it is then replaced as a whole).
+    """
+    src, out_dir = Path(src), Path(out_dir)
+    raw = _read_source_config(src)
+    _check_out_dir(src, out_dir, overwrite)
+    source_arch = (raw.get("architectures") or ["BertModel"])[0]
+    try:
+        cfg = BertConfig.from_hf_dict(raw)
+    except (ConfigError, TypeError) as exc:
+        message = exc.message if isinstance(exc, EdgebertError) else str(exc)
+        raise ConfigError(f"{src / CONFIG_NAME}: {message}",
+                          getattr(exc, "hint", None)) from exc
+    notes = []
+    if source_arch not in ARCHITECTURES:
+        notes.append(f"{source_arch} is not an edgebert architecture: imported as BertModel "
+                     "(encoder + pooler)")
+    arch = architecture or cfg.architecture
+    if arch not in ARCHITECTURES:
+        raise ConfigError(f"unknown architecture {arch!r}", f"use one of {', '.join(ARCHITECTURES)}")
+    weights_file = WEIGHTS_NAME if (src / WEIGHTS_NAME).exists() else "pytorch_model.bin"
+    sd = _read_source_weights(src)
+    cfg = _fit_config(cfg, arch, sd)
+
+    model = build_model(cfg, arch)
+    target_of = _source_to_target(sd, model)
+    dropped = _explain_dropped(sd, target_of, arch, src)
+    _check_missing_and_shapes(sd, target_of, model, src)
+    with torch.no_grad():
+        params = model.state_dict()
+        for key, target in target_of.items():
+            params[target].copy_(sd[key])
+    model.eval()
+    source_dtypes = sorted({str(sd[k].dtype).removeprefix("torch.") for k in target_of})
+    del sd  # the model holds the weights now; keep peak memory at two copies for large models
+
+    with atomic_dir(out_dir) as tmp:
+        save_model(model, tmp)
+        tokenizer_files, built = _write_tokenizer(src, tmp, cfg)
+        diff = _verify_reload(model, tmp)
+    if not tokenizer_files:
+        notes.append(f"{src} has no tokenizer files: add tokenizer.json or vocab.txt to {out_dir}")
+    return ImportReport(
+        src=src, out_dir=out_dir, source_architecture=source_arch, architecture=arch,
+        num_parameters=count_parameters(model), weights_file=weights_file,
+        source_dtypes=source_dtypes,
+        dropped=dropped, tokenizer_files=tokenizer_files, tokenizer_built_from_vocab=built,
+        max_abs_diff=diff, notes=notes)
+
+
+# --------------------------------------------------------------------------- reading the source
+def _read_source_config(src: Path) -> dict:
+    if not src.exists():
+        raise CheckpointError(f"{src} not found", "pass a Hugging Face BERT directory")
+    if not src.is_dir():
+        raise CheckpointError(f"{src} is not a directory",
+                              "pass the directory holding config.json and the weights")
+    path = src / CONFIG_NAME
+    if not path.is_file():
+        raise CheckpointError(f"no {CONFIG_NAME} in {src}",
+                              "pass a Hugging Face BERT directory (config.json + model.safetensors "
+                              "or pytorch_model.bin)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must hold a JSON object")
+    if "model_type" in raw and raw["model_type"] != "bert":
+        raise ConfigError(f"{path}: model_type={raw['model_type']!r} is not a BERT",
+                          "edgebert imports BERT checkpoints (model_type 'bert') only")
+    return raw
+
+
+def _read_source_weights(src: Path) -> dict[str, torch.Tensor]:
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (src / index).exists() and not (src / index.removesuffix(".index.json")).exists():
+            raise CheckpointError(f"{src} holds a sharded checkpoint ({index})",
+                                  "merge the shards into one model.safetensors first")
+    sd = read_state_dict(src)
+    bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(f"{src}: weight {bad[0]} is not a tensor", "the checkpoint is corrupt")
+    return sd
+
+
+def _fit_config(cfg: BertConfig, arch: str, sd: dict[str, torch.Tensor]) -> BertConfig:
+    """The config to build: ``arch``, labels for classifier heads, float32 storage."""
+    extra = {k: v for k, v in cfg.extra.items() if k not in DROPPED_CONFIG_KEYS}
+    id2label = cfg.id2label
+    if arch in CLASSIFIER_ARCHITECTURES:
+        if id2label is None and "classifier.weight" in sd:  # labels unnamed: LABEL_i, as transformers
+            id2label = {i: f"LABEL_{i}" for i in range(sd["classifier.weight"].shape[0])}
+    else:
+        id2label = None
+    return cfg.replace(architecture=arch, id2label=id2label, extra=extra)
+
+
+# --------------------------------------------------------------------------- key mapping
+def _source_to_target(sd: dict[str, torch.Tensor], model: nn.Module) -> dict[str, str]:
+    """Source key -> model key, by the same rules ``load_model`` applies (``map_state_dict``).
+
+    ``map_state_dict`` is run on placeholders that carry each key's index, so renames (legacy
+    gamma/beta), the ``bert.`` prefix handling and what it drops stay defined in one place.
+    """
+    keys = list(sd)
+    probe = {k: torch.tensor(i) for i, k in enumerate(keys)}
+    mapped, _ = map_state_dict(probe, model)
+    return {keys[int(v)]: target for target, v in mapped.items()}
+
+
+def _is_encoder(key: str) -> bool:
+    return key.removeprefix("bert.").startswith(("embeddings.", "encoder."))
+
+
+def _explain_dropped(sd: dict[str, torch.Tensor], target_of: dict[str, str], arch: str,
+                     src: Path) -> dict[str, str]:
+    """Why each unused source key is unused; refuse where dropping it would change the network."""
+    word_emb = next((v for k, v in sd.items() if k.endswith("embeddings.word_embeddings.weight")), None)
+    mlm_bias = sd.get("cls.predictions.bias")
+    dropped: dict[str, str] = {}
+    for key, value in sd.items():
+        if key in target_of:
+            continue
+        if key.endswith("position_ids"):
+            dropped[key] = "buffer, recomputed by the model"
+        elif key in TIED_KEYS and not arch.endswith(("PreTraining", "MaskedLM")):
+            dropped[key] = f"MLM head, not part of {arch}"
+        elif key == "cls.predictions.decoder.weight":
+            if word_emb is not None and not torch.equal(value, word_emb):
+                raise CheckpointError(f"{src}: the MLM decoder weight differs from the word embeddings",
+                                      "edgebert ties them (as BERT does); untied decoders are not "
+                                      "supported")
+            dropped[key] = "tied to embeddings.word_embeddings.weight"
+        elif key == "cls.predictions.decoder.bias":
+            if mlm_bias is not None and not torch.equal(value, mlm_bias):
+                raise CheckpointError(f"{src}: cls.predictions.decoder.bias differs from "
+                                      "cls.predictions.bias", "the checkpoint is inconsistent")
+            dropped[key] = "tied to cls.predictions.bias"
+        elif _is_encoder(key):
+            raise CheckpointError(f"{src}: encoder weight {key} has no place in the model config.json "
+                                  f"describes (e.g. more layers than num_hidden_layers)",
+                                  "the config and weights come from different models")
+        elif key.removeprefix("bert.").startswith("pooler."):
+            dropped[key] = f"pooler, not part of {arch}"
+        elif key.startswith(("cls.", "classifier.", "qa_outputs.")):
+            dropped[key] = f"head, not part of {arch}"
+        else:
+            dropped[key] = "not a BERT weight edgebert knows"
+    return dropped
+
+
+def _check_missing_and_shapes(sd: dict[str, torch.Tensor], target_of: dict[str, str],
+                              model: nn.Module, src: Path) -> None:
+    wanted = model_state_dict(model)
+    missing = sorted(set(wanted) - set(target_of.values()))
+    encoder_missing = [k for k in missing if _is_encoder(k)]
+    if encoder_missing:
+        raise CheckpointError(f"{src} lacks encoder weights, e.g. {encoder_missing[0]} "
+                              f"({len(encoder_missing)} missing)", "the checkpoint is incomplete")
+    if missing:
+        raise CheckpointError(f"{src} has no weights for {missing[0]} ({len(missing)} missing) "
+                              f"as {type(model).__name__}",
+                              "import it as the architecture it was saved as, or as BertModel "
+                              "(--architecture BertModel)")
+    wrong = [(k, tuple(sd[k].shape), tuple(wanted[t].shape)) for k, t in target_of.items()
+             if sd[k].shape != wanted[t].shape]
+    if wrong:
+        key, got, want = wrong[0]
+        raise CheckpointError(f"{src}: {len(wrong)} weight(s) do not fit config.json, e.g. {key} "
+                              f"has shape {list(got)} where the config needs {list(want)}",
+                              "the config and weights come from different models")
+
+
+# --------------------------------------------------------------------------- writing + checking
+def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], bool]:
+    """Copy the tokenizer files; build tokenizer.json from vocab.txt when it is the only one."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            copy_file(src / name, out / name)
+            copied.append(name)
+    built = False
+    if "tokenizer.json" not in copied and "vocab.txt" in copied:
+        from .tokenizer import load_vocab_tokenizer
+
+        tok = load_vocab_tokenizer(out / "vocab.txt", lowercase=_do_lower_case(src))
+        write_text(out / "tokenizer.json", tok.to_str())
+        copied.insert(0, "tokenizer.json")
+        built = True
+    if "tokenizer.json" in copied:
+        from tokenizers import Tokenizer
+
+        try:
+            size = Tokenizer.from_file(str(out / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
+        except Exception as exc:  # tokenizers raises plain Exceptions for unreadable files
+            raise CheckpointError(f"{src}/tokenizer.json is not a readable tokenizer ({exc})") from exc
+        if size > cfg.vocab_size:
+            raise CheckpointError(f"{src}: the tokenizer has {size} tokens but the model only "
+                                  f"{cfg.vocab_size} embeddings",
+                                  "the tokenizer and weights come from different models")
+    return copied, built
+
+
+def _do_lower_case(src: Path) -> bool:
+    """do_lower_case from the source tokenizer_config.json (default True, as bert-*-uncased)."""
+    path = src / "tokenizer_config.json"
+    try:
+        return bool(json.loads(path.read_text(encoding="utf-8")).get("do_lower_case", True))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return True
+
+
+def probe_batch(cfg: BertConfig, batch: int = 2, seq: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A seeded batch with padding (row 1 half padded) and two segments, for output comparisons."""
+    seq = min(seq, cfg.max_position_embeddings)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[1:, seq // 2:] = 0
+    types = torch.zeros(batch, seq, dtype=torch.long)
+    if cfg.type_vocab_size > 1:
+        types[:, seq // 2:] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def output_tensors(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every tensor a forward pass returns (encoder states, pooler, head logits), by name."""
+    with torch.no_grad():
+        out = model(**batch)
+    enc = getattr(out, "encoder", out)
+    tensors = {"last_hidden_state": enc.last_hidden_state}
+    if enc.pooler_output is not None:
+        tensors["pooler_output"] = enc.pooler_output
+    for name in ("logits", "prediction_logits", "seq_relationship_logits"):
+        if isinstance(getattr(out, name, None), torch.Tensor):
+            tensors[name] = getattr(out, name)
+    return tensors
+
+
+def _verify_reload(model: nn.Module, out: Path) -> float:
+    """Reload ``out`` with ``load_model``; weights and outputs must equal the in-memory model's."""
+    reloaded = load_model(out)
+    if type(reloaded) is not type(model):
+        raise ValidationError(f"{out} reloads as {type(reloaded).__name__}, not {type(model).__name__}")
+    batch = probe_batch(model.config)
+    ref, got = output_tensors(model, batch), output_tensors(reloaded, batch)
+    diff = max(float((ref[k] - got[k]).abs().max()) for k in ref)
+    if diff != 0.0 or ref.keys() != got.keys():
+        raise ValidationError(f"the written checkpoint does not reproduce the source outputs "
+                              f"(max abs diff {diff:.3g})", "report this as a bug",
+                              figures={"max_abs_diff": diff, "tolerance": 0.0})
+    return diff
+
+
+def _check_out_dir(src: Path, out_dir: Path, overwrite: bool) -> None:
+    s, o = src.resolve(), out_dir.resolve()
+    if o == s or s.is_relative_to(o):
+        raise CheckpointError(f"--out {out_dir} would replace the source {src}",
+                              "choose another output directory")
+    if o.exists() and not o.is_dir():
+        raise CheckpointError(f"{out_dir} exists and is not a directory", "choose another --out")
+    if o.is_dir() and any(o.iterdir()) and not overwrite:
+        raise CheckpointError(f"{out_dir} exists and is not empty",
+                              "choose another --out, or pass --overwrite to replace it")
