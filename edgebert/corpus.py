@@ -13,6 +13,8 @@ so pretraining works without any download.
 
 from __future__ import annotations
 
+import random
+
 import re
 from pathlib import Path
 from typing import Sequence
@@ -144,3 +146,14 @@ def builtin_corpus() -> list[str]:
     for name in sorted(topics):
         docs.extend(_rst_documents(topics[name]))
     return docs
+
+
+def split_documents(docs: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """Hold out ``fraction`` of the documents (at least one), chosen with ``seed``: (train, held out)."""
+    if len(docs) < 3:
+        raise DataError(f"the corpus has only {len(docs)} documents, too few to hold some out",
+                        "give more text or an --eval-corpus")
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    held = set(order[:max(1, round(fraction * len(docs)))])
+    return [d for i, d in enumerate(docs) if i not in held], [docs[i] for i in sorted(held)]

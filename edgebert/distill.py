@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from torch import nn
 
 from .classification_data import collate, eval_batches
 from .distill_losses import attention_kl_loss, cosine_loss, hidden_mse_loss, kd_loss
-from .errors import CheckpointError, ConfigError, DataError
+from .errors import CheckpointError, ConfigError
 from .evaluate import classifier_metrics, masked_logits, mlm_eval_batches, mlm_metrics
 from .finetune import ClassificationTask, TaskData, freeze_word_embeddings, load_task_data
 from .fileio import write_json
@@ -509,14 +508,6 @@ def build_student(teacher: nn.Module, cfg: DistillConfig) -> tuple[nn.Module, li
     return student, list(layer_map)
 
 
-def _split_documents(docs: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    if len(docs) < 3:
-        raise DataError(f"the corpus has only {len(docs)} documents, too few to hold some out",
-                        "give more text or an --eval-corpus")
-    order = list(range(len(docs)))
-    random.Random(seed).shuffle(order)
-    held = set(order[:max(1, round(fraction * len(docs)))])
-    return [d for i, d in enumerate(docs) if i not in held], [docs[i] for i in sorted(held)]
 
 
 # =========================================================================== the stage
@@ -543,7 +534,7 @@ def _is_main_process() -> bool:
 
 def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None) -> DistillResult:
     """Run one distillation stage into ``cfg.out``; see the module docstring."""
-    from .corpus import read_corpora
+    from .corpus import read_corpora, split_documents
     from .model import count_parameters
     from .pretraining_data import create_examples, regroup_documents, tokenize_documents
     from .tokenizer import SpecialIds, load_tokenizer
@@ -582,7 +573,7 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
         if cfg.eval_corpus:
             train_docs, eval_docs = docs, read_corpora(cfg.eval_corpus, cfg.corpus_format)
         else:
-            train_docs, eval_docs = _split_documents(docs, cfg.eval_fraction, cfg.train.seed)
+            train_docs, eval_docs = split_documents(docs, cfg.eval_fraction, cfg.train.seed)
         segment = max(1, (cfg.max_seq_len - 3) // 2)
         examples = create_examples(tokenize_documents(train_docs, tok, segment), SpecialIds.of(tok),
                                    cfg.max_seq_len, seed=cfg.train.seed, dupe_factor=cfg.dupe_factor,

@@ -21,7 +21,6 @@ evaluates on WikiText-2 test)::
 from __future__ import annotations
 
 import dataclasses
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from torch import nn
 
 from .config import PRESETS as MODEL_PRESETS
 from .config import BertConfig
-from .corpus import FORMATS, read_corpora
+from .corpus import FORMATS, read_corpora, split_documents
 from .errors import ConfigError, DataError
 from .fileio import write_json
 from .model import BertForPreTraining, count_parameters
@@ -286,16 +285,6 @@ class PretrainResult:
     resumed_from: int = 0
 
 
-def _split_documents(docs: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """Hold out ``fraction`` of the documents (at least one), chosen with ``seed``."""
-    if len(docs) < 3:
-        raise DataError(f"the corpus has only {len(docs)} documents, too few to hold some out",
-                        "give more text or an --eval-corpus")
-    order = list(range(len(docs)))
-    random.Random(seed).shuffle(order)
-    n_eval = max(1, round(fraction * len(docs)))
-    held = set(order[:n_eval])
-    return [d for i, d in enumerate(docs) if i not in held], [docs[i] for i in sorted(held)]
 
 
 def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str], is_main: bool, barrier):
@@ -323,7 +312,7 @@ def pretrain(cfg: PretrainConfig, *, console=None, stop_at_step: int | None = No
         if cfg.eval_corpus:
             train_docs, eval_docs = docs, regroup_documents(read_corpora(cfg.eval_corpus, cfg.corpus_format))
         else:
-            train_docs, eval_docs = _split_documents(docs, cfg.eval_fraction, cfg.train.seed)
+            train_docs, eval_docs = split_documents(docs, cfg.eval_fraction, cfg.train.seed)
         if len(train_docs) < 2:
             raise DataError("the training corpus has fewer than 2 documents", "give more text")
         cfg.bert_config(cfg.vocab_size, 0)  # a bad model config fails before anything is written
