@@ -1,0 +1,108 @@
+"""``BenchConfig``: what ``edgebert bench`` measures, validated at construction, with presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..bundle import PRECISIONS
+from ..errors import ConfigError
+from ..runtime.providers import PROVIDERS
+
+
+def _positive_ints(name: str, values: Any) -> tuple[int, ...]:
+    values = tuple(values)
+    if not values:
+        raise ConfigError(f"{name} is empty", f"give at least one {name} value")
+    for v in values:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ConfigError(f"{name} value {v!r} must be a positive integer")
+    return tuple(sorted(set(values)))
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark run: every provider x precision x batch x seq, plus the PyTorch reference.
+
+    reference: a model directory timed with PyTorch fp32 in the same run (speedups are ratios
+    measured side by side) and used for accuracy deltas where its outputs are comparable.
+    lengths_from: a text/TSV file whose real length mix is replayed (dynamic vs padded-to-max).
+    max_seconds: per measured shape, stop early once the timed loop has run this long (>= 3 iters).
+    """
+
+    bundle_dir: Path
+    providers: tuple[str, ...] = ("cpu", "cuda", "tensorrt")
+    precisions: tuple[str, ...] = ("fp32", "int8")
+    batches: tuple[int, ...] = (1, 8, 32)
+    seqs: tuple[int, ...] = (16, 64, 128)
+    lengths_from: Path | None = None
+    max_texts: int | None = None          # cap on texts replayed from lengths_from (None: all)
+    reference: Path | None = None
+    threads: int | None = None            # onnxruntime intra-op and torch threads (None: defaults)
+    warmup: int = 5
+    iters: int = 50
+    max_seconds: float = 10.0
+    report_dir: Path | None = None
+    calibration_size: int = 1024          # square GEMM size of the peak calibration (0: skip)
+    eval_texts: int = 64                  # inputs of the accuracy comparison
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
+        set_("bundle_dir", Path(self.bundle_dir))
+        for key in ("lengths_from", "reference", "report_dir"):
+            if getattr(self, key) is not None:
+                set_(key, Path(getattr(self, key)))
+        providers = tuple(dict.fromkeys(p.strip().lower() for p in self.providers))
+        bad = [p for p in providers if p not in PROVIDERS]
+        if not providers or bad:
+            raise ConfigError(f"unknown provider {bad[0] if bad else '(none)'!r}",
+                              f"use a comma list of {', '.join(PROVIDERS)}")
+        set_("providers", providers)
+        precisions = tuple(dict.fromkeys(p.strip().lower() for p in self.precisions))
+        bad = [p for p in precisions if p not in PRECISIONS]
+        if not precisions or bad:
+            raise ConfigError(f"unknown precision {bad[0] if bad else '(none)'!r}",
+                              f"use a comma list of {', '.join(PRECISIONS)}")
+        set_("precisions", precisions)
+        set_("batches", _positive_ints("batch", self.batches))
+        set_("seqs", _positive_ints("seq", self.seqs))
+        if min(self.seqs) < 3:
+            raise ConfigError(f"seq {min(self.seqs)} is too short", "a sequence needs [CLS], a token and [SEP]")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ConfigError(f"threads={self.threads!r} must be a positive integer")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ConfigError(f"warmup={self.warmup!r} must be >= 0")
+        if not isinstance(self.iters, int) or self.iters < 3:
+            raise ConfigError(f"iters={self.iters!r} must be >= 3", "percentiles need a few samples")
+        if not self.max_seconds > 0:
+            raise ConfigError(f"max_seconds={self.max_seconds!r} must be > 0")
+        if self.max_texts is not None and self.max_texts < 1:
+            raise ConfigError(f"max_texts={self.max_texts!r} must be >= 1")
+        if self.calibration_size < 0 or self.eval_texts < 1:
+            raise ConfigError("calibration_size must be >= 0 and eval_texts >= 1")
+
+    @classmethod
+    def preset(cls, name: str, bundle_dir: str | Path, **overrides: Any) -> "BenchConfig":
+        """``quick`` (smoke run, seconds), ``default`` (the CLI defaults), ``full`` (more shapes)."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown bench preset {name!r}", f"use one of {', '.join(PRESETS)}")
+        return cls(bundle_dir=bundle_dir, **{**PRESETS[name], **overrides})
+
+    def replace(self, **changes: Any) -> "BenchConfig":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        return {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+                for k, v in d.items()}
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": dict(batches=(1, 8), seqs=(16, 64), warmup=2, iters=10, max_seconds=2.0, calibration_size=512),
+    "default": {},
+    "full": dict(batches=(1, 8, 32), seqs=(16, 32, 64, 128, 256), iters=100, max_seconds=20.0),
+}

@@ -1,0 +1,98 @@
+"""The PyTorch fp32 reference, timed in the same run as the ONNX paths (torch imported here only).
+
+The reference may be a different model than the bundle (e.g. the 12-layer teacher of a 4-layer
+student bundle): then speedups are against that model, and accuracy deltas are computed only when
+the outputs have the same meaning and shape (``comparability``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TASK_ARCHITECTURE = {"embed": "BertModel", "cls": "BertForSequenceClassification", "mlm": "BertForMaskedLM"}
+SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
+class TorchReference:
+    """A model directory loaded with ``edgebert.checkpoint.load_model``, run under inference_mode."""
+
+    provider = "torch"
+    precision = "fp32"
+
+    def __init__(self, model_dir: str | Path, task: str, threads: int | None = None):
+        import torch
+
+        from ..checkpoint import WEIGHTS_NAME, load_model
+        from ..config import BertConfig
+        from ..errors import CheckpointError
+        from ..model import count_parameters
+
+        self._torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        self.model_dir = Path(model_dir)
+        self.config = BertConfig.load(self.model_dir)
+        self.notes: list[str] = []
+        self.task = task
+        try:
+            self.model = load_model(self.model_dir, TASK_ARCHITECTURE[task])
+        except CheckpointError as exc:
+            if task == "embed":
+                raise
+            self.model = load_model(self.model_dir, "BertModel")
+            self.task = "encoder"
+            self.notes.append(f"{self.model_dir} has no {task} head ({exc.message}); it is timed as a "
+                              "bare encoder and its outputs are not compared")
+        self.model.eval()
+        self.parameters = count_parameters(self.model)
+        weights = self.model_dir / WEIGHTS_NAME
+        self.size_bytes = weights.stat().st_size if weights.exists() else 4 * self.parameters
+        self.threads = torch.get_num_threads()
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        torch = self._torch
+        args = [torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask", "token_type_ids")]
+        with torch.inference_mode():
+            out = self.model(*args)
+        if self.task in ("embed", "encoder"):
+            return {"last_hidden_state": out.last_hidden_state.numpy(),
+                    "pooler_output": out.pooler_output.numpy()}
+        return {"logits": out.logits.numpy()}
+
+    def describe(self) -> dict[str, Any]:
+        return {"dir": str(self.model_dir), "architecture": type(self.model).__name__,
+                "task": self.task, "parameters": self.parameters, "size_bytes": self.size_bytes,
+                "config": {k: getattr(self.config, k) for k in SIZE_KEYS}, "torch_threads": self.threads,
+                "notes": list(self.notes)}
+
+
+def comparability(bundle_task: str, bundle_config: dict[str, Any], num_labels: int,
+                  reference: TorchReference) -> dict[str, Any]:
+    """Are the reference's outputs comparable with the bundle's, and is it the same model?"""
+    ref_cfg = {k: getattr(reference.config, k) for k in SIZE_KEYS}
+    ours = {k: bundle_config.get(k) for k in SIZE_KEYS}
+    same = all(ours[k] is None or ours[k] == ref_cfg[k] for k in SIZE_KEYS)
+    why = ""
+    if reference.task != bundle_task:
+        comparable, why = False, f"the reference runs as {reference.task!r}, the bundle as {bundle_task!r}"
+    elif bundle_task == "embed" and ours["hidden_size"] != ref_cfg["hidden_size"]:
+        comparable, why = False, (f"hidden sizes differ ({ours['hidden_size']} vs {ref_cfg['hidden_size']})")
+    elif bundle_task == "mlm" and ours["vocab_size"] != ref_cfg["vocab_size"]:
+        comparable, why = False, f"vocabularies differ ({ours['vocab_size']} vs {ref_cfg['vocab_size']})"
+    elif bundle_task == "cls" and num_labels != reference.config.num_labels:
+        comparable, why = False, f"label counts differ ({num_labels} vs {reference.config.num_labels})"
+    else:
+        comparable = True
+    differs = ", ".join(f"{k} {ours[k]} vs {ref_cfg[k]}" for k in SIZE_KEYS
+                        if ours[k] is not None and ours[k] != ref_cfg[k])
+    if not comparable:
+        note = f"accuracy deltas not computed: {why}; the speedup column is against the reference model"
+    elif same:
+        note = "same architecture and size as the bundle: deltas measure export/quantization error"
+    else:
+        note = (f"the reference is a different model ({differs}): deltas measure agreement between the "
+                "two models, not export error, and the speedup is against that model")
+    return {"same_model": same, "comparable": comparable, "note": note}

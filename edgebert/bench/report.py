@@ -1,0 +1,235 @@
+"""Bench report outputs: rich tables on the terminal, report.json, report.md and latency.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..fileio import atomic_path, write_json, write_text
+
+
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.1f}"
+
+
+def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{value:{spec}}{suffix}"
+
+
+def _path_sizes(report: dict) -> dict[str, float | None]:
+    return {p["path"]: p.get("model_bytes") for p in report["paths"]}
+
+
+def provider_lines(report: dict) -> list[tuple[str, str, str]]:
+    """(provider, status, detail) for every requested provider."""
+    lines = []
+    for status in report["providers"]:
+        name = status["provider"]
+        if not status["available"]:
+            lines.append((name, "NOT MEASURED (unavailable)", status["reason"] or ""))
+            continue
+        paths = [p for p in report["paths"] if p["provider"] == name]
+        ok = [p for p in paths if p["available"]]
+        if ok:
+            lines.append((name, "measured", ", ".join(dict.fromkeys(ok[0]["providers"]))))
+        for p in paths:
+            if not p["available"]:
+                lines.append((name, f"{p['precision']}: NOT MEASURED", p["reason"]))
+    if report.get("reference"):
+        threads = report["reference"]["torch_threads"]
+        lines.append(("torch", "measured (reference)", f"PyTorch fp32 on CPU, {threads} thread{'s' if threads != 1 else ''}"))
+    return lines
+
+
+def _accuracy_cells(acc: dict | None) -> tuple[str, str]:
+    if acc is None:
+        return "-", "-"
+    if acc.get("comparable") is False:
+        return "not comparable", "-"
+    if acc["metric"] == "cosine":
+        return f"cosine mean {acc['cosine_mean']:.6f} / min {acc['cosine_min']:.6f}", f"{acc['max_abs_diff']:.2e}"
+    value = acc.get(acc["metric"])
+    return f"{acc['metric'].replace('_', ' ')} {value:.4f}", f"{acc['max_abs_diff']:.2e}"
+
+
+def to_markdown(report: dict) -> str:
+    env, bundle, cal = report["environment"], report["bundle"], report["calibration"]
+    cfg = bundle["config"]
+    threads = report["config"]["threads"]
+    out = [f"# edgebert bench: `{bundle['dir']}`", "",
+           f"- created: {report['created']}",
+           f"- machine: {env.get('cpu')} ({env.get('machine')}), {env.get('cpu_count')} logical CPUs, "
+           f"flags {' '.join(env.get('cpu_flags') or []) or '-'}",
+           f"- versions: onnxruntime {env.get('onnxruntime')}, torch {env.get('torch')}, "
+           f"tokenizers {env.get('tokenizers')}, python {env.get('python')}",
+           f"- threads: {threads if threads else 'library defaults (onnxruntime: one per physical core)'}",
+           f"- other processes used {_fmt(_pct(env.get('cpu_share_used_by_other_processes')), '.1f', '%')} "
+           f"of the CPUs during the run (load average at start {env.get('load_average_at_start')}, at end "
+           f"{env.get('load_average_at_end')}); other work on these cores inflates latencies",
+           f"- bundle: task `{bundle['task']}`, {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+           f"{cfg['num_attention_heads']} heads, FFN {cfg['intermediate_size']}, vocab {cfg['vocab_size']}; "
+           + ", ".join(f"{p} {_mb(m['bytes'])} MB" for p, m in bundle["models"].items())]
+    ref = report.get("reference")
+    if ref:
+        out.append(f"- reference: `{ref['dir']}` ({ref['architecture']}, {ref['config']['num_hidden_layers']} "
+                   f"layers, hidden {ref['config']['hidden_size']}), PyTorch fp32, timed in this run. "
+                   f"{ref['note']}")
+    else:
+        out.append("- reference: none (no --reference): no speedup or accuracy columns")
+    if cal:
+        out.append(f"- matmul peak (calibration): fp32 {_fmt(cal.get('fp32_gflops'), '.1f')} GFLOP/s, "
+                   f"int8 {_fmt(cal.get('int8_gops'), '.1f')} GOP/s ({cal['method']}); numpy fp32 "
+                   f"{_fmt(cal.get('numpy_fp32_gflops'), '.1f')} GFLOP/s")
+    out += ["", "## Providers", "", "| provider | status | detail |", "|---|---|---|"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in provider_lines(report)]
+    if report["unavailable"]:
+        out += ["", "**Not measured:** " + "; ".join(
+            f"{u['provider']}{' ' + u['precision'] if u['precision'] else ''}: {u['reason']}"
+            for u in report["unavailable"]) + ". No figures are reported for these paths."]
+    sizes = _path_sizes(report)
+    out += ["", "## Latency and throughput (fixed shapes, no padding)", "",
+            "| path | batch | seq | p50 ms | p90 ms | p99 ms | seq/s | tokens/s | peak RSS MB | model MB | "
+            "GFLOP | GFLOP/s | % of peak | speedup vs torch |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(report["results"], key=lambda r: (r["batch"], r["seq"], r["path"])):
+        lat = r["latency_ms"]
+        out.append(f"| {r['path']} | {r['batch']} | {r['seq']} | {lat['p50']:.2f} | {lat['p90']:.2f} | "
+                   f"{lat['p99']:.2f} | {r['sequences_per_s']:.1f} | {r['tokens_per_s']:.0f} | "
+                   f"{_fmt(r['peak_rss_mb'], '.0f')} | {_mb(sizes.get(r['path']))} | {r['gflop']:.3g} | "
+                   f"{r['achieved_gflops']:.3g} | {_fmt(_pct(r['fraction_of_peak']), '.1f', '%')} | "
+                   f"{_fmt(r['speedup_vs_reference'], '.2f', 'x')} |")
+    mix = report.get("length_mix")
+    if mix:
+        out += ["", f"## Real length mix: `{mix['file']}`", "",
+                f"{mix['texts']} texts in file order; tokens per text mean {mix['tokens_mean']}, median "
+                f"{mix['tokens_p50']}, p90 {mix['tokens_p90']}, max {mix['tokens_max']}; padded mode pads "
+                f"every batch to {mix['pad_to']} ({mix['truncated']} texts truncated to that).", "",
+                "| path | batch | mode | p50 ms/batch | p99 ms/batch | total s | seq/s | real tokens/s | "
+                "padding % | dynamic vs padded | speedup vs torch |",
+                "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in sorted(mix["results"], key=lambda r: (r["batch"], r["path"], r["mode"])):
+            out.append(f"| {r['path']} | {r['batch']} | {r['mode']} | {r['latency_ms']['p50']:.2f} | "
+                       f"{r['latency_ms']['p99']:.2f} | {r['total_s']:.2f} | {r['sequences_per_s']:.1f} | "
+                       f"{r['real_tokens_per_s']:.0f} | {100 * r['padding_fraction']:.1f} | "
+                       f"{_fmt(r['speedup_vs_padded'], '.2f', 'x')} | "
+                       f"{_fmt(r['speedup_vs_reference'], '.2f', 'x')} |")
+    out += ["", "## Accuracy against the PyTorch reference", ""]
+    if ref:
+        out += [ref["note"], "", "| path | agreement | max abs diff | load RSS MB | notes |",
+                "|---|---|---:|---:|---|"]
+        for p in report["paths"]:
+            if p["available"] and not p.get("reference"):
+                agree, diff = _accuracy_cells(p.get("accuracy"))
+                skipped = ("tensorrt: not used", "cuda: not used")   # already in the providers table
+                notes = "; ".join(n for n in p.get("notes", []) if not n.startswith(skipped))
+                out.append(f"| {p['path']} | {agree} | {diff} | {_fmt(p['load_rss_mb'], '.0f')} | {notes} |")
+    else:
+        out.append("No reference given.")
+    out += ["", "## Methods", ""] + [f"- {k}: {v}" for k, v in report["methods"].items()]
+    return "\n".join(out) + "\n"
+
+
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else 100 * fraction
+
+
+def plot_latency(report: dict, target: str | Path) -> Path:
+    """latency.png: p50 latency vs sequence length, one panel per batch size, one line per path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    batches = sorted({r["batch"] for r in report["results"]}) or [1]
+    fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.6), squeeze=False)
+    paths = list(dict.fromkeys(r["path"] for r in report["results"]))
+    for ax, batch in zip(axes[0], batches):
+        for name in paths:
+            rows = sorted((r for r in report["results"] if r["path"] == name and r["batch"] == batch),
+                          key=lambda r: r["seq"])
+            if rows:
+                ax.plot([r["seq"] for r in rows], [r["latency_ms"]["p50"] for r in rows], marker="o",
+                        label=name, linestyle="--" if name.startswith("torch") else "-")
+        ax.set_title(f"batch {batch}")
+        ax.set_xlabel("sequence length (tokens)")
+        ax.set_ylabel("p50 latency (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    missing = [u["provider"] + (f" {u['precision']}" if u["precision"] else "") for u in report["unavailable"]]
+    title = f"edgebert bench: {Path(report['bundle']['dir']).name}"
+    if missing:
+        title += f"  (not measured, unavailable: {', '.join(missing)})"
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    target = Path(target)
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return target
+
+
+def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
+    """report.json + report.md + latency.png in ``out_dir`` (each written atomically)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "report.json", "markdown": out_dir / "report.md"}
+    write_json(paths["json"], report)
+    write_text(paths["markdown"], to_markdown(report))
+    if report["results"]:
+        paths["plot"] = plot_latency(report, out_dir / "latency.png")
+    return paths
+
+
+def print_report(report: dict, console) -> None:
+    """Rich tables: providers, fixed-shape figures, length mix, accuracy."""
+    from rich.table import Table
+
+    providers = Table(title="providers")
+    for col in ("provider", "status", "detail"):
+        providers.add_column(col, overflow="fold")
+    for a, b, c in provider_lines(report):
+        providers.add_row(a, f"[red]{b}[/red]" if "NOT" in b else b, c)
+    console.print(providers)
+
+    table = Table(title=f"latency / throughput: {report['bundle']['dir']}")
+    cols = ("path", "batch", "seq", "p50 ms", "p90 ms", "p99 ms", "seq/s", "tok/s", "peak MB",
+            "% peak", "vs torch")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "path" else "right")
+    for r in sorted(report["results"], key=lambda r: (r["batch"], r["seq"], r["path"])):
+        lat = r["latency_ms"]
+        table.add_row(r["path"], str(r["batch"]), str(r["seq"]), f"{lat['p50']:.2f}", f"{lat['p90']:.2f}",
+                      f"{lat['p99']:.2f}", f"{r['sequences_per_s']:.1f}", f"{r['tokens_per_s']:.0f}",
+                      _fmt(r["peak_rss_mb"], ".0f"), _fmt(_pct(r["fraction_of_peak"]), ".1f", "%"),
+                      _fmt(r["speedup_vs_reference"], ".2f", "x"))
+    console.print(table)
+
+    mix = report.get("length_mix")
+    if mix:
+        t = Table(title=f"length mix: {mix['texts']} texts from {Path(mix['file']).name}, mean "
+                        f"{mix['tokens_mean']} tokens, padded mode pads to {mix['pad_to']}")
+        for col in ("path", "batch", "mode", "total s", "seq/s", "real tok/s", "padding %", "vs padded",
+                    "vs torch"):
+            t.add_column(col, justify="left" if col in ("path", "mode") else "right")
+        for r in sorted(mix["results"], key=lambda r: (r["batch"], r["path"], r["mode"])):
+            t.add_row(r["path"], str(r["batch"]), r["mode"], f"{r['total_s']:.2f}",
+                      f"{r['sequences_per_s']:.1f}",
+                      f"{r['real_tokens_per_s']:.0f}", f"{100 * r['padding_fraction']:.1f}",
+                      _fmt(r["speedup_vs_padded"], ".2f", "x"), _fmt(r["speedup_vs_reference"], ".2f", "x"))
+        console.print(t)
+
+    if report.get("reference"):
+        acc = Table(title="accuracy vs PyTorch reference")
+        for col in ("path", "agreement", "max abs diff"):
+            acc.add_column(col)
+        for p in report["paths"]:
+            if p["available"] and not p.get("reference"):
+                acc.add_row(p["path"], *_accuracy_cells(p.get("accuracy")))
+        console.print(acc)
+        console.print(report["reference"]["note"], highlight=False)
+    for u in report["unavailable"]:
+        what = u["provider"] + (f" {u['precision']}" if u["precision"] else "")
+        console.print(f"[red]not measured[/red] {what}: {u['reason']}", highlight=False)

@@ -1,0 +1,393 @@
+"""``run_bench``: every provider x precision x batch x seq of a bundle, beside the PyTorch reference.
+
+Order of work: calibrate the matmul peak; load the reference (if any) and measure it first, keeping
+its outputs on the accuracy inputs; then each ONNX path (provider x precision): load, compare with
+the reference, time every shape smallest first, replay the length mix. An unavailable provider or a
+path that cannot run here is recorded with its reason and the run goes on. Speedups and roofline
+fractions are filled in at the end from the measured figures.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..bundle import open_bundle, tokenizer_path
+from ..environment import describe
+from ..errors import ConfigError, EdgebertError
+from .accuracy import AccuracyTracker
+from .config import BenchConfig
+from .flops import ModelShape, forward_flops
+from .measure import (MEMORY_METHOD, Latency, OtherCpuLoad, peak_rss_mb, release_memory, reset_peak_rss, rss_mb,
+                      time_calls)
+from .peak import calibrate, peak_for
+from .workloads import LengthMix, read_texts, synthetic_feeds
+
+REPORT_SCHEMA = "edgebert-bench"
+REPORT_VERSION = 1
+REFERENCE_PATH = "torch fp32"
+
+
+def _bundle_hf_config(bundle_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The bundle's config.json (has intermediate_size), else the manifest's summary of it."""
+    path = bundle_dir / "config.json"
+    if path.is_file():
+        try:
+            return {**manifest["config"], **json.loads(path.read_text(encoding="utf-8"))}
+        except json.JSONDecodeError:
+            pass
+    return dict(manifest["config"])
+
+
+class _Log:
+    """Progress bar (stderr) + one JSON line per measured row (``bench.jsonl`` in the report dir)."""
+
+    def __init__(self, config: BenchConfig):
+        self.path = config.report_dir / "bench.jsonl" if config.report_dir else None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("", encoding="utf-8")
+        self.progress = None
+        self.task = None
+        if config.progress:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                     console=Console(stderr=True), transient=True)
+
+    def __enter__(self):
+        if self.progress:
+            self.progress.start()
+            self.task = self.progress.add_task("bench", total=1)
+        return self
+
+    def __exit__(self, *exc):
+        if self.progress:
+            self.progress.stop()
+
+    def plan(self, steps: int) -> None:
+        if self.progress:
+            self.progress.update(self.task, total=max(steps, 1))
+
+    def step(self, what: str, row: dict[str, Any] | None = None) -> None:
+        if self.progress:
+            self.progress.update(self.task, advance=1, description=what)
+        if row is not None and self.path:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    def say(self, what: str) -> None:
+        if self.progress:
+            self.progress.update(self.task, description=what)
+
+
+def _eval_batches(config: BenchConfig, manifest: dict[str, Any], encoder, pad_id: int) -> list[dict]:
+    """Padded feeds the accuracy comparison runs: real texts when a lengths file is given."""
+    from ..runtime.text import Encoded, pad_batch
+
+    n = config.eval_texts if manifest["task"] != "mlm" else min(config.eval_texts, 8)  # V-wide logits
+    if config.lengths_from is not None:
+        texts = read_texts(config.lengths_from, n)
+        rows = encoder.encode(texts, isinstance(texts[0], tuple), truncate=True)
+    else:  # random lengths so padding and masking are exercised
+        rng = np.random.default_rng(config.seed)
+        longest = min(64, encoder.max_length)
+        rows = []
+        for i in range(n):
+            length = int(rng.integers(4, longest + 1))
+            ids = synthetic_feeds(1, length, manifest, seed=config.seed + i)["input_ids"][0]
+            rows.append(Encoded(ids, np.zeros_like(ids)))
+    return [pad_batch(rows[i:i + 8], pad_id) for i in range(0, len(rows), 8)]
+
+
+def _time_shapes(path, name: str, config: BenchConfig, manifest: dict, shapes, before_mb, log) -> list[dict]:
+    rows = []
+    for batch, seq in shapes:
+        feeds = synthetic_feeds(batch, seq, manifest, config.seed)
+        release_memory()
+        reset_peak_rss()
+        lat = time_calls(lambda: path.run(feeds), config.warmup, config.iters, config.max_seconds)
+        peak = peak_rss_mb()
+        row = {"path": name, "provider": path.provider, "precision": path.precision, "batch": batch,
+               "seq": seq, "iters": lat.iters, "latency_ms": lat.ms(),
+               "sequences_per_s": round(batch / lat.mean_s, 3),
+               "tokens_per_s": round(batch * seq / lat.mean_s, 1),
+               "peak_rss_mb": None if peak is None or before_mb is None else round(peak - before_mb, 1)}
+        rows.append(row)
+        log.step(f"{name} b={batch} s={seq}", row)
+    return rows
+
+
+def _replay(path, name: str, config: BenchConfig, mix: LengthMix, pad_id: int, log) -> list[dict]:
+    rows = []
+    for batch in config.batches:
+        for mode in ("dynamic", "padded"):
+            feeds = mix.batches(batch, padded=mode == "padded", pad_id=pad_id)
+            for f in feeds[:config.warmup]:
+                path.run(f)
+            samples = []
+            for f in feeds:
+                t0 = time.perf_counter()
+                path.run(f)
+                samples.append(time.perf_counter() - t0)
+            lat = Latency(np.asarray(samples))
+            total = float(lat.samples.sum())
+            real = int(sum(int(f["attention_mask"].sum()) for f in feeds))
+            computed = int(sum(f["input_ids"].size for f in feeds))
+            row = {"path": name, "provider": path.provider, "precision": path.precision, "batch": batch,
+                   "mode": mode, "batches": len(feeds), "texts": len(mix.rows),
+                   "latency_ms": lat.ms(), "total_s": round(total, 4),
+                   "sequences_per_s": round(len(mix.rows) / total, 2),
+                   "real_tokens_per_s": round(real / total, 1),
+                   "padding_fraction": round(1 - real / computed, 4),
+                   "shapes": [list(f["input_ids"].shape) for f in feeds]}
+            rows.append(row)
+            log.step(f"{name} replay b={batch} {mode}", {k: v for k, v in row.items() if k != "shapes"})
+    return rows
+
+
+class _OnnxPath:
+    """An EdgeSession seen as a benchmark path."""
+
+    def __init__(self, session):
+        self.session = session
+        self.provider = session.provider
+        self.precision = session.precision
+        self.size_bytes = session.model_file.stat().st_size
+
+    def run(self, feeds):
+        return self.session.run(feeds)
+
+
+@dataclass
+class _Run:
+    """What every path of one benchmark run shares."""
+
+    config: BenchConfig
+    manifest: dict[str, Any]
+    task: str
+    shapes: list[tuple[int, int]]
+    mix: LengthMix | None
+    eval_feeds: list[dict[str, np.ndarray]]
+    pad_id: int
+    report: dict[str, Any]
+    log: _Log
+    ref_outputs: list[dict[str, np.ndarray]] | None = None
+    comparison: dict[str, Any] | None = None
+
+    @property
+    def steps_per_path(self) -> int:
+        return len(self.shapes) + (2 * len(self.config.batches) if self.mix else 0)
+
+    def measure(self, path, name: str, before_mb: float | None) -> None:
+        """Time every fixed shape (smallest first), then replay the length mix."""
+        self.report["results"] += _time_shapes(path, name, self.config, self.manifest, self.shapes,
+                                               before_mb, self.log)
+        if self.mix:
+            self.report["length_mix"]["results"] += _replay(path, name, self.config, self.mix,
+                                                            self.pad_id, self.log)
+
+
+def _header(config: BenchConfig, manifest: dict, hf_config: dict, max_len: int) -> dict[str, Any]:
+    """The report skeleton: config, machine, bundle, how things are measured."""
+    environment = describe()
+    environment["threads_requested"] = config.threads
+    environment["onnxruntime_intra_op_threads"] = (config.threads
+                                                   or "onnxruntime default (one per physical core)")
+    environment["load_average_at_start"] = _load_average()
+    models = {p: {"file": m["file"], "bytes": (config.bundle_dir / m["file"]).stat().st_size}
+              for p, m in manifest["models"].items() if (config.bundle_dir / m["file"]).is_file()}
+    size_keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "vocab_size", "max_position_embeddings")
+    return {
+        "schema": REPORT_SCHEMA, "version": REPORT_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "config": config.as_dict(), "environment": environment,
+        "bundle": {"dir": str(config.bundle_dir), "task": manifest["task"], "source": manifest.get("source"),
+                   "config": {k: hf_config.get(k) for k in size_keys}, "max_sequence_length": max_len,
+                   "models": models},
+        "methods": {"memory": MEMORY_METHOD,
+                    "latency": "wall clock per run() call (perf_counter) after warmup; percentiles over "
+                               "the timed calls; throughput from the mean",
+                    "flops": "analytic count from the config (edgebert.bench.flops): matmuls 2*M*N*K plus "
+                             "element-wise work; roofline fraction = FLOPs / p50 latency / measured peak",
+                    "inputs": "fixed shapes: random token ids, no padding; length mix: file order, dynamic "
+                              "= each batch padded to its longest row, padded = every batch padded to pad_to"},
+        "calibration": {}, "providers": [], "paths": [], "reference": None, "results": [],
+        "length_mix": None, "unavailable": [],
+    }
+
+
+def _measure_reference(run: _Run, hf_config: dict, num_labels: int) -> None:
+    """Load and time the PyTorch reference; keep its outputs on the accuracy inputs."""
+    from .reference import TorchReference, comparability
+
+    run.log.say("loading PyTorch reference")
+    import torch  # noqa: F401  (imported before the RSS baseline: its libraries are not the model)
+
+    release_memory()
+    before = rss_mb()
+    ref = TorchReference(run.config.reference, run.task, run.config.threads)
+    loaded = rss_mb()
+    run.comparison = comparability(run.task, hf_config, num_labels, ref)
+    run.report["reference"] = {**ref.describe(), **run.comparison}
+    run.report["environment"]["torch_threads"] = ref.threads
+    if run.comparison["comparable"]:
+        run.ref_outputs = [ref.run(f) for f in run.eval_feeds]
+    run.report["paths"].append({"path": REFERENCE_PATH, "provider": "torch", "precision": "fp32",
+                                "available": True, "model_bytes": ref.size_bytes,
+                                "load_rss_mb": _delta(loaded, before), "providers": ["torch (CPU)"],
+                                "notes": ref.notes, "accuracy": None, "reference": True})
+    run.measure(ref, REFERENCE_PATH, before)
+    del ref
+    release_memory()
+
+
+def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
+    """Load one provider x precision; record it as unavailable (with the reason) if it cannot run."""
+    from ..runtime import EdgeSession
+
+    name = f"onnx {provider} {precision}"
+    release_memory()
+    before = rss_mb()
+    run.log.say(f"loading {name}")
+    try:
+        session = EdgeSession(run.config.bundle_dir, provider=provider, precision=precision,
+                              threads=run.config.threads, verify=False)
+    except EdgebertError as exc:
+        reason = exc.one_line()
+        run.report["paths"].append({"path": name, "provider": provider, "precision": precision,
+                                    "available": False, "reason": reason})
+        run.report["unavailable"].append({"provider": provider, "precision": precision, "reason": reason})
+        for _ in range(run.steps_per_path):
+            run.log.step(f"{name}: unavailable")
+        return
+    path = _OnnxPath(session)
+    loaded = rss_mb()
+    accuracy = None
+    if run.ref_outputs is not None:
+        tracker = AccuracyTracker(run.task)
+        for feeds, ref_out in zip(run.eval_feeds, run.ref_outputs):
+            tracker.add(feeds, session.run(feeds), ref_out)
+        accuracy = tracker.result()
+    elif run.comparison is not None:
+        accuracy = {"comparable": False, "reason": run.comparison["note"]}
+    run.report["paths"].append({"path": name, "provider": provider, "precision": precision,
+                                "available": True, "model_file": session.model_file.name,
+                                "model_bytes": path.size_bytes, "load_rss_mb": _delta(loaded, before),
+                                "providers": session.providers, "notes": session.provider_notes,
+                                "accuracy": accuracy, "reference": False})
+    run.measure(path, name, before)
+    del session, path
+    release_memory()
+
+
+def run_bench(config: BenchConfig) -> dict[str, Any]:
+    """Measure everything ``config`` asks for; return the report (and write it if ``report_dir``)."""
+    from ..runtime.providers import probe
+    from ..runtime.text import TextEncoder
+
+    manifest = open_bundle(config.bundle_dir, verify=True)
+    task = manifest["task"]
+    hf_config = _bundle_hf_config(config.bundle_dir, manifest)
+    labels = manifest.get("labels") or {}
+    shape = ModelShape.from_hf_dict(hf_config, len(labels) or None)
+    max_len = int(min(manifest.get("max_sequence_length") or hf_config["max_position_embeddings"],
+                      hf_config["max_position_embeddings"]))
+    if max(config.seqs) > max_len:
+        raise ConfigError(f"seq {max(config.seqs)} is longer than the bundle's max_sequence_length {max_len}",
+                          f"use --seq values <= {max_len}")
+    if config.reference is not None and not (config.reference / "config.json").is_file():
+        raise ConfigError(f"reference {config.reference} is not a model directory (no config.json)",
+                          "pass a directory written by edgebert or a Hugging Face BERT directory")
+    pad_id = int(manifest["tokenizer"].get("pad_id", 0))
+    encoder = TextEncoder(tokenizer_path(config.bundle_dir, manifest), max_len, pad_id)
+    report = _header(config, manifest, hf_config, max_len)
+    others = OtherCpuLoad()
+    with _Log(config) as log:
+        log.say("calibrating matmul peak")
+        report["calibration"] = calibrate(config.calibration_size, config.threads)
+        mix = None
+        if config.lengths_from is not None:
+            mix = LengthMix.load(config.lengths_from, encoder, max(config.seqs), config.max_texts)
+            report["length_mix"] = {**mix.summary(), "results": []}
+        shapes = sorted(((b, s) for b in config.batches for s in config.seqs),
+                        key=lambda bs: (bs[0] * bs[1], bs))             # smallest first: see measure.py
+        run = _Run(config, manifest, task, shapes, mix, _eval_batches(config, manifest, encoder, pad_id),
+                   pad_id, report, log)
+        statuses = {p: probe(p) for p in config.providers}
+        for p, status in statuses.items():
+            report["providers"].append(status.as_dict())
+            if not status.available:
+                report["unavailable"].append({"provider": p, "precision": None, "reason": status.reason})
+        runnable = [(p, q) for p in config.providers if statuses[p].available for q in config.precisions]
+        log.plan(run.steps_per_path * (len(runnable) + (config.reference is not None)))
+        if config.reference is not None:
+            _measure_reference(run, hf_config, len(labels) or 2)
+        for provider, precision in runnable:
+            _measure_onnx(run, provider, precision)
+    report["environment"]["load_average_at_end"] = _load_average()
+    report["environment"]["cpu_share_used_by_other_processes"] = others.fraction()
+    _derive(report, shape, task)
+    if config.report_dir is not None:
+        from .report import write_reports
+
+        write_reports(report, config.report_dir)
+    return report
+
+
+def _load_average() -> list[float] | None:
+    """1/5/15-minute load: other work on the same cores skews every figure, so the report says."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def _sig(value: float, digits: int = 4) -> float:
+    """Round to significant digits (tiny models run at tiny GFLOP/s; 2 decimals would show 0.0)."""
+    return float(f"{value:.{digits}g}")
+
+
+def _delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else round(after - before, 1)
+
+
+def _derive(report: dict[str, Any], shape: ModelShape, task: str) -> None:
+    """Fill FLOPs, roofline fraction and speedups from the measured rows."""
+    calibration = report["calibration"]
+    ref_p50 = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in report["results"]
+               if r["provider"] == "torch"}
+    for r in report["results"]:
+        flops = forward_flops(shape, r["batch"], r["seq"], task)["total"]
+        achieved = flops / (r["latency_ms"]["p50"] / 1e3) / 1e9
+        peak = peak_for(calibration, r["provider"], r["precision"])
+        r["gflop"] = _sig(flops / 1e9)
+        r["achieved_gflops"] = _sig(achieved)
+        r["peak_gflops"] = peak
+        r["fraction_of_peak"] = _sig(achieved / peak) if peak else None
+        ref = ref_p50.get((r["batch"], r["seq"]))
+        r["speedup_vs_reference"] = round(ref / r["latency_ms"]["p50"], 3) if ref else None
+    mix = report.get("length_mix")
+    if mix:
+        totals = {(r["path"], r["batch"], r["mode"]): r["total_s"] for r in mix["results"]}
+        for r in mix["results"]:
+            flops = sum(forward_flops(shape, b, s, task)["total"] for b, s in r.pop("shapes"))
+            peak = peak_for(calibration, r["provider"], r["precision"])
+            achieved = flops / r["total_s"] / 1e9
+            r["gflop"] = _sig(flops / 1e9)
+            r["achieved_gflops"] = _sig(achieved)
+            r["fraction_of_peak"] = _sig(achieved / peak) if peak else None
+            ref = totals.get((REFERENCE_PATH, r["batch"], r["mode"]))
+            r["speedup_vs_reference"] = round(ref / r["total_s"], 3) if ref else None
+            padded = totals.get((r["path"], r["batch"], "padded"))
+            r["speedup_vs_padded"] = round(padded / r["total_s"], 3) if padded else None

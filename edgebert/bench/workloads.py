@@ -1,0 +1,97 @@
+"""Inputs the benchmark feeds: fixed (batch, seq) shapes, and a real length mix read from a file.
+
+Fixed shapes are random token ids framed by [CLS] ... [SEP] with no padding, so every position is
+real work. ``--lengths-from`` replays real texts in file order, batched as they come: once with
+dynamic padding (each batch padded to its own longest row, what ``EdgeSession`` does) and once padded
+to a fixed length (what a static-shape export has to do).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from ..runtime.text import Encoded, TextEncoder, pad_batch
+
+# Columns that hold text in the GLUE-style TSVs we know (first match wins), single or pair.
+TEXT_COLUMNS = (("sentence",), ("sentence1", "sentence2"), ("#1 String", "#2 String"),
+                ("question", "sentence"), ("text",))
+
+
+def synthetic_feeds(batch: int, seq: int, manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    """(batch, seq) int64 inputs: [CLS] random ids [SEP], attention mask all ones."""
+    tok = manifest["tokenizer"]
+    vocab = int(manifest["config"]["vocab_size"])
+    special = [int(tok[k]) for k in ("pad_id", "cls_id", "sep_id", "mask_id") if tok.get(k) is not None]
+    low = min(max(special) + 1, vocab - 1)
+    rng = np.random.default_rng(seed + 1000 * batch + seq)
+    ids = rng.integers(low, vocab, size=(batch, seq), dtype=np.int64)
+    ids[:, 0] = int(tok.get("cls_id", ids[0, 0]))
+    ids[:, -1] = int(tok.get("sep_id", ids[0, -1]))
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+
+
+def read_texts(path: str | Path, limit: int | None = None) -> list[str | tuple[str, str]]:
+    """Texts (or pairs) of a file: a TSV with a known text column header (SST-2 ``sentence``,
+    MRPC ``#1 String``/``#2 String``, ``sentence1``/``sentence2``), else one text per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"lengths file {path} not found", "pass a text or TSV file to --lengths-from")
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc})") from exc
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        raise DataError(f"lengths file {path} is empty")
+    header = lines[0].split("\t")
+    columns = next((cols for cols in TEXT_COLUMNS if all(c in header for c in cols)), None)
+    texts: list[str | tuple[str, str]] = []
+    if columns is None:
+        texts = [line.strip() for line in lines]
+    else:
+        idx = [header.index(c) for c in columns]
+        reader = csv.reader(lines[1:], delimiter="\t", quoting=csv.QUOTE_NONE)
+        for lineno, row in enumerate(reader, start=2):
+            if len(row) <= max(idx):
+                raise DataError(f"{path}:{lineno} has {len(row)} columns, expected at least {max(idx) + 1}")
+            texts.append(row[idx[0]] if len(idx) == 1 else (row[idx[0]], row[idx[1]]))
+    if not texts:
+        raise DataError(f"{path} has a header but no rows")
+    return texts[:limit] if limit else texts
+
+
+@dataclass(frozen=True)
+class LengthMix:
+    """Tokenized real texts, in file order, and the fixed length the padded mode pads to."""
+
+    file: str
+    rows: list[Encoded]
+    pad_to: int
+
+    @classmethod
+    def load(cls, path: str | Path, encoder: TextEncoder, pad_to: int, limit: int | None = None) -> "LengthMix":
+        texts = read_texts(path, limit)
+        pairs = isinstance(texts[0], tuple)
+        short = encoder.with_max_length(min(pad_to, encoder.max_length))
+        return cls(str(path), short.encode(texts, pairs, truncate=True), short.max_length)
+
+    def lengths(self) -> np.ndarray:
+        return np.asarray([len(r) for r in self.rows])
+
+    def batches(self, batch: int, padded: bool, pad_id: int = 0) -> list[dict[str, np.ndarray]]:
+        """Feeds in file order: padded to each batch's longest row, or to ``pad_to``."""
+        return [pad_batch(self.rows[i:i + batch], pad_id, self.pad_to if padded else None)
+                for i in range(0, len(self.rows), batch)]
+
+    def summary(self) -> dict[str, Any]:
+        lengths = self.lengths()
+        return {"file": self.file, "texts": int(len(lengths)), "pad_to": self.pad_to,
+                "tokens_mean": round(float(lengths.mean()), 2), "tokens_p50": int(np.median(lengths)),
+                "tokens_p90": int(np.percentile(lengths, 90)), "tokens_max": int(lengths.max()),
+                "truncated": int(sum(r.truncated for r in self.rows))}

@@ -1,0 +1,166 @@
+"""Text -> padded int64 arrays, safe to call from many threads at once.
+
+A ``tokenizers.Tokenizer`` keeps padding and truncation settings as mutable state on the object, and
+a bundle's tokenizer.json may switch both on (all-MiniLM-L6-v2 ships fixed padding to 128). Changing
+that state per call would race between threads, so it is switched off once at load and never touched
+again: texts are encoded unpadded, over-long ones are truncated on their own ``Encoding`` objects, and
+batches are padded in numpy to their own longest row (dynamic padding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import BundleError, DataError
+
+Text = str
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One tokenized input: ids and segment ids, with special tokens, unpadded."""
+
+    ids: np.ndarray        # (T,) int64
+    type_ids: np.ndarray   # (T,) int64
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+def check_texts(texts: Any, *, allow_pairs: bool = False, what: str = "texts") -> tuple[list, bool]:
+    """Validate caller input; a single str (or pair) is a batch of one. Returns (items, is_pair).
+
+    Rules (documented in the runtime README): a list may be empty; an empty string is a valid text
+    (it encodes to ``[CLS] [SEP]``); anything that is not a str is a ``DataError`` naming its index.
+    """
+    if isinstance(texts, str):
+        return [texts], False
+    if allow_pairs and isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(t, str) for t in texts):
+        return [texts], True
+    if isinstance(texts, (bytes, bytearray)):
+        raise DataError(f"{what} is bytes, expected str or a list of str", "decode it first (text.decode('utf-8'))")
+    if isinstance(texts, dict) or not hasattr(texts, "__iter__"):
+        raise DataError(f"{what} is a {type(texts).__name__}, expected a str or a list of str")
+    items = list(texts)
+    if not items:
+        return [], False
+    pairs = allow_pairs and isinstance(items[0], (tuple, list))
+    for i, item in enumerate(items):
+        if pairs:
+            if not (isinstance(item, (tuple, list)) and len(item) == 2
+                    and all(isinstance(t, str) for t in item)):
+                raise DataError(f"{what}[{i}] is {_describe(item)}, expected a (str, str) pair",
+                                "pass all single texts or all pairs, not a mix")
+        elif isinstance(item, (tuple, list)):
+            raise DataError(f"{what}[{i}] is a {type(item).__name__} (a text pair?), expected str",
+                            "text pairs are only accepted by classify()")
+        elif not isinstance(item, str):
+            raise DataError(f"{what}[{i}] is {_describe(item)}, expected str", "convert it to str first")
+    return ([tuple(p) for p in items] if pairs else items), pairs
+
+
+def _describe(item: Any) -> str:
+    return "None" if item is None else f"a {type(item).__name__}"
+
+
+class TextEncoder:
+    """Tokenizes texts or text pairs for one bundle; thread-safe once constructed."""
+
+    def __init__(self, tokenizer_file: str | Path, max_length: int, pad_id: int = 0):
+        from tokenizers import Tokenizer
+
+        try:
+            tok = Tokenizer.from_file(str(tokenizer_file))
+        except Exception as exc:  # tokenizers raises a bare Exception for bad JSON
+            raise BundleError(f"{tokenizer_file} is not a readable tokenizer.json ({exc})") from exc
+        tok.no_padding()      # once, before the object is shared: see module docstring
+        tok.no_truncation()
+        self.tokenizer = tok
+        self.max_length = int(max_length)
+        self.pad_id = int(pad_id)
+        self._specials = {False: tok.num_special_tokens_to_add(False), True: tok.num_special_tokens_to_add(True)}
+        if self.max_length <= self._specials[True]:
+            raise DataError(f"max_length={self.max_length} leaves no room for text")
+
+    def with_max_length(self, max_length: int) -> "TextEncoder":
+        """A copy with another token limit, sharing the (read-only) tokenizer."""
+        copy = object.__new__(TextEncoder)
+        copy.__dict__.update(self.__dict__)
+        copy.max_length = int(max_length)
+        return copy
+
+    def token(self, token_id: int) -> str:
+        return self.tokenizer.id_to_token(int(token_id)) or f"<{token_id}>"
+
+    def encode(self, items: Sequence[Text | Pair], pairs: bool = False, truncate: bool = True) -> list[Encoded]:
+        """Encode with special tokens; over-long inputs are truncated (longest-first for pairs) or,
+        with ``truncate=False``, rejected with a ``DataError`` naming the input and its length."""
+        if not items:
+            return []
+        batch = self.tokenizer.encode_batch(list(items), add_special_tokens=True)
+        out = []
+        for i, enc in enumerate(batch):
+            if len(enc.ids) > self.max_length:
+                if not truncate:
+                    raise DataError(f"input {i} is {len(enc.ids)} tokens, longer than max_length="
+                                    f"{self.max_length}", "shorten it, or use truncate=True")
+                enc = self._truncated(items[i], pairs)
+                out.append(Encoded(np.asarray(enc.ids, np.int64), np.asarray(enc.type_ids, np.int64), True))
+            else:
+                out.append(Encoded(np.asarray(enc.ids, np.int64), np.asarray(enc.type_ids, np.int64)))
+        return out
+
+    def _truncated(self, item: Text | Pair, pairs: bool):
+        """Re-encode one input without specials, cut it to fit, then add the specials back."""
+        budget = self.max_length - self._specials[pairs]
+        if not pairs:
+            first = self.tokenizer.encode(item, add_special_tokens=False)
+            first.truncate(budget)
+            return self.tokenizer.post_process(first, None, add_special_tokens=True)
+        first = self.tokenizer.encode(item[0], add_special_tokens=False)
+        second = self.tokenizer.encode(item[1], add_special_tokens=False)
+        len_a, len_b = longest_first(len(first.ids), len(second.ids), budget)
+        first.truncate(len_a)
+        second.truncate(len_b)
+        return self.tokenizer.post_process(first, second, add_special_tokens=True)
+
+
+def longest_first(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Lengths after removing tokens one at a time from the longer sequence (HF ``longest_first``)."""
+    while len_a + len_b > budget:
+        if len_a > len_b:
+            len_a -= 1
+        else:
+            len_b -= 1
+    return len_a, len_b
+
+
+def pad_batch(rows: Sequence[Encoded], pad_id: int = 0, length: int | None = None) -> dict[str, np.ndarray]:
+    """Right-pad to the longest row (or to ``length``): input_ids, attention_mask, token_type_ids."""
+    longest = max(len(r) for r in rows)
+    width = longest if length is None else max(length, longest)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    types = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        n = len(row)
+        ids[i, :n] = row.ids
+        mask[i, :n] = 1
+        types[i, :n] = row.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def length_sorted_batches(rows: Sequence[Encoded], batch_size: int) -> Iterator[np.ndarray]:
+    """Indices of ``rows`` in batches of similar length (longest first), so padding stays small.
+
+    Callers scatter each batch's results back to these indices, restoring the input order.
+    """
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+    for start in range(0, len(order), batch_size):
+        yield np.asarray(order[start:start + batch_size], dtype=np.int64)

@@ -1,0 +1,88 @@
+"""Bundle manifest: build it at export time; read and verify it (the logic lives torch-free in
+``edgebert.bundle``, which the runtime imports too)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from pathlib import Path
+from typing import Any
+
+from edgebert.bundle import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, MANIFEST_NAME, TASK_OUTPUTS,
+                             model_path, read_manifest, tokenizer_path, verify_files)
+from edgebert.config import BertConfig
+from edgebert.fileio import sha256_file, write_json
+
+__all__ = ["MANIFEST_NAME", "read_manifest", "verify_bundle", "verify_files", "model_path",
+           "tokenizer_path", "build_manifest", "write_manifest", "MODEL_FILES"]
+
+MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+
+
+def verify_bundle(bundle_dir: str | Path) -> dict[str, Any]:
+    """Read the manifest and re-hash every file; ``BundleError`` on any problem. Returns the manifest."""
+    manifest = read_manifest(bundle_dir)
+    verify_files(bundle_dir, manifest)
+    return manifest
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    return {"onnxruntime": _version("onnxruntime-gpu") or _version("onnxruntime"),
+            "onnx": _version("onnx"), "torch": _version("torch"), "edgebert": _version("edgebert"),
+            "tokenizers": _version("tokenizers")}
+
+
+def io_spec(task: str, cfg: BertConfig) -> tuple[list[dict], list[dict]]:
+    inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in INPUT_NAMES]
+    shapes = {
+        "last_hidden_state": ["batch", "sequence", cfg.hidden_size],
+        "pooler_output": ["batch", cfg.hidden_size],
+        "logits": ["batch", "sequence", cfg.vocab_size] if task == "mlm" else ["batch", cfg.num_labels],
+    }
+    outputs = [{"name": n, "dtype": "float32", "shape": shapes[n]} for n in TASK_OUTPUTS[task]]
+    return inputs, outputs
+
+
+def tensorrt_profile(max_len: int) -> dict[str, list[int]]:
+    return {"min": [1, 1], "opt": [8, min(128, max_len)], "max": [32, max_len]}
+
+
+def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, architecture: str, max_len: int,
+                   tokenizer: dict, opset: int, models: dict[str, dict], extra: dict | None = None) -> dict:
+    """The manifest without ``files`` (``write_manifest`` hashes the files and adds it)."""
+    inputs, outputs = io_spec(task, cfg)
+    labels = {str(k): v for k, v in cfg.id2label.items()} if task == "cls" and cfg.id2label else None
+    manifest = {
+        "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "task": task,
+        "source": {"model_dir": str(Path(model_dir).resolve()), "architecture": architecture},
+        "config": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
+                   "num_attention_heads": cfg.num_attention_heads, "vocab_size": cfg.vocab_size,
+                   "max_position_embeddings": cfg.max_position_embeddings,
+                   "intermediate_size": cfg.intermediate_size, "type_vocab_size": cfg.type_vocab_size},
+        "max_sequence_length": max_len,
+        "labels": labels,
+        "tokenizer": tokenizer,
+        "inputs": inputs, "outputs": outputs,
+        "padding": "right",
+        "opset": opset,
+        "versions": versions(),
+        "models": models,
+        "tensorrt_profile": tensorrt_profile(max_len),
+    }
+    manifest.update(extra or {})
+    return manifest
+
+
+def write_manifest(bundle_dir: Path, manifest: dict) -> dict:
+    """Hash every file in ``bundle_dir`` (except the manifest and logs) into ``files``; write it."""
+    files = {p.name: sha256_file(p) for p in sorted(Path(bundle_dir).iterdir())
+             if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".jsonl")}
+    manifest = {**manifest, "files": files}
+    write_json(Path(bundle_dir) / MANIFEST_NAME, manifest)
+    return manifest

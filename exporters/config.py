@@ -1,0 +1,115 @@
+"""``ExportConfig``: everything ``export_bundle`` needs, validated when it is built."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgebert.bundle import TASKS
+from edgebert.errors import ConfigError
+from quantization.config import INT8_MODES, Fp16Config, Int8Config
+
+MIN_OPSET, MAX_OPSET = 14, 20   # 14: Trilu/etc.; 17: native LayerNormalization; 20: TorchScript max
+# Default task of each architecture (config.json "architectures").
+ARCHITECTURE_TASKS = {
+    "BertModel": "embed",
+    "BertForPreTraining": "embed",
+    "BertForMaskedLM": "mlm",
+    "BertForSequenceClassification": "cls",
+}
+# The edgebert class each task is exported as.
+TASK_ARCHITECTURES = {"embed": "BertModel", "mlm": "BertForMaskedLM", "cls": "BertForSequenceClassification"}
+
+
+def default_task(architecture: str) -> str:
+    """The task of an architecture; ConfigError for ones we cannot export (token classification)."""
+    if architecture not in ARCHITECTURE_TASKS:
+        raise ConfigError(f"no export task for architecture {architecture}",
+                          f"pass --task ({', '.join(TASKS)}) explicitly")
+    return ARCHITECTURE_TASKS[architecture]
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """One ONNX bundle export. ``task=None`` takes the task from the checkpoint's architecture."""
+
+    model_dir: Path
+    out_dir: Path
+    task: str | None = None
+    opset: int = 17
+    max_sequence_length: int | None = None     # None: config.max_position_embeddings
+    # INT8
+    int8: bool = False
+    int8_mode: str = "dynamic"
+    per_channel: bool = True
+    quantize_attention: bool = True            # dynamic: Attention -> QAttention
+    calib: Path | None = None
+    calib_size: int = 256
+    max_accuracy_loss: float | None = None
+    # FP16
+    fp16: bool = False
+    fp16_tolerance: float = 2e-2
+    # validation of every graph against the PyTorch reference
+    fp32_tolerance: float = 1e-4
+    validation_batch_sizes: tuple[int, ...] = (1, 3, 8)
+    validation_seq_lens: tuple[int | None, ...] = (7, 64, None)   # None: max_sequence_length
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_dir", Path(self.model_dir))
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+        if self.task is not None and self.task not in TASKS:
+            raise ConfigError(f"unknown task {self.task!r}", f"use one of {', '.join(TASKS)}")
+        if not isinstance(self.opset, int) or not MIN_OPSET <= self.opset <= MAX_OPSET:
+            raise ConfigError(f"opset {self.opset!r} is outside {MIN_OPSET}..{MAX_OPSET}",
+                              "17 is the default and what the fusion gate is verified on")
+        if self.int8_mode not in INT8_MODES:
+            raise ConfigError(f"unknown INT8 mode {self.int8_mode!r}", f"use one of {', '.join(INT8_MODES)}")
+        if not self.int8:
+            if self.int8_mode != "dynamic" or self.calib is not None or self.max_accuracy_loss is not None:
+                raise ConfigError("--int8-mode, --calib and --max-accuracy-loss need --int8",
+                                  "add --int8")
+        if self.max_sequence_length is not None and (
+                not isinstance(self.max_sequence_length, int) or self.max_sequence_length < 8):
+            raise ConfigError(f"max_sequence_length={self.max_sequence_length!r} must be an integer >= 8")
+        if self.model_dir.resolve() == self.out_dir.resolve():
+            raise ConfigError("--out must differ from MODEL_DIR", "the bundle replaces --out as a whole")
+        if not self.fp32_tolerance > 0:
+            raise ConfigError(f"fp32 tolerance {self.fp32_tolerance!r} must be > 0")
+        if not self.validation_batch_sizes or any(b <= 0 for b in self.validation_batch_sizes):
+            raise ConfigError("validation batch sizes must be positive")
+        if self.int8:
+            self.int8_config()   # validates the INT8 combination (static needs --calib, ...)
+        if self.fp16:
+            self.fp16_config()
+
+    def int8_config(self) -> Int8Config:
+        op_types = None
+        if self.int8_mode == "dynamic" and not self.quantize_attention:
+            op_types = ("MatMul",)
+        return Int8Config(mode=self.int8_mode, per_channel=self.per_channel, op_types=op_types,
+                          calib=self.calib, calib_size=self.calib_size,
+                          max_accuracy_loss=self.max_accuracy_loss)
+
+    def fp16_config(self) -> Fp16Config:
+        return Fp16Config(tolerance=self.fp16_tolerance)
+
+    def replace(self, **changes: Any) -> "ExportConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def preset(cls, name: str, model_dir: str | Path, out_dir: str | Path, **overrides: Any) -> "ExportConfig":
+        if name not in EXPORT_PRESETS:
+            raise ConfigError(f"unknown export preset {name!r}", f"use one of {', '.join(EXPORT_PRESETS)}")
+        return cls(model_dir=Path(model_dir), out_dir=Path(out_dir), **{**EXPORT_PRESETS[name], **overrides})
+
+
+EXPORT_PRESETS: dict[str, dict[str, Any]] = {
+    "fp32": {},
+    "cpu-int8": dict(int8=True, int8_mode="dynamic", per_channel=True),
+    "gpu-fp16": dict(fp16=True),
+    # needs calib=...: static QDQ S8S8 for TensorRT, plus fp16 for the TensorRT fallback layers
+    "tensorrt": dict(int8=True, int8_mode="static", per_channel=True, fp16=True),
+}

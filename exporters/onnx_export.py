@@ -1,0 +1,76 @@
+"""Trace a BERT to ONNX with the TorchScript exporter: dynamic batch/sequence axes, named outputs.
+
+``dynamo=False`` on purpose: the TorchScript exporter with the model's eager attention yields the
+MatMul/Div/Add/Softmax/MatMul pattern that onnxruntime's BERT optimizer fuses into ``Attention``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import onnx
+import torch
+from torch import nn
+
+from edgebert.bundle import INPUT_NAMES, TASK_OUTPUTS
+from edgebert.errors import ValidationError
+from edgebert.model import encoder_of
+
+TRACE_BATCH, TRACE_SEQUENCE = 2, 16   # deliberately not among the validation shapes
+
+
+class TaskModel(nn.Module):
+    """A BERT model with plain tensor inputs and the task's outputs as a tuple (what ONNX sees)."""
+
+    def __init__(self, model: nn.Module, task: str):
+        super().__init__()
+        self.model = model
+        self.task = task
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        out = self.model(input_ids, attention_mask, token_type_ids)
+        if self.task == "embed":
+            return out.last_hidden_state, out.pooler_output
+        return (out.logits,)
+
+
+def prepare(model: nn.Module, task: str) -> TaskModel:
+    """Eval mode, eager (explicit softmax) attention, wrapped for ``task``."""
+    model.eval()
+    encoder_of(model).set_attention_impl("eager")
+    if task == "embed" and encoder_of(model).pooler is None:
+        raise ValidationError("the model has no pooler, so task embed has no pooler_output",
+                              "export a checkpoint with a pooler (BertModel/BertForPreTraining)")
+    return TaskModel(model, task).eval()
+
+
+def dynamic_axes(task: str) -> dict[str, dict[int, str]]:
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    for name in TASK_OUTPUTS[task]:
+        per_token = name in ("last_hidden_state",) or (name == "logits" and task == "mlm")
+        axes[name] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
+    return axes
+
+
+def export_onnx(wrapped: TaskModel, path: str | Path, opset: int, pad_id: int = 0) -> Path:
+    """Trace ``wrapped`` to ``path``, then run the ONNX checker and strict shape inference."""
+    path = Path(path)
+    vocab = wrapped.model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab, (TRACE_BATCH, TRACE_SEQUENCE), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, TRACE_SEQUENCE // 2:] = 0
+    ids[mask == 0] = pad_id
+    types = torch.zeros_like(ids)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            wrapped, (ids, mask, types), str(path),
+            input_names=list(INPUT_NAMES), output_names=list(TASK_OUTPUTS[wrapped.task]),
+            dynamic_axes=dynamic_axes(wrapped.task), opset_version=opset,
+            do_constant_folding=True, dynamo=False)
+    onnx.checker.check_model(str(path), full_check=False)
+    inferred = onnx.shape_inference.infer_shapes(onnx.load(str(path)), check_type=True, strict_mode=True)
+    onnx.save(inferred, str(path))
+    return path

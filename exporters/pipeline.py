@@ -1,0 +1,227 @@
+"""``export_bundle``: checkpoint -> validated, fused ONNX (+ INT8, + FP16) bundle, written atomically.
+
+Every graph is checked against the PyTorch model right after it is made (raw export, fusion, INT8,
+FP16); any miss raises a typed error and leaves no bundle behind (an existing bundle at ``out_dir``
+stays until the new one is complete).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from edgebert.bundle import TASK_OUTPUTS
+from edgebert.checkpoint import CONFIG_NAME, load_model
+from edgebert.config import BertConfig
+from edgebert.errors import CheckpointError, ConfigError, ValidationError
+from edgebert.fileio import atomic_dir, write_text
+from quantization.accuracy import AccuracyProbe, quantize_with_guard
+from quantization.calibration import TextBatches, prepared_tokenizer
+from quantization.dynamic import DynamicInt8Quantizer
+from quantization.fp16 import check_fp16_structure, convert_to_fp16
+from quantization.graph import op_type_counts
+from quantization.static import StaticQdqInt8Quantizer
+
+from .bundle import MODEL_FILES, build_manifest, verify_bundle, write_manifest
+from .config import TASK_ARCHITECTURES, ExportConfig, default_task
+from .fusion import check_fusion, fuse_bert
+from .onnx_export import export_onnx, prepare
+from .tokenizer_info import find_tokenizer, tokenizer_metadata
+from .validate import Case, cpu_session, make_cases, torch_reference, validate_graph
+
+LOG_NAME = "export_log.jsonl"
+
+
+@dataclass
+class ExportResult:
+    bundle_dir: Path
+    manifest: dict
+    seconds: float
+    log: list[dict] = field(default_factory=list)
+
+    def summary_lines(self) -> list[str]:
+        m = self.manifest
+        fp32 = m["models"]["fp32"]
+        ops = ", ".join(f"{k}={v}" for k, v in fp32["fused_ops"].items() if k not in ("MatMul", "Gemm"))
+        lines = [f"bundle: {self.bundle_dir} (task {m['task']}, opset {m['opset']}, {self.seconds:.1f}s)",
+                 f"fp32 model.onnx: {ops}; max |onnx - torch| = {fp32['validation']['max_abs_diff']:.2g} "
+                 f"(tolerance {fp32['validation']['tolerance']:g}, {len(fp32['validation']['cases'])} shapes)"]
+        if "int8" in m["models"]:
+            q = m["models"]["int8"]
+            quant = q["quantization"]
+            counts = ", ".join(f"{k}={v}" for k, v in quant["op_counts"].items()
+                               if k in ("QAttention", "MatMulInteger", "DynamicQuantizeMatMul", "MatMul",
+                                        "QuantizeLinear", "DequantizeLinear", "Attention"))
+            line = (f"int8 {q['file']}: {quant['mode']} {quant['format']}, "
+                    f"{'per-channel' if quant['per_channel'] else 'per-tensor'}; {counts}")
+            acc = q.get("accuracy")
+            if acc:
+                line += (f"; {acc['metric']} mean {acc['mean']:.4f}"
+                         + (f" min {acc['min']:.4f}" if acc.get("min") is not None else "")
+                         + f" over {acc['n']} texts")
+            if quant["excluded_nodes"]:
+                line += f"; kept float: {len(quant['excluded_nodes'])} node(s)"
+            lines.append(line)
+        if "fp16" in m["models"]:
+            v = m["models"]["fp16"]["validation"]
+            if v.get("mode") == "structural":
+                lines.append(f"fp16 model.fp16.onnx: checked structurally ({v['reason']})")
+            else:
+                lines.append(f"fp16 model.fp16.onnx: max |onnx - torch| = {v['max_abs_diff']:.2g} on CPU")
+        return lines
+
+
+class _Steps:
+    """Progress callback + the JSONL log of what was measured when."""
+
+    def __init__(self, on_step: Callable[[str], None] | None):
+        self.on_step = on_step
+        self.start = time.perf_counter()
+        self.records: list[dict] = []
+
+    def __call__(self, message: str, **figures) -> None:
+        self.records.append({"t": round(time.perf_counter() - self.start, 3), "step": message, **figures})
+        if self.on_step:
+            self.on_step(message)
+
+
+def _load(cfg: ExportConfig) -> tuple[BertConfig, str, object, Path]:
+    """(config, task, model, tokenizer.json) of the model directory; cheap checks first."""
+    if not cfg.model_dir.is_dir():
+        raise CheckpointError(f"model directory {cfg.model_dir} not found",
+                              "pass a directory written by edgebert or a Hugging Face BERT directory")
+    model_cfg = BertConfig.load(cfg.model_dir / CONFIG_NAME)
+    task = cfg.task or default_task(model_cfg.architecture)
+    tok_file = find_tokenizer(cfg.model_dir)
+    model = load_model(cfg.model_dir, TASK_ARCHITECTURES[task])
+    return model_cfg, task, model, tok_file
+
+
+def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = None) -> ExportResult:
+    """Export ``cfg.model_dir`` into the bundle directory ``cfg.out_dir``; see the module docstring."""
+    say = _Steps(on_step)
+    say("loading checkpoint")
+    model_cfg, task, model, tok_file = _load(cfg)
+    tok_meta = tokenizer_metadata(tok_file)
+    max_len = cfg.max_sequence_length or model_cfg.max_position_embeddings
+    if max_len > model_cfg.max_position_embeddings:
+        raise ConfigError(f"max sequence length {max_len} exceeds the model's "
+                          f"max_position_embeddings={model_cfg.max_position_embeddings}")
+    if tok_meta["vocab_size"] > model_cfg.vocab_size:
+        raise CheckpointError(f"{tok_file} has {tok_meta['vocab_size']} tokens, the model only "
+                              f"{model_cfg.vocab_size}", "the tokenizer belongs to another model")
+    wrapped = prepare(model, task)
+    names = TASK_OUTPUTS[task]
+    with tempfile.TemporaryDirectory(prefix="edgebert-export-") as work_dir, atomic_dir(cfg.out_dir) as staging:
+        work = Path(work_dir)
+        say(f"tracing to ONNX (opset {cfg.opset}, task {task})")
+        raw = export_onnx(wrapped, work / "model.raw.onnx", cfg.opset, tok_meta["pad_id"])
+        cases = make_cases(model_cfg.vocab_size, max_len, cfg.validation_batch_sizes,
+                           cfg.validation_seq_lens, cfg.seed, tok_meta["pad_id"])
+        refs = torch_reference(wrapped, cases, names)
+        raw_val = validate_graph(raw, cases, refs, names, cfg.fp32_tolerance, "export")
+        say("validated traced graph", max_abs_diff=raw_val["max_abs_diff"])
+
+        say("fusing (onnxruntime transformer optimizer)")
+        fused = staging / MODEL_FILES["fp32"]
+        counts = fuse_bert(raw, fused, model_cfg)
+        check_fusion(counts, model_cfg, task)
+        fused_val = validate_graph(fused, cases, refs, names, cfg.fp32_tolerance, "fusion")
+        say("validated fused graph", fused_ops=counts, max_abs_diff=fused_val["max_abs_diff"])
+        models = {"fp32": {"file": MODEL_FILES["fp32"], "graph": "fused", "fused_ops": counts,
+                           "validation": fused_val,
+                           "unfused_validation": {k: raw_val[k] for k in ("max_abs_diff", "tolerance")}}}
+        if cfg.int8:
+            models["int8"] = _export_int8(cfg, task, raw, fused, staging, work, tok_file, tok_meta,
+                                          cases, refs, names, say)
+        if cfg.fp16:
+            models["fp16"] = _export_fp16(cfg, fused, staging, cases, refs, names, say)
+
+        shutil.copyfile(tok_file, staging / tok_meta["file"])
+        shutil.copyfile(cfg.model_dir / CONFIG_NAME, staging / CONFIG_NAME)
+        manifest = build_manifest(task=task, cfg=model_cfg, model_dir=cfg.model_dir,
+                                  architecture=model_cfg.architecture, max_len=max_len,
+                                  tokenizer=tok_meta, opset=cfg.opset, models=models,
+                                  extra={"attention_mask": "raw 2-D mask (any padding side)"})
+        manifest = write_manifest(staging, manifest)
+        verify_bundle(staging)
+        say("bundle written", files=list(manifest["files"]))
+        write_text(staging / LOG_NAME, "".join(json.dumps(r) + "\n" for r in say.records))
+        _make_readable(staging)
+    return ExportResult(cfg.out_dir, manifest, time.perf_counter() - say.start, say.records)
+
+
+def _make_readable(folder: Path) -> None:
+    """Temp files and folders are created private (0600/0700); a bundle is meant to be shipped."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for path in folder.iterdir():
+        os.chmod(path, 0o666 & ~umask)
+
+
+def _export_int8(cfg: ExportConfig, task: str, raw: Path, fused: Path, staging: Path, work: Path,
+                 tok_file: Path, tok_meta: dict, cases: list[Case], refs: list, names: tuple[str, ...],
+                 say: _Steps) -> dict:
+    qcfg = cfg.int8_config()
+    out = staging / MODEL_FILES["int8"]
+    probe = calibration = None
+    if qcfg.calib is not None:
+        tok = prepared_tokenizer(tok_file, qcfg.calib_seq_len)
+        batches = TextBatches(qcfg.calib, tok, qcfg.calib_size, qcfg.calib_batch_size, qcfg.calib_seq_len,
+                              pad_id=tok_meta["pad_id"])
+        say(f"fp32 reference on {qcfg.calib.name}")
+        probe = AccuracyProbe(task, fused, batches)
+        calibration = {"file": str(qcfg.calib.resolve()), "n": probe.sentences,
+                       "max_length": qcfg.calib_seq_len}
+    if qcfg.mode == "dynamic":
+        quantizer = DynamicInt8Quantizer(fused, qcfg)
+    else:
+        static_batches = TextBatches(qcfg.calib, prepared_tokenizer(tok_file, qcfg.calib_seq_len),
+                                     qcfg.calib_size, qcfg.calib_batch_size, qcfg.calib_seq_len,
+                                     pad_to=qcfg.calib_seq_len, pad_id=tok_meta["pad_id"])
+        quantizer = StaticQdqInt8Quantizer(raw, qcfg, static_batches, work)
+    candidates = quantizer.candidates()
+    say(f"quantizing INT8 ({qcfg.mode}, {len(candidates)} nodes)")
+    guard = quantize_with_guard(quantizer, out, probe, qcfg.max_accuracy_loss, qcfg.sensitivity_size, say)
+    validation = validate_graph(out, cases, refs, names, None, "int8")
+    excluded = guard.excluded if guard else []
+    quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
+             "quantized_nodes": len(candidates) - len(excluded), "excluded_nodes": excluded,
+             "op_counts": op_type_counts(out)}
+    if calibration:
+        quant["calibration"] = calibration
+    entry = {"file": MODEL_FILES["int8"], "graph": quantizer.graph, "quantization": quant,
+             "accuracy": guard.as_dict(qcfg.max_accuracy_loss) if guard else None, "validation": validation}
+    say("INT8 done", op_counts=quant["op_counts"], accuracy=entry["accuracy"] and {
+        k: entry["accuracy"][k] for k in ("metric", "mean", "min", "n")}, excluded=excluded)
+    return entry
+
+
+def _export_fp16(cfg: ExportConfig, fused: Path, staging: Path, cases: list[Case], refs: list,
+                 names: tuple[str, ...], say: _Steps) -> dict:
+    fcfg = cfg.fp16_config()
+    out = staging / MODEL_FILES["fp16"]
+    say("converting to FP16")
+    convert_to_fp16(fused, out, fcfg)
+    structure = check_fp16_structure(out)
+    if not structure["ok"]:
+        raise ValidationError(f"fp16: {structure['fp16_weight_matrices']} of {structure['weight_matrices']} "
+                              "weight matrices are fp16, or graph inputs/outputs are not fp32",
+                              figures={"stage": "fp16", **structure})
+    try:
+        cpu_session(out)
+    except Exception as exc:  # the CPU provider lacks an fp16 kernel: check the structure only
+        validation = {"mode": "structural", "reason": f"CPU provider cannot run it: {str(exc)[:200]}"}
+    else:
+        validation = {"mode": "cpu", **validate_graph(out, cases, refs, names, fcfg.tolerance, "fp16",
+                                                      relative=True)}
+    say("FP16 done", max_abs_diff=validation.get("max_abs_diff"))
+    return {"file": MODEL_FILES["fp16"], "graph": "fused", "op_block_list": list(fcfg.op_block_list),
+            "keep_io_types": True, "structure": structure, "validation": validation}

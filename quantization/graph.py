@@ -1,0 +1,51 @@
+"""Small read-only questions about an ONNX graph (op counts, weight-bearing nodes) and quiet ORT logs."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+import onnx
+
+QUANTIZED_OP_TYPES = ("MatMulInteger", "DynamicQuantizeMatMul", "QAttention", "QLinearMatMul",
+                      "QGemm", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+
+
+def load(model: str | Path | onnx.ModelProto) -> onnx.ModelProto:
+    return model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+
+
+def op_type_counts(model: str | Path | onnx.ModelProto) -> dict[str, int]:
+    """``{op_type: count}`` over the main graph, most frequent first."""
+    return dict(Counter(n.op_type for n in load(model).graph.node).most_common())
+
+
+def weight_nodes(model: str | Path | onnx.ModelProto, op_types: tuple[str, ...]) -> list[str]:
+    """Names of nodes of ``op_types`` that take at least one initializer (a weight) as input."""
+    graph = load(model).graph
+    inits = {i.name for i in graph.initializer}
+    return [n.name for n in graph.node if n.op_type in op_types and any(i in inits for i in n.input)]
+
+
+def activation_matmuls(model: str | Path | onnx.ModelProto) -> list[str]:
+    """MatMul nodes whose inputs are both activations (attention scores QK^T and context PV)."""
+    graph = load(model).graph
+    inits = {i.name for i in graph.initializer}
+    return [n.name for n in graph.node if n.op_type == "MatMul" and not any(i in inits for i in n.input)]
+
+
+@contextlib.contextmanager
+def quiet_logging(level: int = logging.ERROR) -> Iterator[None]:
+    """onnxruntime's quantizer and optimizer warn on the root logger ("consider pre-processing" ...)."""
+    loggers = [logging.getLogger(), logging.getLogger("onnxruntime"), logging.getLogger("onnx")]
+    old = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, lvl in zip(loggers, old):
+            lg.setLevel(lvl)

@@ -1,0 +1,202 @@
+"""INT8 and FP16: calibration text streaming, static QDQ S8S8 structure, the accuracy guard's node
+exclusion, accuracy metrics per task. Tiny seeded models."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from edgebert.errors import DataError, ValidationError
+from exporters import ExportConfig, export_bundle
+from quantization import (AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches, iter_sentences,
+                          op_type_counts, prepared_tokenizer, quantize_with_guard)
+
+from export_fixtures import make_calib_text, make_model_dir
+
+LAYERS = 2
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("quant")
+
+
+@pytest.fixture(scope="module")
+def calib(work) -> Path:
+    return make_calib_text(work / "calib.txt", n=40)
+
+
+@pytest.fixture(scope="module")
+def fp32_bundle(work) -> Path:
+    # initializer_range 0.3: activations wide enough that INT8 error is measurable per node
+    model_dir = make_model_dir(work / "model", "BertModel", seed=7, initializer_range=0.3)
+    return export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "fp32", validation_batch_sizes=(1, 3),
+                                      validation_seq_lens=(7, 64))).bundle_dir
+
+
+# --------------------------------------------------------------------------- calibration text
+def test_iter_sentences_reads_tsv_wikitext_and_plain_text(tmp_path):
+    tsv = tmp_path / "dev.tsv"
+    tsv.write_text("sentence\tlabel\nit 's a charming film . \t1\n\t0\na dull mess\t0\n", encoding="utf-8")
+    assert list(iter_sentences(tsv)) == ["it 's a charming film .", "a dull mess"]
+    wiki = tmp_path / "wiki.valid.raw"
+    wiki.write_text(" \n = Valkyria Chronicles = \n \n Senjō no Valkyria is a game .\n = = Plot = = \n"
+                    " The story follows .\n", encoding="utf-8")
+    assert list(iter_sentences(wiki)) == ["Senjō no Valkyria is a game .", "The story follows ."]
+    plain = make_calib_text(tmp_path / "plain.txt", n=30)
+    assert len(list(iter_sentences(plain))) == 30
+    assert len(list(iter_sentences(plain, limit=7))) == 7
+
+
+def test_iter_sentences_streams_and_rejects_bad_files(tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("word\n" * 100_000, encoding="utf-8")
+    stream = iter_sentences(big, limit=3)
+    assert next(stream) == "word"                  # a generator: nothing read past what is asked
+    no_column = tmp_path / "x.tsv"
+    no_column.write_text("quality\tlabel\n1\t0\n", encoding="utf-8")
+    with pytest.raises(DataError, match="no text column"):
+        list(iter_sentences(no_column))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(DataError, match="holds no text"):
+        list(iter_sentences(empty))
+    with pytest.raises(DataError, match="not found"):
+        list(iter_sentences(tmp_path / "missing.txt"))
+
+
+def test_text_batches_pad_right_and_cap_the_count(fp32_bundle, calib):
+    tok = prepared_tokenizer(fp32_bundle / "tokenizer.json", max_length=12)
+    batches = TextBatches(calib, tok, limit=25, batch_size=8, max_length=12)
+    sizes = [b["input_ids"].shape[0] for b in batches]
+    assert sizes == [8, 8, 8, 1] and batches.count() == 25
+    first = next(iter(batches))
+    mask = first["attention_mask"]
+    assert first["input_ids"].shape[1] <= 12 and first["input_ids"][:, 0].tolist() == [2] * 8   # [CLS]
+    assert (np.diff(mask, axis=1) <= 0).all()          # right padding: 1...1 0...0
+    assert (first["input_ids"][mask == 0] == 0).all()
+    fixed = next(iter(TextBatches(calib, tok, 4, 4, 12, pad_to=12)))
+    assert fixed["input_ids"].shape == (4, 12)
+
+
+# --------------------------------------------------------------------------- static QDQ
+def test_static_int8_is_symmetric_s8s8_qdq_on_standard_ops(work, calib):
+    model_dir = make_model_dir(work / "static_model", "BertModel", seed=11)
+    manifest = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "static", int8=True,
+                                          int8_mode="static", calib=calib, calib_size=32,
+                                          validation_batch_sizes=(1, 3), validation_seq_lens=(7, 64))).manifest
+    model = onnx.load(str(work / "static" / "model.int8.onnx"))
+    counts = op_type_counts(model)
+    weight_matmuls = 6 * LAYERS + 1                            # Q, K, V, out, FFN1, FFN2 per layer + pooler
+    assert counts["DequantizeLinear"] >= 2 * weight_matmuls     # weight DQ + activation DQ
+    assert counts["QuantizeLinear"] >= LAYERS * 4
+    assert all(n.domain in ("", "ai.onnx") for n in model.graph.node)   # no ORT contrib ops: TensorRT reads it
+    inits = {i.name: i for i in model.graph.initializer}
+    zero_points = [inits[n.input[2]] for n in model.graph.node
+                   if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2]
+    activation_zps = [inits[n.input[2]] for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    int8_zps = [z for z in zero_points if z.data_type != onnx.TensorProto.INT32]   # int32: biases
+    assert activation_zps and all(z.data_type == onnx.TensorProto.INT8 for z in activation_zps)
+    assert len(int8_zps) > len(activation_zps)                                      # weights too
+    assert all(z.data_type == onnx.TensorProto.INT8 for z in int8_zps)             # S8S8, no U8
+    assert all(not onnx.numpy_helper.to_array(z).any() for z in zero_points)     # symmetric
+    q = manifest["models"]["int8"]["quantization"]
+    assert q["format"] == "QDQ" and q["graph"] == "standard-ops" and q["symmetric"] is True
+    assert q["candidate_nodes"] == weight_matmuls and q["calibration"]["n"] == 32
+    assert manifest["models"]["int8"]["accuracy"]["mean"] > 0.99
+
+
+# --------------------------------------------------------------------------- accuracy guard
+def test_guard_keeps_the_most_sensitive_nodes_float_until_the_budget_is_met(fp32_bundle, calib, tmp_path):
+    fused = fp32_bundle / "model.onnx"
+    tok = prepared_tokenizer(fp32_bundle / "tokenizer.json", 64)
+    probe = AccuracyProbe("embed", fused, TextBatches(calib, tok, 40, 16, 64))
+    quantizer = DynamicInt8Quantizer(fused, Int8Config(per_channel=False))
+    unguarded = quantize_with_guard(quantizer, tmp_path / "all.onnx", probe, None)
+    assert unguarded.excluded == [] and unguarded.accuracy.loss > 0
+    budget = unguarded.accuracy.loss / 3
+    guarded = quantize_with_guard(quantizer, tmp_path / "guarded.onnx", probe, budget, sensitivity_size=40)
+    assert guarded.accuracy.loss <= budget < guarded.before.loss
+    assert 1 <= len(guarded.excluded) < len(quantizer.candidates())
+    ranked = [r["node"] for r in guarded.sensitivity]
+    assert guarded.excluded == ranked[: len(guarded.excluded)]          # most sensitive first
+    assert sorted(ranked) == sorted(quantizer.candidates())
+    graph = onnx.load(str(tmp_path / "guarded.onnx")).graph
+    float_nodes = {n.name for n in graph.node if n.op_type in ("MatMul", "Attention")}
+    assert set(guarded.excluded) <= float_nodes                          # really kept float
+    assert guarded.as_dict(budget)["max_accuracy_loss"] == budget
+
+
+def test_guard_raises_a_typed_error_when_the_budget_cannot_be_met(tmp_path):
+    calls = []
+    quantizer = types.SimpleNamespace(candidates=lambda: ["a", "b"],
+                                      quantize=lambda out, exclude=(), only=None: calls.append((tuple(exclude), only)))
+    from quantization.accuracy import AccuracyFigures
+
+    probe = types.SimpleNamespace(metric="cosine",
+                                  measure=lambda path, n=None: AccuracyFigures("cosine", 0.8, 0.5, 10, 0.2, 0.2))
+    with pytest.raises(ValidationError) as err:
+        quantize_with_guard(quantizer, tmp_path / "q.onnx", probe, 0.01)
+    assert err.value.figures == {"loss": 0.2, "max_accuracy_loss": 0.01, "excluded": 2}
+    assert (("a", "b"), None) in calls                     # it did try with every node kept float
+
+
+@pytest.mark.parametrize("task,arch,metric", [("cls", "BertForSequenceClassification", "label_agreement"),
+                                              ("mlm", "BertForMaskedLM", "top1_agreement")])
+def test_accuracy_metrics_per_task(work, calib, task, arch, metric):
+    model_dir = make_model_dir(work / f"{task}_m", arch, seed=5)
+    manifest = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / f"{task}_b", int8=True, calib=calib,
+                                          calib_size=24, max_accuracy_loss=0.5, validation_batch_sizes=(1,),
+                                          validation_seq_lens=(7,))).manifest
+    acc = manifest["models"]["int8"]["accuracy"]
+    assert acc["metric"] == metric and acc["n"] == 24 and acc["max_accuracy_loss"] == 0.5
+    assert 0.5 <= acc["mean"] <= 1.0 and acc["loss"] == pytest.approx(1 - acc["mean"], abs=1e-6)
+    assert 0.0 <= acc["distance"] < 0.5                          # continuous companion of the loss
+    if task == "mlm":
+        assert acc["tokens"] > 24                                   # every real token counts
+    counts = manifest["models"]["int8"]["quantization"]["op_counts"]
+    assert counts["QAttention"] == LAYERS
+
+
+def test_int8_config_validation(tmp_path):
+    from edgebert.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="static INT8 needs calibration text"):
+        Int8Config(mode="static")
+    with pytest.raises(DataError, match="not found"):
+        Int8Config(calib=tmp_path / "nope.txt")
+    with pytest.raises(ConfigError, match=r"must be in \[0, 1\)"):
+        Int8Config(calib=make_calib_text(tmp_path / "c.txt"), max_accuracy_loss=1.5)
+    assert Int8Config.preset("tensorrt", calib=tmp_path / "c.txt").resolved_op_types == ("MatMul", "Gemm")
+    assert Int8Config().resolved_op_types == ("MatMul", "Attention")
+
+
+def test_guard_search_finds_the_shortest_sufficient_prefix(tmp_path):
+    """Stub quantizer: node i alone costs (8 - i) / 100; loss with k nodes float = 0.1 - 0.01 k."""
+    from quantization.accuracy import AccuracyFigures
+
+    nodes = [f"n{i}" for i in range(8)]
+    state = {}
+
+    def quantize(out, exclude=(), only=None):
+        state.update(exclude=list(exclude), only=only)
+
+    def measure(path, n=None):
+        if state["only"] is not None:
+            d = (8 - nodes.index(state["only"])) / 100
+        else:
+            d = 0.1 - 0.01 * len(state["exclude"])
+        return AccuracyFigures("cosine", 1 - d, None, 10, d, d)
+
+    quantizer = types.SimpleNamespace(candidates=lambda: list(nodes), quantize=quantize)
+    probe = types.SimpleNamespace(metric="cosine", measure=measure)
+    result = quantize_with_guard(quantizer, tmp_path / "q.onnx", probe, 0.045)
+    assert result.excluded == nodes[:6]                      # k=5 gives 0.05 > 0.045, k=6 gives 0.04
+    assert state["exclude"] == nodes[:6]                     # the written file is the fitting one
+    assert result.accuracy.loss == pytest.approx(0.04) and result.before.loss == pytest.approx(0.1)
+    assert [r["node"] for r in result.sensitivity] == nodes
+    assert len(result.search) <= 4                          # guess + bisection, not one by one
