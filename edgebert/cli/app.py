@@ -5,25 +5,29 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
+from rich.console import Console
 
-try:  # typer >= 0.20 vendors click as typer._click; older typer uses click itself
-    from typer._click import exceptions as _vendored
+from ..errors import EdgebertError
+
+# typer >= 0.20 vendors click as typer._click and no longer installs click; older typer uses click.
+try:
+    from typer._click import exceptions as _vendored_click
 except ImportError:  # pragma: no cover
-    _vendored = click.exceptions
+    _vendored_click = None
+try:
+    from click import exceptions as _click
+except ImportError:
+    _click = None
 
 
 def _both(name: str) -> tuple[type[BaseException], ...]:
-    found = {getattr(mod, name, None) for mod in (click.exceptions, _vendored, typer.exceptions)}
+    found = {getattr(mod, name, None) for mod in (_click, _vendored_click, typer.exceptions) if mod}
     return tuple(cls for cls in found if isinstance(cls, type))
 
 
 _Exit, _Abort = _both("Exit"), _both("Abort")
 _UsageError, _ClickException = _both("UsageError"), _both("ClickException")
-from rich.console import Console
-
-from ..errors import EdgebertError
 
 app = typer.Typer(
     name="edgebert",
