@@ -154,7 +154,7 @@ def test_accuracy_metrics_per_task(work, calib, task, arch, metric):
                                           validation_seq_lens=(7,))).manifest
     acc = manifest["models"]["int8"]["accuracy"]
     assert acc["metric"] == metric and acc["n"] == 24 and acc["max_accuracy_loss"] == 0.5
-    assert 0.5 <= acc["mean"] <= 1.0 and acc["loss"] == pytest.approx(1 - acc["mean"], abs=1e-6)
+    assert 0.5 <= acc["mean"] <= 1.0 and acc["loss"] == pytest.approx(1 - acc["mean"], abs=2e-6)  # both rounded to 6 places
     assert 0.0 <= acc["distance"] < 0.5                          # continuous companion of the loss
     if task == "mlm":
         assert acc["tokens"] > 24                                   # every real token counts
