@@ -18,6 +18,18 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run fastest on one torch thread, and on a shared CPU multi-threaded OpenMP spins;
+    every test runs with ``torch.set_num_threads(1)`` (restored after). Tests that need more set it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def tiny_config():
     from edgebert.config import BertConfig

@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pytest
 
 POSITIVE = ("good", "great", "lovely", "superb", "fine")
 NEGATIVE = ("bad", "awful", "poor", "dull", "boring")
@@ -108,13 +107,3 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
         assert fragment in lines[0], lines[0]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread, and a shared CPU makes multi-threaded OpenMP spin:
-    the modules that import this fixture run with ``torch.set_num_threads(1)`` (restored after)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

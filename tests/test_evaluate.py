@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from distill_helpers import one_torch_thread  # noqa: F401  (autouse: 1 torch thread)
 from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, write_toy_corpus,
                              write_toy_tsv)
 from edgebert.checkpoint import load_model

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from distill_helpers import one_torch_thread  # noqa: F401  (autouse: 1 torch thread)
 from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, toy_tokenizer,
                              write_toy_conll, write_toy_tsv)
 from edgebert.classification_data import LengthGroupedBatches, collate, encode_examples

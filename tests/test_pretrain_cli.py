@@ -15,13 +15,6 @@ from edgebert.errors import ConfigError
 from edgebert.pretrain import PretrainConfig, build_pretrain_config, pretrain
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one thread, above all on a CPU shared with other jobs."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

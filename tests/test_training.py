@@ -15,13 +15,6 @@ from edgebert.training import (METRICS_FILE, STATE_FILE, ShuffledBatches, TrainC
                                TrainingTask, build_optimizer, lr_factor, train)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run faster on one thread, above all on a CPU shared with other jobs."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 # ---------------------------------------------------------------------------- a toy task
