@@ -41,7 +41,7 @@ from .distill_losses import attention_kl_loss, cosine_loss, hidden_mse_loss, kd_
 from .errors import CheckpointError, ConfigError
 from .evaluate import classifier_metrics, masked_logits, mlm_eval_batches, mlm_metrics
 from .finetune import ClassificationTask, TaskData, freeze_word_embeddings, load_task_data
-from .fileio import write_json
+from .fileio import jsonable, write_json
 from .glue import SEQUENCE_TASKS, TOKEN_TASKS
 from .training import TrainConfig, TrainingTask, check_out_dir, train
 
@@ -194,13 +194,7 @@ class DistillConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        for k, v in d.items():
-            if isinstance(v, Path):
-                d[k] = str(v)
-            elif isinstance(v, tuple):
-                d[k] = [str(p) if isinstance(p, Path) else p for p in v]
-        return d
+        return jsonable(self)
 
     @classmethod
     def preset(cls, name: str, teacher: str | Path, out: str | Path, **overrides: Any) -> "DistillConfig":

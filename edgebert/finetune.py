@@ -33,7 +33,7 @@ from .classification_data import (EncodedDataset, LengthGroupedBatches, collate,
                                   encode_tagged)
 from .errors import CheckpointError, ConfigError
 from .evaluate import classifier_metrics
-from .fileio import write_json
+from .fileio import jsonable, write_json
 from .glue import TASKS, TOKEN_TASKS, read_tagged, read_task_tsv
 from .pretraining_data import IGNORE_INDEX
 from .training import TrainConfig, TrainingTask, check_out_dir, train
@@ -109,7 +109,7 @@ class FinetuneConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+        return jsonable(self)
 
     @classmethod
     def preset(cls, name: str, **fields: Any) -> "FinetuneConfig":

@@ -34,7 +34,7 @@ from .config import PRESETS as MODEL_PRESETS
 from .config import BertConfig
 from .corpus import FORMATS, read_corpora, split_documents
 from .errors import ConfigError, DataError
-from .fileio import write_json
+from .fileio import jsonable, write_json
 from .model import BertForPreTraining, count_parameters
 from .pretraining_data import (IGNORE_INDEX, MaskingCollator, PretrainingExamples, create_examples,
                                most_frequent_token, regroup_documents, tokenize_documents)
@@ -122,13 +122,7 @@ class PretrainConfig:
         return cls(out=Path(out), train=train_cfg, **{**recipe, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        for k, v in d.items():
-            if isinstance(v, Path):
-                d[k] = str(v)
-            elif isinstance(v, tuple):
-                d[k] = [str(p) for p in v]
-        return d
+        return jsonable(self)
 
     def bert_config(self, vocab_size: int, pad_token_id: int) -> BertConfig:
         """The model config: preset or file, with the tokenizer's vocab size and pad id."""

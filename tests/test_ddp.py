@@ -27,7 +27,8 @@ WORKER = textwrap.dedent("""
     result = pretrain(cfg)
     import torch.distributed  # the group is torn down again after training
     assert not torch.distributed.is_initialized()
-    print("RESULT", result.step, result.eval_metrics.get("mlm_accuracy"))
+    import os  # one write(2) per rank: lines of the two ranks cannot interleave on the shared pipe
+    os.write(1, f"RESULT {result.step} {result.eval_metrics.get('mlm_accuracy')}\\n".encode())
 """)
 
 
