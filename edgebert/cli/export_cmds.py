@@ -30,6 +30,9 @@ def export(
     max_accuracy_loss: Optional[float] = typer.Option(
         None, help="INT8 budget vs fp32 on --calib text: 1 - cosine (embed), 1 - label agreement (cls), "
                    "1 - top-1 agreement (mlm); sensitive MatMuls stay float until it is met"),
+    outlier_ratio: float = typer.Option(
+        6.0, help="dynamic INT8 with --calib: activation channels whose calibration max exceeds this x the "
+                  "median channel's are computed in float (0: off)"),
     fp16: bool = typer.Option(False, "--fp16", help="also write model.fp16.onnx (GPU providers)"),
     max_length: Optional[int] = typer.Option(None, help="max sequence length (default: the model's "
                                                         "max_position_embeddings)"),
@@ -40,7 +43,7 @@ def export(
 
     cfg = ExportConfig(model_dir=model_dir, out_dir=out, task=task, opset=opset, int8=int8,
                        int8_mode=int8_mode, per_channel=per_channel, calib=calib, calib_size=calib_size,
-                       max_accuracy_loss=max_accuracy_loss, fp16=fp16, max_sequence_length=max_length)
+                       max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio, fp16=fp16, max_sequence_length=max_length)
     with console.status("exporting", spinner="dots") as status:
         result = export_bundle(cfg, on_step=lambda msg: status.update(msg))
     for line in result.summary_lines():

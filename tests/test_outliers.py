@@ -1,0 +1,117 @@
+"""The outlier-channel split for dynamic INT8: exact in fp32, finds planted outlier channels, keeps
+their MatMuls float, and cuts the INT8 error. A tiny seeded model with one planted outlier channel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from edgebert.checkpoint import load_model, save_model
+from edgebert.errors import ConfigError
+from exporters import ExportConfig, export_bundle
+from quantization import (OUTLIER_SUFFIX, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,
+                          float_only_nodes, op_type_counts, outlier_channels, prepared_tokenizer, split_outliers)
+from quantization.accuracy import cpu_session
+
+from export_fixtures import make_calib_text, make_model_dir
+
+OUTLIER = 5          # the planted channel of layer 0's attention-output LayerNorm (feeds FFN-in)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("outliers")
+
+
+@pytest.fixture(scope="module")
+def calib(work) -> Path:
+    return make_calib_text(work / "calib.txt", n=48)
+
+
+@pytest.fixture(scope="module")
+def planted(work) -> Path:
+    """A tiny BERT whose layer-0 FFN input has one channel 40x wider than the rest (as real BERTs do)."""
+    model_dir = make_model_dir(work / "model", "BertModel", seed=3)
+    model = load_model(model_dir, "BertModel")
+    with torch.no_grad():
+        ln = model.encoder.layer[0].attention.output.LayerNorm
+        ln.weight[OUTLIER] *= 40.0
+        ln.bias[OUTLIER] += 5.0
+    save_model(model, model_dir)
+    bundle = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "fp32",
+                                        validation_batch_sizes=(1, 3), validation_seq_lens=(7, 64)))
+    return bundle.bundle_dir
+
+
+def _batches(bundle: Path, calib: Path, n: int = 48) -> TextBatches:
+    return TextBatches(calib, prepared_tokenizer(bundle / "tokenizer.json", 64), n, 16, 64)
+
+
+def test_outlier_channels_are_those_far_above_the_median():
+    absmax = np.array([1.0, 1.2, 0.9, 30.0, 1.1, 7.0])
+    assert outlier_channels(absmax, 6.0).tolist() == [3, 5]
+    assert outlier_channels(absmax, 10.0).tolist() == [3]
+    assert outlier_channels(np.ones(8), 6.0).tolist() == []
+
+
+def test_split_is_exact_in_fp32_and_finds_the_planted_channel(planted, calib, work):
+    fused = planted / "model.onnx"
+    split = work / "split.onnx"
+    plan = split_outliers(fused, split, _batches(planted, calib), 6.0)
+    ffn_in = "/model/layer.0/intermediate/dense/MatMul"
+    assert OUTLIER in plan[ffn_in]
+    assert all(len(c) <= 3 for c in plan.values())                 # a handful, not a dense fraction
+    floats = float_only_nodes(split)
+    assert sorted(floats) == sorted(f"{n}{OUTLIER_SUFFIX}" for n in plan)
+    before, after = op_type_counts(fused), op_type_counts(split)
+    assert after["MatMul"] == before["MatMul"] + len(plan) and after["Gather"] == before.get("Gather", 0) + len(plan)
+    feeds = next(iter(_batches(planted, calib)))
+    ref = cpu_session(fused).run(["last_hidden_state"], feeds)[0]
+    got = cpu_session(split).run(["last_hidden_state"], feeds)[0]
+    assert np.abs(ref - got).max() < 1e-4 * max(1.0, np.abs(ref).max())
+
+
+def test_split_keeps_outlier_matmuls_float_and_cuts_int8_error(planted, calib, work):
+    fused = planted / "model.onnx"
+    split = work / "split2.onnx"
+    split_outliers(fused, split, _batches(planted, calib), 6.0)
+    cfg = Int8Config(per_channel=True)
+    quantizer = DynamicInt8Quantizer(split, cfg)
+    assert not set(quantizer.candidates()) & set(float_only_nodes(split))
+    plain = DynamicInt8Quantizer(fused, cfg).quantize(work / "plain.int8.onnx")
+    with_split = quantizer.quantize(work / "split.int8.onnx")
+    graph = onnx.load(str(with_split)).graph
+    float_matmuls = {n.name for n in graph.node if n.op_type == "MatMul"}
+    assert set(float_only_nodes(split)) <= float_matmuls                 # really float
+    probe = AccuracyProbe("embed", fused, _batches(planted, calib))
+    loss_plain, loss_split = probe.measure(plain).loss, probe.measure(with_split).loss
+    assert loss_split < 0.5 * loss_plain, (loss_plain, loss_split)
+
+
+def test_export_records_the_split_and_validates_it(planted, calib, work):
+    model_dir = work / "model"
+    manifest = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8", int8=True, calib=calib,
+                                          calib_size=48, validation_batch_sizes=(1, 3),
+                                          validation_seq_lens=(7, 64))).manifest
+    split = manifest["models"]["int8"]["quantization"]["outlier_split"]
+    assert split["ratio"] == 6.0 and split["channels"] >= 1
+    assert OUTLIER in split["float_channels"]["/model/layer.0/intermediate/dense/MatMul"]
+    assert split["max_abs_diff"] < 1e-4
+    off = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8-off", int8=True, calib=calib,
+                                     calib_size=48, outlier_ratio=0, validation_batch_sizes=(1,),
+                                     validation_seq_lens=(7,))).manifest
+    assert off["models"]["int8"]["quantization"]["outlier_split"]["applied"] is False
+    assert manifest["models"]["int8"]["accuracy"]["loss"] < off["models"]["int8"]["accuracy"]["loss"]
+    no_calib = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8-nocalib", int8=True,
+                                          validation_batch_sizes=(1,), validation_seq_lens=(7,))).manifest
+    assert "calib" in no_calib["models"]["int8"]["quantization"]["outlier_split"]["reason"]
+
+
+@pytest.mark.parametrize("ratio", [1.0, 0.5, -2, True])
+def test_outlier_ratio_must_be_off_or_above_one(ratio):
+    with pytest.raises(ConfigError, match="outlier ratio"):
+        Int8Config(outlier_ratio=ratio)
