@@ -1,4 +1,5 @@
-# Two commands matter: `make demo` (main job on the built-in corpus) and `make test`.
+# Two commands matter: `make demo` (the main job, `edgebert pipeline`: pretrain -> distill -> export --int8
+# -> bench, on the built-in corpus) and `make test`.
 # Both create/reuse .venv and install everything they need (torch 2.13.0 CPU first).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
@@ -20,7 +21,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	rm -rf $(RUNS)/demo
-	$(BIN)/edgebert pretrain --train-preset demo --out $(RUNS)/demo
+	$(BIN)/edgebert pipeline --out $(RUNS)/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -156,6 +156,12 @@ PRETRAIN_PRESETS: dict[str, dict[str, Any]] = {
                                                             max_position_embeddings=128),
                  vocab_size=4000, max_seq_len=128, dupe_factor=2, eval_fraction=0.1,
                  max_eval_examples=500, train_preset="demo"),
+    # `make demo` (edgebert pipeline): a 12-layer teacher, 3x the depth of the 4-layer student
+    "demo-12l": dict(model_preset="small", model_overrides=dict(hidden_size=128, num_hidden_layers=12,
+                                                                num_attention_heads=2, intermediate_size=512,
+                                                                max_position_embeddings=128),
+                     vocab_size=4000, max_seq_len=128, dupe_factor=2, eval_fraction=0.1,
+                     max_eval_examples=300, train_preset="demo-12l"),
     # WikiText-2 recipe (train wiki.valid.raw, eval wiki.test.raw): ~3.7M tokens, ~11 min at 6k tok/s
     "wiki-small": dict(model_preset="small", model_overrides=_SMALL_256, vocab_size=12000,
                        max_seq_len=128, dupe_factor=5, max_eval_examples=2000,

@@ -167,6 +167,8 @@ TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(max_steps=20, batch_size=8, lr=1e-3, warmup_steps=2, log_every=1, eval_every=10),
     # `make demo`: a couple of minutes on 2 CPU cores.
     "demo": dict(max_steps=300, batch_size=32, lr=1e-3, warmup_steps=30, log_every=10, eval_every=100),
+    # `make demo`'s 12-layer teacher (edgebert.pipeline): deep post-LN wants the lower peak LR.
+    "demo-12l": dict(max_steps=120, batch_size=16, lr=5e-4, warmup_steps=12, log_every=10, eval_every=120),
     # WikiText-2 recipe (see edgebert.pretrain): 1000 steps x 32 sequences of <= 128 tokens.
     "wiki-small": dict(max_steps=1000, batch_size=32, lr=7e-4, warmup_steps=80, log_every=20,
                        eval_every=250, save_every=250),

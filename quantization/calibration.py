@@ -1,11 +1,7 @@
 """Real text for calibration and accuracy checks, streamed in token batches with bounded memory.
 
-``iter_sentences`` reads three kinds of file line by line (nothing is loaded whole):
-
-* a TSV with a header that has a ``sentence`` column (GLUE SST-2; also ``sentence1``, ``#1 String``,
-  ``text``),
-* WikiText raw (``= Heading =`` lines and blank lines are skipped; each paragraph is one text),
-* plain text, one sentence per line.
+``iter_sentences`` streams texts with ``edgebert.textfiles.iter_texts`` (TSV with a text column,
+WikiText raw, or plain text; nothing is loaded whole).
 
 ``TextBatches`` re-reads the file on every pass (a generator, capped at ``limit`` sentences) and
 yields ONNX feeds; ``TextCalibrationReader`` adapts it to onnxruntime's ``CalibrationDataReader``.
@@ -13,8 +9,6 @@ yields ONNX feeds; ``TextCalibrationReader`` adapts it to onnxruntime's ``Calibr
 
 from __future__ import annotations
 
-import csv
-import re
 from pathlib import Path
 from typing import Iterator
 
@@ -22,59 +16,15 @@ import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
 
 from edgebert.errors import DataError
-
-TEXT_COLUMNS = ("sentence", "sentence1", "#1 String", "text")
-_WIKITEXT_HEADING = re.compile(r"^\s*=+ .* =+\s*$")
+from edgebert.textfiles import iter_texts
 
 Feeds = dict[str, np.ndarray]
 
 
-def _tsv_sentences(path: Path, fh, header_line: str) -> Iterator[str]:
-    header = [h.strip() for h in header_line.rstrip("\r\n").split("\t")]
-    column = next((c for c in TEXT_COLUMNS if c in header), None)
-    if column is None:
-        raise DataError(f"{path}:1 has no text column (header: {header})",
-                        f"a TSV needs one of the columns {', '.join(TEXT_COLUMNS)}")
-    idx = header.index(column)
-    for lineno, row in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), start=2):
-        if not row or not any(x.strip() for x in row):
-            continue
-        if len(row) <= idx:
-            raise DataError(f"{path}:{lineno} has {len(row)} columns, the header has {len(header)}")
-        text = row[idx].strip()
-        if text:
-            yield text
-
-
 def iter_sentences(path: str | Path, limit: int | None = None) -> Iterator[str]:
-    """Texts of ``path`` in file order, at most ``limit``. DataError if missing, not UTF-8 or empty."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"text file {path} not found",
-                        "pass a text file, a TSV with a 'sentence' column, or WikiText raw")
-    count = 0
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            first = fh.readline()
-            if "\t" in first or path.suffix.lower() == ".tsv":
-                texts = _tsv_sentences(path, fh, first)
-            else:
-                texts = (line.strip() for line in _chain(first, fh))
-                texts = (t for t in texts if t and not _WIKITEXT_HEADING.match(t))
-            for text in texts:
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield text
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc.reason})") from exc
-    if count == 0:
-        raise DataError(f"{path} holds no text", "pass a file with at least one sentence")
-
-
-def _chain(first: str, rest) -> Iterator[str]:
-    yield first
-    yield from rest
+    """Texts of ``path`` in file order, at most ``limit`` (the first text column of a pair TSV);
+    see ``edgebert.textfiles``. DataError if missing, not UTF-8 or empty."""
+    return iter_texts(path, limit, pairs=False)
 
 
 def encode_batch(tokenizer, texts: list[str], max_length: int, pad_to: int | None = None,

@@ -184,3 +184,26 @@ def test_flops_scale_as_expected():
     assert forward_flops(shape, 8, 128, "embed")["matmul"] == 8 * one["matmul"]
     # attention scores grow with seq^2
     assert forward_flops(shape, 1, 256)["attention_scores"] == 4 * one["attention_scores"]
+
+
+def test_deeper_reference_gets_its_own_flops_and_speedup(bundle, tmp_path):
+    """A student bundle benchmarked against a deeper teacher: the torch row's FLOPs (roofline) are the
+    teacher's, not the bundle's, and the accuracy delta is not claimed as export error."""
+    from runtime_fixtures import make_tiny_model_dir
+
+    _, bundle_dir = bundle
+    teacher = make_tiny_model_dir(tmp_path / "teacher", num_hidden_layers=6)
+    data = run_bench(BenchConfig(bundle_dir, providers=("cpu",), precisions=("int8",), batches=(1,), seqs=(8,),
+                                 reference=teacher, threads=1, warmup=1, iters=3, calibration_size=64,
+                                 eval_texts=3, progress=False))
+    rows = {r["provider"]: r for r in data["results"]}
+    teacher_cfg = json.loads((teacher / "config.json").read_text())
+    student_cfg = json.loads((bundle_dir / "config.json").read_text())
+    expected = {"torch": forward_flops(ModelShape.from_hf_dict(teacher_cfg), 1, 8, "embed")["total"],
+                "cpu": forward_flops(ModelShape.from_hf_dict(student_cfg), 1, 8, "embed")["total"]}
+    for provider, flops in expected.items():
+        assert rows[provider]["gflop"] == pytest.approx(flops / 1e9, rel=1e-3)
+    assert rows["torch"]["gflop"] > 2 * rows["cpu"]["gflop"]             # 6 layers vs 2
+    assert data["reference"]["same_model"] is False
+    assert rows["cpu"]["speedup_vs_reference"] == pytest.approx(
+        rows["torch"]["latency_ms"]["p50"] / rows["cpu"]["latency_ms"]["p50"], rel=1e-2)

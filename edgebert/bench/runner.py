@@ -365,10 +365,15 @@ def _delta(after: float | None, before: float | None) -> float | None:
 def _derive(report: dict[str, Any], shape: ModelShape, task: str) -> None:
     """Fill FLOPs, roofline fraction and speedups from the measured rows."""
     calibration = report["calibration"]
+    ref = report.get("reference") or {}
+    ref_shape = ModelShape.from_hf_dict(ref["config"]) if ref.get("config") else shape   # e.g. the teacher
+    ref_task = {"encoder": "embed"}.get(ref.get("task"), ref.get("task") or task)
+    shape_of = lambda provider: (ref_shape, ref_task) if provider == "torch" else (shape, task)  # noqa: E731
     ref_p50 = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in report["results"]
                if r["provider"] == "torch"}
     for r in report["results"]:
-        flops = forward_flops(shape, r["batch"], r["seq"], task)["total"]
+        path_shape, path_task = shape_of(r["provider"])
+        flops = forward_flops(path_shape, r["batch"], r["seq"], path_task)["total"]
         achieved = flops / (r["latency_ms"]["p50"] / 1e3) / 1e9
         peak = peak_for(calibration, r["provider"], r["precision"])
         r["gflop"] = _sig(flops / 1e9)
@@ -381,7 +386,8 @@ def _derive(report: dict[str, Any], shape: ModelShape, task: str) -> None:
     if mix:
         totals = {(r["path"], r["batch"], r["mode"]): r["total_s"] for r in mix["results"]}
         for r in mix["results"]:
-            flops = sum(forward_flops(shape, b, s, task)["total"] for b, s in r.pop("shapes"))
+            path_shape, path_task = shape_of(r["provider"])
+            flops = sum(forward_flops(path_shape, b, s, path_task)["total"] for b, s in r.pop("shapes"))
             peak = peak_for(calibration, r["provider"], r["precision"])
             achieved = flops / r["total_s"] / 1e9
             r["gflop"] = _sig(flops / 1e9)

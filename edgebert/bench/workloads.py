@@ -8,20 +8,14 @@ to a fixed length (what a static-shape export has to do).
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..textfiles import Text, iter_texts
 from ..runtime.text import Encoded, TextEncoder, pad_batch
-
-# Columns that hold text in the GLUE-style TSVs we know (first match wins), single or pair.
-TEXT_COLUMNS = (("sentence",), ("sentence1", "sentence2"), ("#1 String", "#2 String"),
-                ("question", "sentence"), ("text",))
-
 
 def synthetic_feeds(batch: int, seq: int, manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
     """(batch, seq) int64 inputs: [CLS] random ids [SEP], attention mask all ones."""
@@ -36,34 +30,10 @@ def synthetic_feeds(batch: int, seq: int, manifest: dict[str, Any], seed: int = 
     return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
 
 
-def read_texts(path: str | Path, limit: int | None = None) -> list[str | tuple[str, str]]:
-    """Texts (or pairs) of a file: a TSV with a known text column header (SST-2 ``sentence``,
-    MRPC ``#1 String``/``#2 String``, ``sentence1``/``sentence2``), else one text per line."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"lengths file {path} not found", "pass a text or TSV file to --lengths-from")
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc})") from exc
-    lines = [line for line in lines if line.strip()]
-    if not lines:
-        raise DataError(f"lengths file {path} is empty")
-    header = lines[0].split("\t")
-    columns = next((cols for cols in TEXT_COLUMNS if all(c in header for c in cols)), None)
-    texts: list[str | tuple[str, str]] = []
-    if columns is None:
-        texts = [line.strip() for line in lines]
-    else:
-        idx = [header.index(c) for c in columns]
-        reader = csv.reader(lines[1:], delimiter="\t", quoting=csv.QUOTE_NONE)
-        for lineno, row in enumerate(reader, start=2):
-            if len(row) <= max(idx):
-                raise DataError(f"{path}:{lineno} has {len(row)} columns, expected at least {max(idx) + 1}")
-            texts.append(row[idx[0]] if len(idx) == 1 else (row[idx[0]], row[idx[1]]))
-    if not texts:
-        raise DataError(f"{path} has a header but no rows")
-    return texts[:limit] if limit else texts
+def read_texts(path: str | Path, limit: int | None = None) -> list[Text]:
+    """Texts (or pairs, for pair TSVs) of a file, in file order; see ``edgebert.textfiles``."""
+    return list(iter_texts(path, limit, pairs=True, what="lengths file",
+                           hint="pass a text or TSV file to --lengths-from"))
 
 
 @dataclass(frozen=True)

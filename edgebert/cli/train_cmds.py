@@ -19,7 +19,7 @@ def pretrain_cmd(
     eval_corpus: Optional[List[Path]] = typer.Option(
         None, "--eval-corpus", help="Held-out text for evaluation. Default: 5% of the documents."),
     train_preset: Optional[str] = typer.Option(
-        None, "--train-preset", help="Recipe: tiny | demo | wiki-small | wiki-12l (default demo)."),
+        None, "--train-preset", help="Recipe: tiny | demo | demo-12l | wiki-small | wiki-12l (default demo)."),
     preset: Optional[str] = typer.Option(None, "--preset", help="Model size: tiny | small | base | large."),
     config: Optional[Path] = typer.Option(None, "--config", help="Model config.json instead of --preset."),
     vocab_size: Optional[int] = typer.Option(None, "--vocab-size", help="WordPiece vocabulary to train."),

@@ -1,0 +1,78 @@
+"""Real text from a file, streamed line by line (torch-free): the one reader behind INT8 calibration,
+the accuracy guard and the benchmark's length mix.
+
+Three kinds of file:
+
+* a TSV with a header naming its text column(s): GLUE SST-2 ``sentence``; pairs ``sentence1`` /
+  ``sentence2``, MRPC ``#1 String`` / ``#2 String``, QNLI ``question`` / ``sentence``; also ``text``;
+* WikiText raw (``= Heading =`` lines and blank lines skipped; each paragraph is one text);
+* plain text, one text per line.
+
+``pairs=True`` yields ``(a, b)`` tuples for pair TSVs; ``pairs=False`` yields the first text column.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+from typing import Iterator, Union
+
+from .errors import DataError
+
+PAIR_COLUMNS = (("sentence1", "sentence2"), ("#1 String", "#2 String"), ("question", "sentence"))
+SINGLE_COLUMNS = ("sentence", "sentence1", "#1 String", "text", "question")
+_WIKITEXT_HEADING = re.compile(r"^\s*=+ .* =+\s*$")
+
+Text = Union[str, tuple[str, str]]
+
+
+def _tsv_rows(path: Path, fh, header_line: str, pairs: bool) -> Iterator[Text]:
+    header = [h.strip() for h in header_line.rstrip("\r\n").split("\t")]
+    pair = next((cols for cols in PAIR_COLUMNS if all(c in header for c in cols)), None) if pairs else None
+    column = next((c for c in SINGLE_COLUMNS if c in header), None)
+    if pair is None and column is None:
+        raise DataError(f"{path}:1 has no text column (header: {header})",
+                        f"a TSV needs one of the columns {', '.join(SINGLE_COLUMNS)}")
+    idx = [header.index(c) for c in pair] if pair else [header.index(column)]
+    for lineno, row in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), start=2):
+        if not row or not any(x.strip() for x in row):
+            continue
+        if len(row) <= max(idx):
+            raise DataError(f"{path}:{lineno} has {len(row)} columns, the header has {len(header)}")
+        texts = [row[i].strip() for i in idx]
+        if all(texts):
+            yield texts[0] if len(texts) == 1 else (texts[0], texts[1])
+
+
+def _lines(first: str, rest) -> Iterator[str]:
+    yield first
+    yield from rest
+
+
+def iter_texts(path: str | Path, limit: int | None = None, *, pairs: bool = False,
+               what: str = "text file", hint: str = "pass a text file, a TSV with a 'sentence' column, "
+                                                    "or WikiText raw") -> Iterator[Text]:
+    """Texts of ``path`` in file order, at most ``limit``; DataError (naming ``what``) if the file is
+    missing, not UTF-8 or holds no text. Nothing is read past what the caller takes."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what} {path} not found", hint)
+    count = 0
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            first = fh.readline()
+            if "\t" in first or path.suffix.lower() == ".tsv":
+                texts: Iterator[Text] = _tsv_rows(path, fh, first, pairs)
+            else:
+                stripped = (line.strip() for line in _lines(first, fh))
+                texts = (t for t in stripped if t and not _WIKITEXT_HEADING.match(t))
+            for text in texts:
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield text
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({exc.reason})") from exc
+    if count == 0:
+        raise DataError(f"{path} holds no text", "pass a file with at least one sentence")
