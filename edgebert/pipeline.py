@@ -2,6 +2,7 @@
 
 One call chains the library stages, each into its own folder under ``out``::
 
+    data/      without --eval-corpus: one held-out split of the corpus shared by every stage
     teacher/   pretrain (MLM + NSP) a 12-layer teacher, or use --teacher DIR
     student/   distil it into a 4-layer student (DistilBERT: KD + MLM + cosine, teacher-layer init)
     calib.txt  held-out text (calibration, INT8 accuracy guard, length mix) unless --calib is given
@@ -149,27 +150,37 @@ def _check_out(out: Path) -> None:
                           "choose a new --out or remove the old run")
 
 
-def write_calibration_text(cfg: PipelineConfig, path: Path, max_lines: int = 4000) -> Path:
-    """Held-out text, one line per non-trivial line of the held-out documents (never training text)."""
-    from .corpus import builtin_corpus, read_corpora, split_documents
+def split_corpus(cfg: PipelineConfig, folder: Path, fraction: float = 0.1, seed: int = 0) -> tuple[Path, Path]:
+    """No --eval-corpus: hold out ``fraction`` of the documents once, so that pretraining, distillation and
+    the calibration text all see the same held-out set (written as plain text: train.txt, heldout.txt)."""
+    from .corpus import read_corpora, split_documents
+    from .pretraining_data import regroup_documents
 
-    if cfg.eval_corpus:
-        docs = read_corpora(cfg.eval_corpus)
-    elif cfg.corpus:
-        _, docs = split_documents(read_corpora(cfg.corpus), 0.05, 0)
-    else:
-        _, docs = split_documents(builtin_corpus(), 0.1, 0)
-    lines = [line.strip() for doc in docs for line in doc.splitlines() if len(line.split()) >= 3]
+    train, held = split_documents(regroup_documents(read_corpora(cfg.corpus)), fraction, seed)
+    paths = folder / "train.txt", folder / "heldout.txt"
+    for path, docs in zip(paths, (train, held)):
+        write_text(path, "\n\n".join(docs) + "\n")
+    return paths
+
+
+def write_calibration_text(eval_corpus: tuple[Path, ...], path: Path, max_lines: int = 4000) -> Path:
+    """Held-out text for calibration, the INT8 guard and the length mix: one text per line of the held-out
+    documents with at least 3 words (never training text)."""
+    from .corpus import read_corpora
+
+    lines = [line.strip() for doc in read_corpora(eval_corpus) for line in doc.splitlines()
+             if len(line.split()) >= 3]
     write_text(path, "\n".join(lines[:max_lines]) + "\n")
     return path
 
 
 def _pretrain(cfg: PipelineConfig, log: _StageLog, console) -> tuple[Path, dict]:
+    """``cfg.corpus`` / ``cfg.eval_corpus`` are the resolved files here (see ``run_pipeline``)."""
     from .pretrain import build_pretrain_config, pretrain
 
     train = {"max_steps": cfg.pretrain_steps, "progress": cfg.progress}
-    pcfg = build_pretrain_config(cfg.out / "teacher", cfg.pretrain_preset, train=train,
-                                 corpus=cfg.corpus or None, eval_corpus=cfg.eval_corpus or None)
+    pcfg = build_pretrain_config(cfg.out / "teacher", cfg.pretrain_preset, train=train, corpus=cfg.corpus,
+                                 eval_corpus=cfg.eval_corpus)
     log("pretrain", f"{cfg.pretrain_preset}: {pcfg.bert_config(pcfg.vocab_size, 0).num_hidden_layers}-layer "
                     f"teacher, {pcfg.train.max_steps} steps")
     r = pretrain(pcfg, console=console)
@@ -263,6 +274,14 @@ def run_pipeline(cfg: PipelineConfig, *, console=None, say: Callable[[str], None
     cfg.out.mkdir(parents=True, exist_ok=True)
     log = _StageLog(cfg.out, say or (lambda message: None))
     stages: dict[str, Any] = {}
+    data = {"corpus": [str(p) for p in cfg.corpus] or "built-in (Python documentation)",
+            "eval_corpus": [str(p) for p in cfg.eval_corpus] or None}
+    if not cfg.eval_corpus:   # one held-out split for every stage
+        train_txt, held_txt = split_corpus(cfg, cfg.out / "data")
+        cfg = cfg.replace(corpus=(train_txt,), eval_corpus=(held_txt,))
+        data["split"] = {"train": str(train_txt), "heldout": str(held_txt), "heldout_fraction": 0.1, "seed": 0}
+        log("data", f"held out {held_txt} (10% of the documents) for evaluation and calibration")
+    stages["data"] = data
     if cfg.teacher is None:
         teacher, stages["pretrain"] = _pretrain(cfg, log, console)
     else:
@@ -270,7 +289,7 @@ def run_pipeline(cfg: PipelineConfig, *, console=None, say: Callable[[str], None
         stages["pretrain"] = {"skipped": f"--teacher {teacher}", "dir": str(teacher)}
         log("pretrain", f"skipped: using the teacher in {teacher}")
     student, stages["distill"] = _distill(cfg, teacher, log, console)
-    calib = cfg.calib or write_calibration_text(cfg, cfg.out / "calib.txt")
+    calib = cfg.calib or write_calibration_text(cfg.eval_corpus, cfg.out / "calib.txt")
     bundle, stages["export"] = _export(cfg, student, calib, log)
     report, headline = _bench(cfg, bundle, teacher, cfg.lengths_from or calib, log)
     stages["bench"] = {"dir": str(cfg.out / "report"), "headline": headline}
@@ -291,6 +310,10 @@ def pipeline_markdown(summary: dict[str, Any], bench_md: Path) -> str:
     lines = ["# edgebert pipeline", "",
              f"Total {summary['seconds']:.0f} s. Every figure below was measured in this run.", "",
              "| stage | result |", "|---|---|"]
+    data = st["data"]
+    held = data["split"]["heldout"] if "split" in data else ", ".join(data["eval_corpus"] or [])
+    lines.append(f"| data | train: {data['corpus'] if isinstance(data['corpus'], str) else ', '.join(data['corpus'])}; "
+                 f"held out (evaluation, calibration): {held} |")
     if "skipped" in pre:
         lines.append(f"| pretrain | skipped ({pre['skipped']}) |")
     else:

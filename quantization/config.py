@@ -6,6 +6,9 @@ Why these defaults (measured on all-MiniLM-L6-v2, see benchmarks/export_minilm.p
   ``DynamicQuantizeMatMul``); per-channel weights keep sentence-embedding cosine ~0.992 where
   per-tensor weights drop it to ~0.96, and quantizing the ``Attention`` op (-> ``QAttention``) gives the
   largest speed-up.
+* with calibration text, dynamic INT8 first computes the few outlier activation channels in float
+  (``outlier_ratio`` 6, ``quantization.outliers``): cosine 0.992 -> 0.9967 with every node still INT8
+  (ratio 8: 0.9962, 10: 0.9957, 12: 0.9951, 16: 0.9922; 6 splits 10 MatMuls, 16 channels).
 * static INT8 is QDQ, symmetric S8S8 on the *standard-op* (unfused) graph: the form TensorRT
   consumes (TensorRT does not read ORT's contrib ops). Only MatMul/Gemm with a weight initializer are
   quantized; activation x activation MatMuls (QK^T, PV) stay float.

@@ -51,6 +51,13 @@ def test_every_stage_runs_and_lands_in_one_report(run):
     assert st["distill"]["student_parameters"] < st["distill"]["teacher_parameters"]
     assert st["export"]["fp32_max_abs_diff"] < 1e-4 and st["export"]["fused_ops"]["Attention"] == 1
     calib_lines = (out / "calib.txt").read_text().splitlines()        # held-out documents, never training text
+    train_text = (out / "data" / "train.txt").read_text()
+    held = [d for d in (out / "data" / "heldout.txt").read_text().split("\n\n") if d.strip()]
+    assert len(held) == 6 and not any(d.strip() in train_text for d in held)        # 10% of 60 documents
+    assert all(line in (out / "data" / "heldout.txt").read_text() for line in calib_lines)
+    for stage in ("teacher/pretrain_config.json", "student/distill_config.json"):   # every stage, one split
+        cfg = json.loads((out / stage).read_text())
+        assert cfg["eval_corpus"] == [str(out / "data" / "heldout.txt")], stage
     assert calib_lines and st["export"]["int8_accuracy"]["n"] == min(24, len(calib_lines))
     assert 0.9 < st["export"]["int8_accuracy"]["mean"] <= 1
     headline = summary["headline"]
@@ -65,7 +72,7 @@ def test_every_stage_runs_and_lands_in_one_report(run):
     assert "| distill | 4 steps" in md and "Speedups over the fp32 PyTorch teacher" in md and "| onnx cpu int8 |" in md
     stages = [json.loads(x)["stage"] for x in (out / "pipeline.jsonl").read_text().splitlines()]
     order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
-    assert order == ["pretrain", "distill", "export", "bench", "pipeline"]
+    assert order == ["data", "pretrain", "distill", "export", "bench", "pipeline"]
     assert len(lines) == len(stages)
 
 
