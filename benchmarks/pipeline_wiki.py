@@ -3,13 +3,14 @@ SST-2 dev length mix, copied into ``benchmarks/results/pipeline_wiki/``.
 
     .venv/bin/python benchmarks/pipeline_wiki.py [--teacher runs/wiki12-teacher] [--out runs/pipeline-wiki]
 
-Without ``--teacher`` it first pretrains the 12-layer x 256 teacher (``--train-preset wiki-12l``: 400 steps,
-about 20 minutes on 2 idle cores); the same teacher comes from
+Without ``--teacher`` it first pretrains the 12-layer x 256 teacher (``--train-preset wiki-12l``: 1000 steps,
+about 35 minutes on 2 idle cores); the same recipe as a separate command:
 
     edgebert pretrain --train-preset wiki-12l --corpus ../shared/data/wikitext-2-raw/wiki.valid.raw \\
         --eval-corpus ../shared/data/wikitext-2-raw/wiki.test.raw --out runs/wiki12-teacher
 
-Then: distil a 4-layer student (300 steps), export it (fused fp32 + guarded INT8 with the outlier
+(The checked-in teacher ran the preset's first 400 steps with a 400-step schedule, then
+``--resume --max-steps 1000``.) Then: distil a 4-layer student (300 steps), export it (fused fp32 + guarded INT8 with the outlier
 split), and bench it against the fp32 PyTorch teacher (batch 1, 8 x seq 16-128 and the SST-2 dev mix).
 Target (issue #5): student INT8 >= 5.5x faster than the teacher at batch 1 x seq 128. Run it on an
 otherwise idle machine; the report records the load.

@@ -167,7 +167,7 @@ PRETRAIN_PRESETS: dict[str, dict[str, Any]] = {
                        max_seq_len=128, dupe_factor=5, max_eval_examples=2000,
                        train_preset="wiki-small"),
     # The 12-layer teacher of the pipeline's benchmark (a 4-layer student is 1/3 of its depth): the
-    # wiki-small data and width, 12 layers, 400 steps at a lower peak LR (deep post-LN needs it).
+    # wiki-small data and width, 12 layers, 1000 steps at a lower peak LR (deep post-LN needs it).
     "wiki-12l": dict(model_preset="small", model_overrides={**_SMALL_256, "num_hidden_layers": 12},
                      vocab_size=12000, max_seq_len=128, dupe_factor=5, max_eval_examples=2000,
                      train_preset="wiki-12l"),

@@ -173,8 +173,8 @@ TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "wiki-small": dict(max_steps=1000, batch_size=32, lr=7e-4, warmup_steps=80, log_every=20,
                        eval_every=250, save_every=250),
     # The 12-layer WikiText teacher (edgebert.pretrain "wiki-12l").
-    "wiki-12l": dict(max_steps=400, batch_size=32, lr=5e-4, warmup_steps=40, log_every=20,
-                     eval_every=200, save_every=100),
+    "wiki-12l": dict(max_steps=1000, batch_size=32, lr=5e-4, warmup_steps=40, log_every=20,
+                     eval_every=250, save_every=250),
 }
 
 
