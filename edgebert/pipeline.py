@@ -216,7 +216,7 @@ def _export(cfg: PipelineConfig, student: Path, calib: Path, log: _StageLog) -> 
     ecfg = ExportConfig(model_dir=student, out_dir=cfg.out / "bundle", task="embed", int8=True, calib=calib,
                         calib_size=cfg.calib_size, max_accuracy_loss=cfg.max_accuracy_loss)
     log("export", "fused fp32 + dynamic INT8 (outlier split, accuracy guard)")
-    r = export_bundle(ecfg, on_step=lambda message: None)
+    r = export_bundle(ecfg, on_step=lambda message: log("export", message))
     fp32, int8 = r.manifest["models"]["fp32"], r.manifest["models"]["int8"]
     quant = int8["quantization"]
     figures = {"dir": str(r.bundle_dir), "seconds": round(r.seconds, 1), "fused_ops": fp32["fused_ops"],
@@ -226,7 +226,7 @@ def _export(cfg: PipelineConfig, student: Path, calib: Path, log: _StageLog) -> 
                "int8_quantized_nodes": quant["quantized_nodes"], "int8_candidate_nodes": quant["candidate_nodes"],
                "int8_excluded_nodes": quant["excluded_nodes"],
                "outlier_channels": (quant.get("outlier_split") or {}).get("channels", 0)}
-    for line in r.summary_lines():
+    for line in r.summary_lines()[1:]:          # the first line repeats the bundle path and time
         log("export", line)
     log("export", f"done in {r.seconds:.0f} s", **figures)
     return r.bundle_dir, figures
