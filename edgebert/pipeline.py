@@ -90,18 +90,31 @@ class PipelineConfig:
         if self.student_layers >= self.teacher_layers:
             raise ConfigError(f"a {self.student_layers}-layer student is not smaller than its "
                               f"{self.teacher_layers}-layer teacher", "use fewer --student-layers")
-        set_("bench_batches", tuple(self.bench_batches))
-        set_("bench_seqs", tuple(self.bench_seqs))
+        if self.max_accuracy_loss is not None and not 0.0 <= self.max_accuracy_loss < 1.0:
+            raise ConfigError(f"max accuracy loss {self.max_accuracy_loss!r} must be in [0, 1)",
+                              "e.g. 0.01 = mean cosine at least 0.99")
+        bench = self.bench_config(self.out / "bundle")    # bad bench settings fail now, not after training
+        set_("bench_batches", bench.batches)
+        set_("bench_seqs", bench.seqs)
 
     @property
     def teacher_layers(self) -> int:
-        if self.teacher is not None:
-            return int(json.loads((self.teacher / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"])
         from .config import BertConfig
         from .pretrain import PRETRAIN_PRESETS
 
+        if self.teacher is not None:
+            return BertConfig.load(self.teacher).num_hidden_layers
         recipe = PRETRAIN_PRESETS[self.pretrain_preset]
         return BertConfig.preset(recipe["model_preset"], **recipe.get("model_overrides", {})).num_hidden_layers
+
+    def bench_config(self, bundle: Path, teacher: Path | None = None, lengths: Path | None = None):
+        """The benchmark stage's ``BenchConfig``: every provider, fp32 + INT8, against the teacher."""
+        from .bench import BenchConfig
+
+        return BenchConfig(bundle, providers=("cpu", "cuda", "tensorrt"), precisions=("fp32", "int8"),
+                           batches=self.bench_batches, seqs=self.bench_seqs, lengths_from=lengths,
+                           max_texts=self.bench_max_texts, reference=teacher, threads=self.threads,
+                           iters=self.bench_iters, report_dir=self.out / "report", progress=self.progress)
 
     @classmethod
     def preset(cls, name: str, out: str | Path, **overrides: Any) -> "PipelineConfig":
@@ -233,12 +246,9 @@ def _export(cfg: PipelineConfig, student: Path, calib: Path, log: _StageLog) -> 
 
 
 def _bench(cfg: PipelineConfig, bundle: Path, teacher: Path, lengths: Path, log: _StageLog) -> tuple[dict, dict]:
-    from .bench import BenchConfig, run_bench
+    from .bench import run_bench
 
-    bcfg = BenchConfig(bundle, providers=("cpu", "cuda", "tensorrt"), precisions=("fp32", "int8"),
-                       batches=cfg.bench_batches, seqs=cfg.bench_seqs, lengths_from=lengths,
-                       max_texts=cfg.bench_max_texts, reference=teacher, threads=cfg.threads,
-                       iters=cfg.bench_iters, report_dir=cfg.out / "report", progress=cfg.progress)
+    bcfg = cfg.bench_config(bundle, teacher, lengths)
     log("bench", f"student bundle vs the fp32 PyTorch teacher: batch {list(bcfg.batches)} x seq {list(bcfg.seqs)}")
     report = run_bench(bcfg)
     headline = headline_speedups(report)

@@ -96,6 +96,12 @@ def test_config_rejects_bad_combinations(corpus, run, tmp_path):
     with pytest.raises(ConfigError, match="unknown pipeline preset"):
         PipelineConfig.preset("huge", tmp_path / "x")
     assert PipelineConfig.preset("demo", tmp_path / "x").teacher_layers == 12
+    # stage settings that would only fail after minutes of training are rejected up front
+    with pytest.raises(ConfigError, match="seq 2 is too short"):
+        tiny_config(tmp_path / "x", corpus, bench_seqs=(2, 16))
+    with pytest.raises(ConfigError, match="max accuracy loss"):
+        tiny_config(tmp_path / "x", corpus, max_accuracy_loss=1.5)
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("case", ["non-empty out", "missing corpus", "unknown preset"])
