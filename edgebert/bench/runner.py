@@ -367,8 +367,11 @@ def _derive(report: dict[str, Any], shape: ModelShape, task: str) -> None:
     calibration = report["calibration"]
     ref = report.get("reference") or {}
     ref_shape = ModelShape.from_hf_dict(ref["config"]) if ref.get("config") else shape   # e.g. the teacher
-    ref_task = {"encoder": "embed"}.get(ref.get("task"), ref.get("task") or task)
-    shape_of = lambda provider: (ref_shape, ref_task) if provider == "torch" else (shape, task)  # noqa: E731
+    ref_task = "embed" if ref.get("task") == "encoder" else (ref.get("task") or task)  # BertModel has a pooler
+
+    def shape_of(provider: str) -> tuple[ModelShape, str]:
+        """The torch rows time the reference model, which may be deeper than the bundle's."""
+        return (ref_shape, ref_task) if provider == "torch" else (shape, task)
     ref_p50 = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in report["results"]
                if r["provider"] == "torch"}
     for r in report["results"]:
