@@ -8,13 +8,19 @@ Layout of a bundle directory::
 
     manifest.json      {"format": "edgebert-bundle", "version": 1, "task": ..., "models": {...}, "files": {...}}
     model.onnx         fused fp32 graph            (models.fp32.file)
-    model.int8.onnx    INT8 graph, if exported     (models.int8.file)
+    model.int8.onnx    default INT8 graph          (models.int8.file; its target, e.g. "portable")
+    model.int8-<t>.onnx  more INT8 graphs          (models["int8-<t>"], one per extra target)
     model.fp16.onnx    FP16 graph, if exported     (models.fp16.file)
     tokenizer.json     Hugging Face tokenizers JSON
     config.json        the source model's Hugging Face BertConfig JSON
 
 ``manifest["files"]`` maps every file name (except the manifest) to its sha256; ``verify_files``
 re-hashes them and raises ``BundleError`` on any mismatch.
+
+Version 2 gives every model entry a ``precision``, and every INT8 entry its ``target`` and
+``requires`` (what a host needs to run it exactly: ``u8s8_exact``, see ``edgebert.runtime.hostcpu``).
+Version 1 bundles are still read: their one INT8 graph has 8-bit int8 weights, so it is treated as
+needing exact U8S8 products (``LEGACY_INT8``).
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISI
 
 MANIFEST_NAME = "manifest.json"
 BUNDLE_FORMAT = "edgebert-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 TASKS = ("embed", "mlm", "cls")
 PRECISIONS = ("fp32", "int8", "fp16")
 # Output names per task, in graph order.
@@ -63,9 +70,10 @@ def read_manifest(bundle_dir: str | os.PathLike) -> dict[str, Any]:
         raise BundleError(f"{path} must hold a JSON object", "re-export the bundle")
     if manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{path} is not an edgebert bundle manifest (format={manifest.get('format')!r})")
-    if manifest.get("version") != BUNDLE_VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise BundleError(f"{path} has bundle version {manifest.get('version')!r}; this edgebert reads "
-                          f"version {BUNDLE_VERSION}", "re-export the bundle with this edgebert")
+                          f"versions {', '.join(map(str, READABLE_VERSIONS))}",
+                          "re-export the bundle with this edgebert")
     missing = [k for k in _REQUIRED_KEYS if k not in manifest]
     if missing:
         raise BundleError(f"{path} lacks {', '.join(missing)}", "re-export the bundle")
@@ -104,14 +112,36 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: dict[str, Any] | None 
     return dict(files)
 
 
+LEGACY_INT8 = {"target": "legacy-8bit",
+               "requires": {"arch": ["x86_64", "arm64"], "u8s8_exact": True,
+                            "exact_on": ["x86-vnni", "arm64"],
+                            "elsewhere": "run with session.x64quantprecision=1"}}
+
+
+def model_precision(key: str, entry: dict[str, Any]) -> str:
+    """An entry's precision (version 1 entries: their key)."""
+    return str(entry.get("precision") or key.split("-", 1)[0])
+
+
+def int8_graphs(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{model key: entry}`` of every INT8 graph, the default (``int8``) first; version 1 entries get
+    ``LEGACY_INT8``'s target and requirements."""
+    out = {}
+    for key, entry in manifest["models"].items():
+        if model_precision(key, entry) == "int8":
+            out[key] = entry if "requires" in entry else {**LEGACY_INT8, **entry}
+    return dict(sorted(out.items(), key=lambda kv: kv[0] != "int8"))
+
+
 def model_path(bundle_dir: str | os.PathLike, precision: str = "fp32",
-               manifest: dict[str, Any] | None = None) -> Path:
-    """Path of the ``fp32`` / ``int8`` / ``fp16`` model of a bundle; ``BundleError`` if not exported."""
+               manifest: dict[str, Any] | None = None, key: str | None = None) -> Path:
+    """Path of the ``fp32`` / ``int8`` / ``fp16`` model of a bundle (or of the model entry ``key``, e.g.
+    ``int8-x86-vnni``); ``BundleError`` if not exported."""
     if precision not in PRECISIONS:
         raise BundleError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
     bundle_dir = Path(bundle_dir)
     manifest = manifest if manifest is not None else read_manifest(bundle_dir)
-    entry = manifest["models"].get(precision)
+    entry = manifest["models"].get(key or precision)
     if entry is None:
         have = ", ".join(manifest["models"])
         flag = {"int8": " with --int8", "fp16": " with --fp16"}.get(precision, "")

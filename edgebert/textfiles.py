@@ -76,3 +76,21 @@ def iter_texts(path: str | Path, limit: int | None = None, *, pairs: bool = Fals
         raise DataError(f"{path} is not UTF-8 text ({exc.reason})") from exc
     if count == 0:
         raise DataError(f"{path} holds no text", "pass a file with at least one sentence")
+
+
+# ------------------------------------------------------------------ the built-in English text
+BUILTIN_TEXT = Path(__file__).resolve().parent / "assets" / "calibration_en.txt"
+BUILTIN_PARTS = ("calibration", "held-out")
+
+
+def builtin_texts(part: str) -> list[str]:
+    """The built-in English text (808 original lines of mixed genre and length, Apache-2.0, shipped in
+    the package): ``calibration`` = the 606 lines with index % 4 != 3, ``held-out`` = the other 202.
+
+    INT8 export calibrates on the first part and gates accuracy on the second; ``edgebert check``
+    re-measures on the second, so a device check repeats exactly what the export measured.
+    """
+    if part not in BUILTIN_PARTS:
+        raise ValueError(f"unknown part {part!r}; use one of {BUILTIN_PARTS}")
+    lines = [t for t in BUILTIN_TEXT.read_text(encoding="utf-8").splitlines() if t.strip()]
+    return [t for i, t in enumerate(lines) if (i % 4 == 3) == (part == "held-out")]

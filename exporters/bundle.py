@@ -13,9 +13,14 @@ from edgebert.config import BertConfig
 from edgebert.fileio import sha256_file, write_json
 
 __all__ = ["MANIFEST_NAME", "read_manifest", "verify_bundle", "verify_files", "model_path",
-           "tokenizer_path", "build_manifest", "write_manifest", "MODEL_FILES"]
+           "tokenizer_path", "build_manifest", "write_manifest", "MODEL_FILES", "int8_file"]
 
 MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+
+
+def int8_file(target: str, default: bool) -> str:
+    """``model.int8.onnx`` for the bundle's default INT8 graph, ``model.int8-<target>.onnx`` for others."""
+    return MODEL_FILES["int8"] if default else f"model.int8-{target}.onnx"
 
 
 def verify_bundle(bundle_dir: str | Path) -> dict[str, Any]:

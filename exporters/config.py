@@ -42,13 +42,16 @@ class ExportConfig:
     max_sequence_length: int | None = None     # None: config.max_position_embeddings
     # INT8
     int8: bool = False
-    int8_mode: str = "dynamic"
-    per_channel: bool = True
+    int8_mode: str = "dynamic"                 # dynamic: CPU integer-op graphs per target | static: QDQ (TensorRT)
+    int8_targets: tuple[str, ...] = ("portable",)   # quantization.targets; the first is the default graph
+    per_channel: bool | None = None            # None: the target recipe's (per-channel)
     quantize_attention: bool = True            # dynamic: Attention -> QAttention
-    calib: Path | None = None
+    calib: Path | None = None                  # None: the built-in English text
     calib_size: int = 256
-    max_accuracy_loss: float | None = None
-    outlier_ratio: float = 6.0                 # dynamic + calib: outlier channels stay float (0: off)
+    gate_size: int = 200                       # held-out texts the accuracy gate measures on
+    max_accuracy_loss: float | None = None     # None: the task's default budget (the gate is always on)
+    outlier_ratio: float | None = None         # None: the recipe's (3); 0: no outlier split
+    activation_scales: str | None = None       # None: the recipe's (calibrated); per-call: dynamic
     # FP16
     fp16: bool = False
     fp16_tolerance: float = 2e-2
@@ -68,9 +71,12 @@ class ExportConfig:
                               "17 is the default and what the fusion gate is verified on")
         if self.int8_mode not in INT8_MODES:
             raise ConfigError(f"unknown INT8 mode {self.int8_mode!r}", f"use one of {', '.join(INT8_MODES)}")
+        object.__setattr__(self, "int8_targets", (self.int8_targets,) if isinstance(self.int8_targets, str)
+                           else tuple(self.int8_targets))
         if not self.int8:
-            if self.int8_mode != "dynamic" or self.calib is not None or self.max_accuracy_loss is not None:
-                raise ConfigError("--int8-mode, --calib and --max-accuracy-loss need --int8",
+            if (self.int8_mode != "dynamic" or self.calib is not None or self.max_accuracy_loss is not None
+                    or self.int8_targets != ("portable",)):
+                raise ConfigError("--int8-mode, --target, --calib and --max-accuracy-loss need --int8",
                                   "add --int8")
         if self.max_sequence_length is not None and (
                 not isinstance(self.max_sequence_length, int) or self.max_sequence_length < 8):
@@ -90,9 +96,10 @@ class ExportConfig:
         op_types = None
         if self.int8_mode == "dynamic" and not self.quantize_attention:
             op_types = ("MatMul",)
-        return Int8Config(mode=self.int8_mode, per_channel=self.per_channel, op_types=op_types,
-                          calib=self.calib, calib_size=self.calib_size,
-                          max_accuracy_loss=self.max_accuracy_loss, outlier_ratio=self.outlier_ratio)
+        return Int8Config(mode=self.int8_mode, targets=self.int8_targets, per_channel=self.per_channel,
+                          op_types=op_types, calib=self.calib, calib_size=self.calib_size, gate_size=self.gate_size,
+                          max_accuracy_loss=self.max_accuracy_loss, outlier_ratio=self.outlier_ratio,
+                          activation_scales=self.activation_scales)
 
     def fp16_config(self) -> Fp16Config:
         return Fp16Config(tolerance=self.fp16_tolerance)
@@ -109,8 +116,9 @@ class ExportConfig:
 
 EXPORT_PRESETS: dict[str, dict[str, Any]] = {
     "fp32": {},
-    "cpu-int8": dict(int8=True, int8_mode="dynamic", per_channel=True),
+    "cpu-int8": dict(int8=True, int8_mode="dynamic"),
+    "cpu-fleet": dict(int8=True, int8_mode="dynamic", int8_targets=("portable", "x86-vnni")),
     "gpu-fp16": dict(fp16=True),
-    # needs calib=...: static QDQ S8S8 for TensorRT, plus fp16 for the TensorRT fallback layers
-    "tensorrt": dict(int8=True, int8_mode="static", per_channel=True, fp16=True),
+    # static QDQ S8S8 for TensorRT, plus fp16 for the TensorRT fallback layers
+    "tensorrt": dict(int8=True, int8_mode="static", fp16=True),
 }

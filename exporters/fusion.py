@@ -16,7 +16,7 @@ from pathlib import Path
 
 from edgebert.config import BertConfig
 from edgebert.errors import ValidationError
-from quantization.graph import op_type_counts, quiet_logging
+from edgebert.onnx_graph import op_type_counts, quiet_logging
 
 GELU_OPS = ("BiasGelu", "Gelu", "FastGelu")
 SKIP_LN_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")

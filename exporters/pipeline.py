@@ -21,17 +21,12 @@ from edgebert.checkpoint import CONFIG_NAME, load_model
 from edgebert.config import BertConfig
 from edgebert.errors import CheckpointError, ConfigError, ValidationError
 from edgebert.fileio import atomic_dir, write_text
-from quantization.accuracy import AccuracyProbe, quantize_with_guard
-from quantization.calibration import TextBatches, prepared_tokenizer
-from quantization.dynamic import DynamicInt8Quantizer
 from quantization.fp16 import check_fp16_structure, convert_to_fp16
-from quantization.graph import op_type_counts
-from quantization.outliers import split_outliers
-from quantization.static import StaticQdqInt8Quantizer
 
 from .bundle import MODEL_FILES, build_manifest, verify_bundle, write_manifest
 from .config import TASK_ARCHITECTURES, ExportConfig, default_task
 from .fusion import check_fusion, fuse_bert
+from .int8 import Int8Export, export_host, export_int8
 from .onnx_export import export_onnx, prepare
 from .tokenizer_info import find_tokenizer, tokenizer_metadata
 from .validate import Case, cpu_session, make_cases, torch_reference, validate_graph
@@ -53,25 +48,9 @@ class ExportResult:
         lines = [f"bundle: {self.bundle_dir} (task {m['task']}, opset {m['opset']}, {self.seconds:.1f}s)",
                  f"fp32 model.onnx: {ops}; max |onnx - torch| = {fp32['validation']['max_abs_diff']:.2g} "
                  f"(tolerance {fp32['validation']['tolerance']:g}, {len(fp32['validation']['cases'])} shapes)"]
-        if "int8" in m["models"]:
-            q = m["models"]["int8"]
-            quant = q["quantization"]
-            counts = ", ".join(f"{k}={v}" for k, v in quant["op_counts"].items()
-                               if k in ("QAttention", "MatMulInteger", "DynamicQuantizeMatMul", "MatMul",
-                                        "QuantizeLinear", "DequantizeLinear", "Attention"))
-            line = (f"int8 {q['file']}: {quant['mode']} {quant['format']}, "
-                    f"{'per-channel' if quant['per_channel'] else 'per-tensor'}; {counts}")
-            acc = q.get("accuracy")
-            if acc:
-                line += (f"; {acc['metric']} mean {acc['mean']:.4f}"
-                         + (f" min {acc['min']:.4f}" if acc.get("min") is not None else "")
-                         + f" over {acc['n']} texts")
-            if quant["excluded_nodes"]:
-                line += f"; kept float: {len(quant['excluded_nodes'])} node(s)"
-            split = quant.get("outlier_split") or {}
-            if split.get("channels"):
-                line += f"; {split['channels']} outlier channel(s) float in {split['nodes']} MatMul(s)"
-            lines.append(line)
+        for key, q in m["models"].items():
+            if q.get("precision") == "int8":
+                lines.append(_int8_line(q))
         if "fp16" in m["models"]:
             v = m["models"]["fp16"]["validation"]
             if v.get("mode") == "structural":
@@ -79,6 +58,31 @@ class ExportResult:
             else:
                 lines.append(f"fp16 model.fp16.onnx: max |onnx - torch| = {v['max_abs_diff']:.2g} on CPU")
         return lines
+
+
+def _int8_line(q: dict) -> str:
+    """One summary line per INT8 graph: target, recipe, ops, gate figure, batch invariance."""
+    quant = q["quantization"]
+    counts = ", ".join(f"{k}={v}" for k, v in quant["op_counts"].items()
+                       if k in ("QAttention", "MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeMatMul",
+                                "MatMul", "QuantizeLinear", "DequantizeLinear", "Attention"))
+    if quant.get("mode") == "static":
+        kind = f"static {quant['format']}"
+    else:
+        kind = f"{quant['weight_type']} weights {quant['weight_range']}, {quant['activation_scales'].split(' ')[0]} scales"
+    line = f"int8 {q['file']} (target {q['target']}): {kind}; {counts}"
+    acc = q["accuracy"]
+    line += (f"; {acc['metric']} mean {acc['mean']:.4f}" + (f" min {acc['min']:.4f}" if acc.get("min") is not None else "")
+             + f" on {acc['n']} held-out texts (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
+    if quant["excluded_nodes"]:
+        line += f"; kept float: {len(quant['excluded_nodes'])} of {quant['candidate_nodes']} node(s)"
+    split = quant.get("outlier_split") or {}
+    if split.get("channels"):
+        line += f"; {split['channels']} outlier channel(s) float in {split['nodes']} MatMul(s)"
+    line += f"; batch-invariance 1-cos {q['batch_invariance']['max_1_minus_cos']:.2g}"
+    if q["requires"].get("u8s8_exact"):
+        line += "; needs exact U8S8 (VNNI/ARM64, elsewhere the runtime sets session.x64quantprecision=1)"
+    return line
 
 
 class _Steps:
@@ -138,12 +142,14 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         check_fusion(counts, model_cfg, task)
         fused_val = validate_graph(fused, cases, refs, names, cfg.fp32_tolerance, "fusion")
         say("validated fused graph", fused_ops=counts, max_abs_diff=fused_val["max_abs_diff"])
-        models = {"fp32": {"file": MODEL_FILES["fp32"], "graph": "fused", "fused_ops": counts,
+        models = {"fp32": {"file": MODEL_FILES["fp32"], "precision": "fp32", "graph": "fused", "fused_ops": counts,
                            "validation": fused_val,
                            "unfused_validation": {k: raw_val[k] for k in ("max_abs_diff", "tolerance")}}}
         if cfg.int8:
-            models["int8"] = _export_int8(cfg, task, raw, fused, staging, work, tok_file, tok_meta,
-                                          cases, refs, names, say)
+            qcfg = cfg.int8_config()
+            shared = Int8Export(qcfg, task, raw, fused, work, tok_file, tok_meta["pad_id"], cases, refs, names,
+                                cfg.fp32_tolerance, say)
+            models.update(export_int8(qcfg, staging, shared, say))
         if cfg.fp16:
             models["fp16"] = _export_fp16(cfg, fused, staging, cases, refs, names, say)
 
@@ -152,7 +158,8 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         manifest = build_manifest(task=task, cfg=model_cfg, model_dir=cfg.model_dir,
                                   architecture=model_cfg.architecture, max_len=max_len,
                                   tokenizer=tok_meta, opset=cfg.opset, models=models,
-                                  extra={"attention_mask": "raw 2-D mask (any padding side)"})
+                                  extra={"attention_mask": "raw 2-D mask (any padding side)",
+                                         "export_host": export_host()})
         manifest = write_manifest(staging, manifest)
         verify_bundle(staging)
         say("bundle written", files=list(manifest["files"]))
@@ -168,60 +175,6 @@ def _make_readable(folder: Path) -> None:
     os.chmod(folder, 0o777 & ~umask)
     for path in folder.iterdir():
         os.chmod(path, 0o666 & ~umask)
-
-
-def _export_int8(cfg: ExportConfig, task: str, raw: Path, fused: Path, staging: Path, work: Path,
-                 tok_file: Path, tok_meta: dict, cases: list[Case], refs: list, names: tuple[str, ...],
-                 say: _Steps) -> dict:
-    qcfg = cfg.int8_config()
-    out = staging / MODEL_FILES["int8"]
-    probe = calibration = None
-    if qcfg.calib is not None:
-        tok = prepared_tokenizer(tok_file, qcfg.calib_seq_len)
-        batches = TextBatches(qcfg.calib, tok, qcfg.calib_size, qcfg.calib_batch_size, qcfg.calib_seq_len,
-                              pad_id=tok_meta["pad_id"])
-        say(f"fp32 reference on {qcfg.calib.name}")
-        probe = AccuracyProbe(task, fused, batches)
-        calibration = {"file": str(qcfg.calib.resolve()), "n": probe.sentences,
-                       "max_length": qcfg.calib_seq_len}
-    outlier_split = None
-    if qcfg.mode == "dynamic":
-        source = fused
-        if qcfg.splits_outliers:
-            say(f"splitting outlier channels (ratio {qcfg.outlier_ratio:g})")
-            source = work / "model.split.onnx"
-            plan = split_outliers(fused, source, batches, qcfg.outlier_ratio)
-            split_val = validate_graph(source, cases, refs, names, cfg.fp32_tolerance, "outlier split")
-            outlier_split = {"ratio": qcfg.outlier_ratio, "nodes": len(plan),
-                             "channels": sum(len(c) for c in plan.values()), "float_channels": plan,
-                             "max_abs_diff": split_val["max_abs_diff"]}
-            say("validated outlier split", nodes=len(plan), channels=outlier_split["channels"],
-                max_abs_diff=split_val["max_abs_diff"])
-        quantizer = DynamicInt8Quantizer(source, qcfg)
-    else:
-        static_batches = TextBatches(qcfg.calib, prepared_tokenizer(tok_file, qcfg.calib_seq_len),
-                                     qcfg.calib_size, qcfg.calib_batch_size, qcfg.calib_seq_len,
-                                     pad_to=qcfg.calib_seq_len, pad_id=tok_meta["pad_id"])
-        quantizer = StaticQdqInt8Quantizer(raw, qcfg, static_batches, work)
-    candidates = quantizer.candidates()
-    say(f"quantizing INT8 ({qcfg.mode}, {len(candidates)} nodes)")
-    guard = quantize_with_guard(quantizer, out, probe, qcfg.max_accuracy_loss, qcfg.sensitivity_size, say)
-    validation = validate_graph(out, cases, refs, names, None, "int8")
-    excluded = guard.excluded if guard else []
-    quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
-             "quantized_nodes": len(candidates) - len(excluded), "excluded_nodes": excluded,
-             "op_counts": op_type_counts(out)}
-    if calibration:
-        quant["calibration"] = calibration
-    if qcfg.mode == "dynamic":
-        quant["outlier_split"] = outlier_split or {
-            "applied": False, "reason": "off (--outlier-ratio 0)" if qcfg.calib is not None and qcfg.outlier_ratio == 0
-            else "needs --calib text for activation statistics"}
-    entry = {"file": MODEL_FILES["int8"], "graph": quantizer.graph, "quantization": quant,
-             "accuracy": guard.as_dict(qcfg.max_accuracy_loss) if guard else None, "validation": validation}
-    say("INT8 done", op_counts=quant["op_counts"], accuracy=entry["accuracy"] and {
-        k: entry["accuracy"][k] for k in ("metric", "mean", "min", "n")}, excluded=excluded)
-    return entry
 
 
 def _export_fp16(cfg: ExportConfig, fused: Path, staging: Path, cases: list[Case], refs: list,
@@ -243,5 +196,5 @@ def _export_fp16(cfg: ExportConfig, fused: Path, staging: Path, cases: list[Case
         validation = {"mode": "cpu", **validate_graph(out, cases, refs, names, fcfg.tolerance, "fp16",
                                                       relative=True)}
     say("FP16 done", max_abs_diff=validation.get("max_abs_diff"))
-    return {"file": MODEL_FILES["fp16"], "graph": "fused", "op_block_list": list(fcfg.op_block_list),
+    return {"file": MODEL_FILES["fp16"], "precision": "fp16", "graph": "fused", "op_block_list": list(fcfg.op_block_list),
             "keep_io_types": True, "structure": structure, "validation": validation}

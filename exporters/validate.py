@@ -18,6 +18,7 @@ import onnxruntime as ort
 import torch
 
 from edgebert.errors import ValidationError
+from edgebert.runtime.hostcpu import PRECISION_OPTION
 
 Arrays = dict[str, np.ndarray]
 
@@ -65,8 +66,11 @@ def torch_reference(wrapped: torch.nn.Module, cases: list[Case], output_names: t
 
 
 def cpu_session(path: str | Path) -> ort.InferenceSession:
+    """CPU session computing U8S8 products exactly on every host (a no-op for float graphs), so an INT8
+    graph made for a VNNI/ARM64 target is validated as that target runs it."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.add_session_config_entry(PRECISION_OPTION, "1")
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 

@@ -1,15 +1,13 @@
-"""The accuracy guard: measure an INT8 graph against the fp32 graph on real text, and keep the most
-sensitive nodes float until the loss fits the budget.
+"""The accuracy gate: measure an INT8 graph against the fp32 graph on held-out text, and keep the
+most sensitive nodes float until the loss fits the budget.
 
-Metrics (per task), all against the fp32 model's own outputs on the same text:
+Metrics per task (``edgebert.runtime.fidelity``): 1 - mean cosine of sentence embeddings (embed),
+1 - label agreement (cls), 1 - top-1 agreement (mlm), each with a continuous ``distance``.
 
-* ``embed``: cosine of sentence embeddings (mean pooling over the attention mask); loss = 1 - mean.
-* ``cls``:   label agreement (argmax of logits);                                 loss = 1 - rate.
-* ``mlm``:   top-1 agreement over every non-pad token;                           loss = 1 - rate.
-
-Label/top-1 agreement moves in steps of 1/n, too coarse to rank single nodes on a few dozen texts,
-so every measurement also yields a continuous ``distance``: 1 - cosine (embed), total-variation
-distance of the softmax (cls), |p_fp32 - p_int8| of the fp32 top-1 token (mlm).
+Every graph is measured as the target computes it: sessions set ``session.x64quantprecision=1``, so
+on an export host whose U8S8 kernel saturates (AVX2 without VNNI) a graph made for a VNNI/ARM target
+is still measured with exact products (the option is a no-op where products are exact already, and
+for 7-bit weights). The figure in the manifest is therefore the target's, not the export host's.
 
 Sensitivity is measured per node: quantize *only* that node and record the distance it alone causes
 (errors of separate nodes add up nearly linearly in BERT, measured on MiniLM). Then the shortest
@@ -28,11 +26,10 @@ import numpy as np
 import onnxruntime as ort
 
 from edgebert.errors import ValidationError
+from edgebert.runtime.fidelity import METRICS, OUTPUT, Fidelity, FidelityTracker, summarize
+from edgebert.runtime.hostcpu import PRECISION_OPTION
 
 from .calibration import TextBatches
-
-METRICS = {"embed": "cosine", "cls": "label_agreement", "mlm": "top1_agreement"}
-_OUTPUT = {"embed": "last_hidden_state", "cls": "logits", "mlm": "logits"}
 
 
 class Quantizer(Protocol):
@@ -40,61 +37,15 @@ class Quantizer(Protocol):
     def quantize(self, out_path, exclude=(), only=None) -> Path: ...
 
 
-def cpu_session(path: str | Path, threads: int | None = None) -> ort.InferenceSession:
+def cpu_session(path: str | Path, threads: int | None = None, exact: bool = True) -> ort.InferenceSession:
+    """A CPU session; ``exact`` (default) computes U8S8 products exactly on every host (see module doc)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if exact:
+        so.add_session_config_entry(PRECISION_OPTION, "1")
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
-def _summary(task: str, output: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-    """What the metric compares, per batch (small: never the full MLM logits)."""
-    if task == "embed":
-        m = mask[..., None].astype(np.float32)
-        emb = (output.astype(np.float32) * m).sum(1) / np.maximum(m.sum(1), 1.0)
-        return {"emb": emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)}
-    if task == "cls":
-        return {"label": output.argmax(-1), "probs": _softmax(output.astype(np.float64))}
-    real = output[mask.astype(bool)].astype(np.float64)          # (tokens, V)
-    return {"top1": real.argmax(-1), "probs": _softmax(real)}
-
-
-def _compare(task: str, ref: dict, got: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(per-item score, per-item distance) for one batch."""
-    if task == "embed":
-        cos = (ref["emb"] * got["emb"]).sum(1)
-        return cos, 1.0 - cos
-    if task == "cls":
-        return (ref["label"] == got["label"]).astype(np.float64), 0.5 * np.abs(ref["probs"] - got["probs"]).sum(1)
-    rows = np.arange(len(ref["top1"]))
-    p_ref = ref["probs"][rows, ref["top1"]]
-    p_got = got["probs"][rows, ref["top1"]]
-    return (ref["top1"] == got["probs"].argmax(-1)).astype(np.float64), np.abs(p_ref - p_got)
-
-
-@dataclass
-class AccuracyFigures:
-    metric: str
-    mean: float
-    min: float | None     # per-sentence minimum (cosine only)
-    n: int                # sentences
-    loss: float           # 1 - mean
-    distance: float       # continuous companion of the loss (see module docstring)
-    tokens: int | None = None
-
-    def as_dict(self) -> dict:
-        d = {"metric": self.metric, "mean": round(self.mean, 6),
-             "min": None if self.min is None else round(self.min, 6), "n": self.n,
-             "loss": float(f"{self.loss:.4g}"), "distance": float(f"{self.distance:.4g}")}
-        if self.tokens is not None:
-            d["tokens"] = self.tokens
-        return d
 
 
 class AccuracyProbe:
@@ -103,7 +54,7 @@ class AccuracyProbe:
     def __init__(self, task: str, fp32_path: str | Path, batches: TextBatches):
         self.task = task
         self.metric = METRICS[task]
-        self.output = _OUTPUT[task]
+        self.output = OUTPUT[task]
         self.batches = batches
         self.reference, self.batch_rows = self._summaries(fp32_path)
         self.sentences = sum(self.batch_rows)
@@ -116,27 +67,24 @@ class AccuracyProbe:
             if max_batches is not None and i >= max_batches:
                 break
             result = sess.run([self.output], {k: v for k, v in feeds.items() if k in names})[0]
-            out.append(_summary(self.task, result, feeds["attention_mask"]))
+            out.append(summarize(self.task, result, feeds["attention_mask"]))
             rows.append(int(feeds["input_ids"].shape[0]))
         return out, rows
 
-    def measure(self, path: str | Path, max_sentences: int | None = None) -> AccuracyFigures:
+    def measure(self, path: str | Path, max_sentences: int | None = None) -> Fidelity:
         max_batches = None if max_sentences is None else -(-max_sentences // self.batches.batch_size)
         got, rows = self._summaries(path, max_batches)
-        pairs = [_compare(self.task, r, g) for r, g in zip(self.reference, got)]
-        scores = np.concatenate([p[0] for p in pairs])
-        distance = float(np.concatenate([p[1] for p in pairs]).mean())
-        mean = float(scores.mean())
-        return AccuracyFigures(self.metric, mean, float(scores.min()) if self.task == "embed" else None,
-                               sum(rows), 1.0 - mean, distance,
-                               tokens=len(scores) if self.task == "mlm" else None)
+        tracker = FidelityTracker(self.task)
+        for ref, ours, n in zip(self.reference, got, rows):
+            tracker.add(ref, ours, n)
+        return tracker.result()
 
 
 @dataclass
 class GuardResult:
-    accuracy: AccuracyFigures
+    accuracy: Fidelity
     excluded: list[str] = field(default_factory=list)
-    before: AccuracyFigures | None = None          # all candidates quantized, when that missed
+    before: Fidelity | None = None          # all candidates quantized, when that missed
     sensitivity: list[dict] = field(default_factory=list)   # [{"node", "distance"}], most sensitive first
     search: list[dict] = field(default_factory=list)        # [{"excluded": k, "loss"}] as measured
 
@@ -190,9 +138,9 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
         if total >= share:
             guess = k
             break
-    measured: dict[int, AccuracyFigures] = {}
+    measured: dict[int, Fidelity] = {}
 
-    def loss_at(k: int) -> AccuracyFigures:
+    def loss_at(k: int) -> Fidelity:
         quantizer.quantize(out_path, exclude=nodes[:k])
         measured[k] = probe.measure(out_path)
         say(f"{k} node(s) kept float: {probe.metric} loss {measured[k].loss:.5f}")
@@ -222,3 +170,44 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
     if k != hi:
         quantizer.quantize(out_path, exclude=nodes[:hi])   # the file holds the last try; restore the fit
     return GuardResult(measured[hi], nodes[:hi], before, ranking, search)
+
+
+def batch_invariance(path: str | Path, task: str, probe_feeds: list[dict[str, np.ndarray]],
+                     batch_mates: dict[str, np.ndarray]) -> dict:
+    """Run each row of ``probe_feeds`` alone, then inside one batch with ``batch_mates`` (long texts),
+    and report the worst change of the task output: 1 - cos of the summary vector (sentence embedding
+    for embed, logits for cls, per-token logits for mlm)."""
+    sess = cpu_session(path)
+    names = {i.name for i in sess.get_inputs()}
+    output = OUTPUT[task]
+    worst, rows = 0.0, 0
+    for feeds in probe_feeds:
+        width = max(feeds["input_ids"].shape[1], batch_mates["input_ids"].shape[1])
+        alone = sess.run([output], {k: v for k, v in feeds.items() if k in names})[0]
+        mixed = {k: np.concatenate([_pad(feeds[k], width), _pad(batch_mates[k], width)]) for k in feeds}
+        together = sess.run([output], {k: v for k, v in mixed.items() if k in names})[0][:len(alone)]
+        for r in range(len(alone)):
+            n = int(feeds["attention_mask"][r].sum())
+            a, b = _row_vector(task, alone[r], n), _row_vector(task, together[r], n)
+            cos = float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
+            worst = max(worst, 1.0 - cos)
+            rows += 1
+    return {"max_1_minus_cos": float(f"{worst:.3g}"), "texts": rows,
+            "batch_mates": int(batch_mates["input_ids"].shape[0]),
+            "batch_mate_tokens": int(batch_mates["attention_mask"].sum(1).max()),
+            "method": "each text alone vs inside one right-padded batch with long texts; 1 - cos of the "
+                      "mean-pooled embedding (embed), the logits (cls) or the real-token logits (mlm)"}
+
+
+def _pad(array: np.ndarray, width: int) -> np.ndarray:
+    out = np.zeros((array.shape[0], width), dtype=array.dtype)
+    out[:, :array.shape[1]] = array
+    return out
+
+
+def _row_vector(task: str, out: np.ndarray, n: int) -> np.ndarray:
+    if task == "embed":
+        return out[:n].astype(np.float64).mean(0)
+    if task == "cls":
+        return out.astype(np.float64)
+    return out[:n].astype(np.float64).ravel()

@@ -1,17 +1,17 @@
 """INT8 and FP16 settings: one typed, validated dataclass per precision, with named presets.
 
-Why these defaults (measured on all-MiniLM-L6-v2, see benchmarks/export_minilm.py):
+CPU INT8 (``mode="dynamic"``: integer ops on the fused graph) is made per deployment target; each
+target's recipe (weight range, outlier split, activation scales) is data in ``quantization.targets``,
+with the measurements that chose it. The fields here that default to ``None`` take the recipe's value;
+set them to override every target's recipe.
 
-* dynamic INT8 runs on the *fused* graph (ORT CPU kernels ``QAttention``, ``MatMulInteger`` /
-  ``DynamicQuantizeMatMul``); per-channel weights keep sentence-embedding cosine ~0.992 where
-  per-tensor weights drop it to ~0.96, and quantizing the ``Attention`` op (-> ``QAttention``) gives the
-  largest speed-up.
-* with calibration text, dynamic INT8 first computes the few outlier activation channels in float
-  (``outlier_ratio`` 6, ``quantization.outliers``): cosine 0.992 -> 0.9967 with every node still INT8
-  (ratio 8: 0.9962, 10: 0.9957, 12: 0.9951, 16: 0.9922; 6 splits 10 MatMuls, 16 channels).
-* static INT8 is QDQ, symmetric S8S8 on the *standard-op* (unfused) graph: the form TensorRT
-  consumes (TensorRT does not read ORT's contrib ops). Only MatMul/Gemm with a weight initializer are
-  quantized; activation x activation MatMuls (QK^T, PV) stay float.
+Static INT8 (``mode="static"``) is QDQ, symmetric S8S8 on the *standard-op* (unfused) graph: the form
+TensorRT consumes (TensorRT does not read ORT's contrib ops). Only MatMul/Gemm with a weight
+initializer are quantized; activation x activation MatMuls (QK^T, PV) stay float.
+
+Calibration text defaults to the built-in English text (``edgebert.textfiles.builtin_texts``); the
+accuracy gate measures on held-out text the calibration did not see, against a default budget per task
+(``edgebert.runtime.fidelity.DEFAULT_BUDGETS``).
 """
 
 from __future__ import annotations
@@ -22,35 +22,38 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.errors import ConfigError, DataError
+from edgebert.runtime.fidelity import DEFAULT_BUDGETS
+
+from .targets import ACTIVATION_SCALES, TARGET_NAMES, Int8Recipe, resolve_targets
 
 INT8_MODES = ("dynamic", "static")
 CALIBRATE_METHODS = ("minmax", "percentile", "entropy")
-DYNAMIC_OP_TYPES = ("MatMul", "Attention")   # Attention -> QAttention, MatMul -> MatMulInteger
 STATIC_OP_TYPES = ("MatMul", "Gemm")
 
 
 @dataclass(frozen=True)
 class Int8Config:
-    """How to quantize to INT8 and how much accuracy loss is acceptable.
+    """How to quantize to INT8, for which targets, and how much accuracy loss is acceptable.
 
-    ``max_accuracy_loss`` is in the task metric's units: 1 - mean cosine (embed), 1 - label agreement
-    (cls), 1 - top-1 agreement (mlm), all against the fp32 model on ``calib`` text. ``None`` measures
-    and reports only.
+    ``max_accuracy_loss`` is in the task metric's loss units: 1 - mean cosine (embed), 1 - label
+    agreement (cls), 1 - top-1 agreement (mlm), against the fp32 model on held-out text; ``None``
+    takes the task's default budget.
     """
 
     mode: str = "dynamic"
-    per_channel: bool = True
-    op_types: tuple[str, ...] | None = None      # None: DYNAMIC_OP_TYPES / STATIC_OP_TYPES by mode
-    calib: Path | None = None                    # text / TSV (sentence column) / WikiText raw
-    calib_size: int = 256                        # sentences read from calib (cap; streamed)
+    targets: tuple[str, ...] = ("portable",)     # dynamic mode: one INT8 graph per target (first = default)
+    per_channel: bool | None = None              # None: the recipe's (per-channel)
+    op_types: tuple[str, ...] | None = None      # None: the recipe's / STATIC_OP_TYPES
+    calib: Path | None = None                    # None: the built-in English text
+    calib_size: int = 256                        # texts that calibrate (cap; streamed)
+    gate_size: int = 200                         # held-out texts the accuracy gate measures on
     calib_batch_size: int = 32
     calib_seq_len: int = 128                     # truncation length (static: also the fixed padding)
-    calibrate_method: str = "minmax"
-    max_accuracy_loss: float | None = None
-    sensitivity_size: int = 64                   # sentences used to rank nodes by sensitivity
-    # dynamic mode with calib: input channels whose calibration |max| exceeds this x the median
-    # channel's stay float (quantization.outliers); 0 turns the split off
-    outlier_ratio: float = 6.0
+    calibrate_method: str = "minmax"             # static QDQ only
+    max_accuracy_loss: float | None = None       # None: DEFAULT_BUDGETS[task]
+    sensitivity_size: int = 64                   # texts used to rank nodes by sensitivity
+    outlier_ratio: float | None = None           # None: the recipe's; 0: no outlier split
+    activation_scales: str | None = None         # None: the recipe's (calibrated); or per-call
 
     def __post_init__(self) -> None:
         if self.mode not in INT8_MODES:
@@ -58,44 +61,64 @@ class Int8Config:
         if self.calibrate_method not in CALIBRATE_METHODS:
             raise ConfigError(f"unknown calibration method {self.calibrate_method!r}",
                               f"use one of {', '.join(CALIBRATE_METHODS)}")
+        targets = (self.targets,) if isinstance(self.targets, str) else tuple(self.targets)
+        targets = tuple(t.strip().lower() for name in targets for t in name.split(",") if t.strip())
+        bad = [t for t in targets if t not in TARGET_NAMES]
+        if not targets or bad:
+            raise ConfigError(f"unknown INT8 target {bad[0] if bad else '(none)'!r}",
+                              f"use one or more of {', '.join(TARGET_NAMES)}")
+        object.__setattr__(self, "targets", targets)
+        if self.mode == "static" and targets != ("portable",):
+            raise ConfigError("--target chooses CPU INT8 graphs; static QDQ INT8 is one graph for TensorRT",
+                              "drop --target, or use --int8-mode dynamic")
         if self.calib is not None:
             object.__setattr__(self, "calib", Path(self.calib))
             if not self.calib.is_file():
                 raise DataError(f"calibration file {self.calib} not found",
                                 "pass a text file (one sentence per line), a TSV with a 'sentence' "
-                                "column, or WikiText raw")
-        if self.mode == "static" and self.calib is None:
-            raise ConfigError("static INT8 needs calibration text", "pass --calib FILE")
-        if self.max_accuracy_loss is not None:
-            if not 0.0 <= float(self.max_accuracy_loss) < 1.0:
-                raise ConfigError(f"max accuracy loss {self.max_accuracy_loss!r} must be in [0, 1)",
-                                  "e.g. 0.005 = at most 0.5 points")
-            if self.calib is None:
-                raise ConfigError("--max-accuracy-loss needs text to measure accuracy on",
-                                  "pass --calib FILE")
-        for name in ("calib_size", "calib_batch_size", "calib_seq_len", "sensitivity_size"):
+                                "column, or WikiText raw; or leave --calib out for the built-in text")
+        if self.max_accuracy_loss is not None and not (
+                isinstance(self.max_accuracy_loss, (int, float)) and not isinstance(self.max_accuracy_loss, bool)
+                and 0.0 <= float(self.max_accuracy_loss) < 1.0):
+            raise ConfigError(f"max accuracy loss {self.max_accuracy_loss!r} must be in [0, 1)",
+                              "e.g. 0.005 = at most 0.5 points")
+        for name in ("calib_size", "gate_size", "calib_batch_size", "calib_seq_len", "sensitivity_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
-        if not (isinstance(self.outlier_ratio, (int, float)) and not isinstance(self.outlier_ratio, bool)
+        if self.outlier_ratio is not None and not (
+                isinstance(self.outlier_ratio, (int, float)) and not isinstance(self.outlier_ratio, bool)
                 and (self.outlier_ratio == 0 or self.outlier_ratio > 1)):
             raise ConfigError(f"outlier ratio {self.outlier_ratio!r} must be 0 (off) or > 1",
-                              "6 keeps ~1 channel per MatMul float on BERT")
+                              "3 keeps a few channels per MatMul float on BERT")
+        if self.activation_scales is not None and self.activation_scales not in ACTIVATION_SCALES:
+            raise ConfigError(f"unknown activation scales {self.activation_scales!r}",
+                              f"use one of {', '.join(ACTIVATION_SCALES)}")
         if self.op_types is not None:
             object.__setattr__(self, "op_types", tuple(self.op_types))
             if not self.op_types:
                 raise ConfigError("op_types is empty", "leave it unset for the defaults")
 
-    @property
-    def splits_outliers(self) -> bool:
-        """The outlier split needs activation statistics (calib) and per-call scales (dynamic)."""
-        return self.mode == "dynamic" and self.calib is not None and self.outlier_ratio > 0
+    def recipes(self) -> tuple[list[Int8Recipe], list[str]]:
+        """The targets' recipes with this config's overrides, and notes (how ``host`` was resolved)."""
+        recipes, notes = resolve_targets(self.targets)
+        overrides = {k: v for k, v in (("per_channel", self.per_channel), ("op_types", self.op_types),
+                                       ("outlier_ratio", self.outlier_ratio),
+                                       ("activation_scales", self.activation_scales)) if v is not None}
+        return [r.replace(**overrides) for r in recipes], notes
+
+    def budget(self, task: str) -> float:
+        """The accuracy gate's budget for ``task``."""
+        return float(self.max_accuracy_loss) if self.max_accuracy_loss is not None else DEFAULT_BUDGETS[task]
 
     @property
     def resolved_op_types(self) -> tuple[str, ...]:
-        if self.op_types is not None:
-            return self.op_types
-        return DYNAMIC_OP_TYPES if self.mode == "dynamic" else STATIC_OP_TYPES
+        """Static QDQ mode's op types."""
+        return self.op_types if self.op_types is not None else STATIC_OP_TYPES
+
+    @property
+    def static_per_channel(self) -> bool:
+        return True if self.per_channel is None else self.per_channel
 
     def replace(self, **changes: Any) -> "Int8Config":
         return dataclasses.replace(self, **changes)
@@ -108,12 +131,14 @@ class Int8Config:
 
 
 INT8_PRESETS: dict[str, dict[str, Any]] = {
-    # CPU (x86 AVX2/AVX512-VNNI, ARM): fused graph, QAttention + MatMulInteger, per-channel weights.
-    "cpu": dict(mode="dynamic", per_channel=True),
-    # Smallest/fastest CPU graph when accuracy allows: per-tensor weights.
-    "cpu-per-tensor": dict(mode="dynamic", per_channel=False),
+    # any x86-64 / ARM64 CPU: the portable recipe (7-bit weights, calibrated scales, outlier split)
+    "cpu": dict(mode="dynamic", targets=("portable",)),
+    # a portable graph plus an 8-bit one the runtime picks on VNNI / ARM64 hosts
+    "cpu-fleet": dict(mode="dynamic", targets=("portable", "x86-vnni")),
+    # the recipe for the machine exporting (when it is also the device)
+    "cpu-host": dict(mode="dynamic", targets=("host",)),
     # TensorRT: QDQ, symmetric S8S8, standard ops only.
-    "tensorrt": dict(mode="static", per_channel=True),
+    "tensorrt": dict(mode="static"),
 }
 
 

@@ -1,4 +1,6 @@
-"""Dynamic INT8 on the fused graph: weights quantized offline, activations per call.
+"""INT8 for CPUs on the fused graph, by target recipe (``quantization.targets``): integer ops
+(``QAttention``, ``MatMulInteger`` / ``MatMulIntegerToFloat``), int8 or uint8 weights quantized offline,
+uint8 activations quantized per call or with calibrated scales (``quantization.scales``).
 
 ``quantize_dynamic`` cannot type the outputs of ORT's fused contrib ops (Attention,
 SkipLayerNormalization ...) with ONNX shape inference; ``DefaultTensorType=FLOAT`` tells it they are
@@ -9,27 +11,40 @@ outlier channels were split off (``quantization.outliers``) the float outlier Ma
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from .config import Int8Config
-from .graph import quiet_logging, weight_nodes
+from .activations import ChannelStats
+from edgebert.onnx_graph import quiet_logging, weight_nodes
 from .outliers import float_only_nodes
+from .scales import freeze_activation_scales
+from .targets import Int8Recipe
 
 
 class DynamicInt8Quantizer:
-    """Quantize one fused fp32 graph, optionally leaving named nodes float."""
+    """Quantize one fused fp32 graph (optionally outlier-split) by ``recipe``, leaving named nodes float.
+
+    ``stats`` (channel ranges on calibration text) is needed for calibrated activation scales;
+    ``plan`` is the outlier split's ``{node: channels}``.
+    """
 
     format = "QOperator"
     graph = "fused"
 
-    def __init__(self, fp32_path: str | Path, cfg: Int8Config):
+    def __init__(self, fp32_path: str | Path, recipe: Int8Recipe, stats: ChannelStats | None = None,
+                 plan: dict[str, list[int]] | None = None):
+        if recipe.activation_scales == "calibrated" and stats is None:
+            raise ValueError("calibrated activation scales need ChannelStats from calibration text")
         self.source = Path(fp32_path)
-        self.cfg = cfg
-        self.op_types = cfg.resolved_op_types
+        self.recipe = recipe
+        self.op_types = recipe.op_types
+        self.stats = stats
+        self.plan = plan or {}
         self.float_only = float_only_nodes(self.source)
+        self.last_scales: dict | None = None
 
     def candidates(self) -> list[str]:
         """Nodes this quantizer turns into INT8 (weight-bearing nodes of the op types), under the names
@@ -42,19 +57,33 @@ class DynamicInt8Quantizer:
 
     def quantize(self, out_path: str | Path, exclude: list[str] | tuple[str, ...] = (),
                  only: str | None = None) -> Path:
-        with quiet_logging():
-            quantize_dynamic(
-                str(self.source), str(out_path),
-                op_types_to_quantize=list(self.op_types),
-                per_channel=self.cfg.per_channel,
-                weight_type=QuantType.QInt8,
-                nodes_to_quantize=[only] if only else None,
-                nodes_to_exclude=[*exclude, *self.float_only],
-                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True},
-            )
-        return Path(out_path)
+        r = self.recipe
+        out_path = Path(out_path)
+        with tempfile.TemporaryDirectory(prefix="edgebert-q-") as tmp:
+            per_call = out_path if r.activation_scales == "per-call" else Path(tmp) / "per_call.onnx"
+            with quiet_logging():
+                quantize_dynamic(
+                    str(self.source), str(per_call),
+                    op_types_to_quantize=list(self.op_types),
+                    per_channel=r.per_channel,
+                    reduce_range=r.reduce_range,
+                    weight_type=QuantType.QInt8 if r.weight_type == "int8" else QuantType.QUInt8,
+                    nodes_to_quantize=[only] if only else None,
+                    nodes_to_exclude=[*exclude, *self.float_only],
+                    extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True},
+                )
+            if r.activation_scales == "calibrated":
+                self.last_scales = freeze_activation_scales(per_call, out_path, self.stats, self.plan)
+        return out_path
 
     def describe(self) -> dict:
-        return {"mode": "dynamic", "format": self.format, "graph": self.graph,
-                "per_channel": self.cfg.per_channel, "weight_type": "int8",
-                "activation_type": "uint8 (dynamic, per call)", "op_types": list(self.op_types)}
+        r = self.recipe
+        return {"mode": "dynamic", "format": self.format, "graph": self.graph, "target": r.target,
+                "per_channel": r.per_channel, "weight_type": r.weight_type, "reduce_range": r.reduce_range,
+                "weight_range": "[-64, 64] (7-bit)" if r.reduce_range else
+                                "[0, 255]" if r.weight_type == "uint8" else "[-127, 127]",
+                "activation_type": "uint8",
+                "activation_scales": r.activation_scales + (" (fixed from calibration text: batch-invariant)"
+                                                            if r.activation_scales == "calibrated" else
+                                                            " (from each call's min/max: batch-dependent)"),
+                "op_types": list(self.op_types)}

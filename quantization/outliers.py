@@ -9,9 +9,9 @@ INT8 gives cosine 0.9995, activations included 0.992 (measured, benchmarks/expor
 What (LLM.int8()-style decomposition, done in the graph): for a weight MatMul ``y = x @ W`` whose
 input channels ``o`` have calibration |max| > ``ratio`` x the median channel's::
 
-    y = (x * keep) @ W   +   x[..., o] @ W[o, :]
-        ^ INT8 (outliers zeroed,        ^ float, k = len(o) columns
-          so they no longer set the scale)
+    y = (x * keep) @ (W * keep[:, None])   +   x[..., o] @ W[o, :]
+        ^ INT8 (outliers zeroed in input         ^ float, k = len(o) columns
+          and weight: they set no scale)
 
 The result is exactly ``x @ W`` in fp32 (validated like every other graph change); the float part is
 a (tokens x k) @ (k x n) MatMul with k of 1-3, so it costs little. The float MatMuls carry
@@ -25,12 +25,13 @@ from typing import Iterable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from .graph import load
+from .activations import ChannelStats
+from edgebert.onnx_graph import drop_unused_initializers, load
 
 OUTLIER_SUFFIX = "/outlier_float_MatMul"
+MASK_SUFFIX = "/outlier_Mul"      # the Mul that zeroes the outlier channels of the INT8 input
 Feeds = dict[str, np.ndarray]
 
 
@@ -42,44 +43,31 @@ def split_candidates(model: onnx.ModelProto) -> dict[str, str]:
             and not n.name.endswith(OUTLIER_SUFFIX)}
 
 
-def activation_absmax(fp32_path: str | Path, batches: Iterable[Feeds], tensors: list[str]) -> dict[str, np.ndarray]:
-    """Per-channel max |x| of each tensor over the real (unpadded) tokens of ``batches``."""
-    model = load(fp32_path)
-    del model.graph.output[:]
-    for name in tensors:
-        model.graph.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL   # keep every tensor named
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    inputs = {i.name for i in sess.get_inputs()}
-    absmax: dict[str, np.ndarray] = {}
-    for feeds in batches:
-        real = feeds["attention_mask"].astype(bool)
-        for name, value in zip(tensors, sess.run(tensors, {k: v for k, v in feeds.items() if k in inputs})):
-            m = np.abs(value[real]).max(0)
-            absmax[name] = m if name not in absmax else np.maximum(absmax[name], m)
-    return absmax
-
-
 def outlier_channels(absmax: np.ndarray, ratio: float) -> np.ndarray:
     """Indices of channels whose |max| exceeds ``ratio`` x the median channel's."""
     return np.flatnonzero(absmax > ratio * float(np.median(absmax)))
 
 
-def split_outliers(fp32_path: str | Path, out_path: str | Path, batches: Iterable[Feeds],
-                   ratio: float) -> dict[str, list[int]]:
-    """Write ``fp32_path`` with outlier channels split off every weight MatMul; ``{node: channels}``."""
+def split_outliers(fp32_path: str | Path, out_path: str | Path, batches: Iterable[Feeds] | None,
+                   ratio: float, stats: ChannelStats | None = None) -> dict[str, list[int]]:
+    """Write ``fp32_path`` with outlier channels split off every weight MatMul; ``{node: channels}``.
+
+    Channel ranges come from ``stats`` (``ChannelStats`` of the MatMul inputs) or are collected on
+    ``batches``. The main MatMul gets both its outlier input channels zeroed (a Mul) and the matching
+    weight rows zeroed: either alone keeps the product exact in fp32; the zeroed rows let calibrated
+    INT8 graphs drop the Mul (``quantization.scales``), the Mul keeps per-call scales free of outliers.
+    """
     model = load(fp32_path)
     graph = model.graph
     candidates = split_candidates(model)
-    absmax = activation_absmax(fp32_path, batches, sorted(set(candidates.values())))
+    if stats is None:
+        stats = ChannelStats.collect(fp32_path, batches or (), sorted(set(candidates.values())))
     weights = {i.name: i for i in graph.initializer}
     plan: dict[str, list[int]] = {}
-    nodes = list(graph.node)
     new_nodes: list[onnx.NodeProto] = []
-    for node in nodes:
-        channels = outlier_channels(absmax[node.input[0]], ratio) if node.name in candidates else np.array([])
+    for node in graph.node:
+        channels = (outlier_channels(stats.absmax(node.input[0]), ratio) if node.name in candidates
+                    else np.array([], dtype=np.int64))
         if len(channels) == 0:
             new_nodes.append(node)
             continue
@@ -90,11 +78,13 @@ def split_outliers(fp32_path: str | Path, out_path: str | Path, batches: Iterabl
         p = node.name
         graph.initializer.extend([numpy_helper.from_array(keep, f"{p}/outlier_keep"),
                                   numpy_helper.from_array(channels.astype(np.int64), f"{p}/outlier_index"),
-                                  numpy_helper.from_array(w[channels].astype(w.dtype), f"{p}/outlier_weight")])
+                                  numpy_helper.from_array(w[channels].astype(w.dtype), f"{p}/outlier_weight"),
+                                  numpy_helper.from_array((w * keep[:, None]).astype(w.dtype),
+                                                          f"{p}/outlier_main_weight")])
         x, y = node.input[0], node.output[0]
-        node.input[0], node.output[0] = f"{p}/outlier_masked", f"{p}/outlier_main"
+        node.input[0], node.input[1], node.output[0] = f"{p}/outlier_masked", f"{p}/outlier_main_weight", f"{p}/outlier_main"
         new_nodes += [
-            helper.make_node("Mul", [x, f"{p}/outlier_keep"], [f"{p}/outlier_masked"], name=f"{p}/outlier_Mul"),
+            helper.make_node("Mul", [x, f"{p}/outlier_keep"], [f"{p}/outlier_masked"], name=f"{p}{MASK_SUFFIX}"),
             node,
             helper.make_node("Gather", [x, f"{p}/outlier_index"], [f"{p}/outlier_x"], axis=-1,
                              name=f"{p}/outlier_Gather"),
@@ -104,6 +94,7 @@ def split_outliers(fp32_path: str | Path, out_path: str | Path, batches: Iterabl
         ]
     del graph.node[:]
     graph.node.extend(new_nodes)
+    drop_unused_initializers(graph)
     onnx.checker.check_model(model)
     onnx.save(model, str(out_path))
     return plan

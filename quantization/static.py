@@ -14,7 +14,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from .calibration import TextBatches, TextCalibrationReader
 from .config import Int8Config
-from .graph import activation_matmuls, quiet_logging, weight_nodes
+from edgebert.onnx_graph import activation_matmuls, quiet_logging, weight_nodes
 
 _METHODS = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
             "entropy": CalibrationMethod.Entropy}
@@ -52,7 +52,7 @@ class StaticQdqInt8Quantizer:
                 str(self.source), str(out_path), TextCalibrationReader(self.batches),
                 quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=list(self.op_types),
-                per_channel=self.cfg.per_channel,
+                per_channel=self.cfg.static_per_channel,
                 activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8,
                 calibrate_method=_METHODS[self.cfg.calibrate_method],
@@ -65,7 +65,7 @@ class StaticQdqInt8Quantizer:
 
     def describe(self) -> dict:
         return {"mode": "static", "format": self.format, "graph": self.graph,
-                "per_channel": self.cfg.per_channel, "weight_type": "int8", "activation_type": "int8",
+                "per_channel": self.cfg.static_per_channel, "weight_type": "int8", "activation_type": "int8",
                 "symmetric": True, "op_types": list(self.op_types),
                 "calibrate_method": self.cfg.calibrate_method,
                 "float_by_design": {"activation_matmuls": len(self.float_matmuls)}}

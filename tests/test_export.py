@@ -19,7 +19,7 @@ from exporters.config import default_task
 from exporters.fusion import check_fusion, fusion_shortfalls
 from exporters.onnx_export import export_onnx, prepare
 from exporters.validate import make_cases, torch_reference, validate_graph
-from quantization.graph import op_type_counts
+from edgebert.onnx_graph import op_type_counts
 
 from export_fixtures import make_calib_text, make_model_dir
 
@@ -33,11 +33,12 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def embed_bundle(work) -> tuple[Path, Path, dict]:
-    """fp32 + dynamic INT8 (per-channel, QAttention) + FP16 of a tiny BertModel."""
+    """fp32 + INT8 (portable target: per-channel 7-bit weights, QAttention, calibrated scales) + FP16 of a
+    tiny BertModel; 40 calibration texts, the next 40 held out for the gate."""
     model_dir = make_model_dir(work / "embed_model", "BertModel")
-    calib = make_calib_text(work / "calib.txt")
+    calib = make_calib_text(work / "calib.txt", n=80)
     result = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "embed_bundle", int8=True,
-                                        calib=calib, fp16=True))
+                                        calib=calib, calib_size=40, gate_size=40, fp16=True))
     return model_dir, result.bundle_dir, result.manifest
 
 
@@ -111,13 +112,23 @@ def test_int8_dynamic_quantizes_every_matmul_and_attention(embed_bundle):
     _, bundle, manifest = embed_bundle
     counts = op_type_counts(bundle / "model.int8.onnx")
     assert counts["QAttention"] == LAYERS
-    assert counts.get("MatMulInteger", 0) == 3 * LAYERS + 1            # 3 per layer + pooler Gemm->MatMul
-    assert "MatMul" not in counts and "Attention" not in counts
+    # calibrated scales: every weight MatMul is one MatMulIntegerToFloat fed by a fixed-scale QuantizeLinear
+    assert counts.get("MatMulIntegerToFloat", 0) == 3 * LAYERS + 1      # 3 per layer + pooler Gemm->MatMul
+    assert counts["QuantizeLinear"] == 4 * LAYERS + 1                      # + the QAttention inputs
+    assert not {"MatMulInteger", "DynamicQuantizeLinear", "Attention"} & set(counts)
     q = manifest["models"]["int8"]["quantization"]
+    assert counts.get("MatMul", 0) == q["outlier_split"].get("nodes", 0)   # float: only the outlier columns
     assert q["op_counts"] == counts and q["mode"] == "dynamic" and q["per_channel"] is True
+    assert q["target"] == "portable" and q["reduce_range"] is True and q["weight_type"] == "int8"
     assert q["quantized_nodes"] == q["candidate_nodes"] == 4 * LAYERS + 1          # + the pooler
-    acc = manifest["models"]["int8"]["accuracy"]
-    assert acc["metric"] == "cosine" and acc["n"] == 48 and 0.99 < acc["mean"] <= 1.0 + 1e-6
+    assert q["calibrated_scales"] == {"tensors": 4 * LAYERS + 1, "fused_matmuls": 3 * LAYERS + 1}
+    entry = manifest["models"]["int8"]
+    assert entry["precision"] == "int8" and entry["target"] == "portable"
+    assert entry["requires"]["u8s8_exact"] is False
+    acc = entry["accuracy"]
+    assert acc["metric"] == "cosine" and acc["n"] == 40 and 0.99 < acc["mean"] <= 1.0 + 1e-6
+    assert acc["held_out"]["skip"] == 40 and acc["max_accuracy_loss"] == 0.005    # the default embed budget
+    assert entry["batch_invariance"]["max_1_minus_cos"] < 1e-6 and entry["batch_invariance"]["texts"] == 8
 
 
 def test_fp16_weights_are_half_and_io_stays_float(embed_bundle):
@@ -133,7 +144,9 @@ def test_fp16_weights_are_half_and_io_stays_float(embed_bundle):
 def test_manifest_schema_and_hashes(embed_bundle):
     model_dir, bundle, manifest = embed_bundle
     assert read_manifest(bundle) == manifest == verify_bundle(bundle)
-    assert manifest["format"] == "edgebert-bundle" and manifest["version"] == 1
+    assert manifest["format"] == "edgebert-bundle" and manifest["version"] == 2
+    assert {k: m["precision"] for k, m in manifest["models"].items()} == {"fp32": "fp32", "int8": "int8", "fp16": "fp16"}
+    assert set(manifest["export_host"]) == {"arch", "kind", "flags", "u8s8", "cpu"}
     assert manifest["task"] == "embed" and manifest["source"]["architecture"] == "BertModel"
     assert manifest["config"]["num_hidden_layers"] == LAYERS and manifest["max_sequence_length"] == 128
     assert manifest["tokenizer"] == {"file": "tokenizer.json", "lowercase": True, "pad_id": 0, "cls_id": 2,
@@ -243,16 +256,19 @@ def test_fusion_gate_names_what_is_missing(tiny_config):
 def test_export_config_rejects_bad_combinations(tmp_path):
     calib = make_calib_text(tmp_path / "c.txt")
     ok = dict(model_dir=tmp_path / "m", out_dir=tmp_path / "b")
-    with pytest.raises(ConfigError, match="static INT8 needs calibration text"):
-        ExportConfig(**ok, int8=True, int8_mode="static")
+    with pytest.raises(ConfigError, match="unknown INT8 target 'avx9'"):
+        ExportConfig(**ok, int8=True, int8_targets=("avx9",))
+    with pytest.raises(ConfigError, match="need --int8"):
+        ExportConfig(**ok, int8_targets=("x86-vnni",))
     with pytest.raises(ConfigError, match="unknown task"):
         ExportConfig(**ok, task="ner")
     with pytest.raises(ConfigError, match="opset 11 is outside"):
         ExportConfig(**ok, opset=11)
     with pytest.raises(ConfigError, match="need --int8"):
         ExportConfig(**ok, calib=calib)
-    with pytest.raises(ConfigError, match="needs text"):
-        ExportConfig(**ok, int8=True, max_accuracy_loss=0.01)
+    assert ExportConfig(**ok, int8=True, max_accuracy_loss=0.01).int8_config().budget("embed") == 0.01
+    assert ExportConfig(**ok, int8=True).int8_config().budget("cls") == 0.01       # the gate is on by default
+    assert ExportConfig(**ok, int8=True, int8_mode="static").int8_config().calib is None   # built-in text
     with pytest.raises(ConfigError, match="unknown INT8 mode"):
         ExportConfig(**ok, int8=True, int8_mode="qat")
     assert ExportConfig(**ok, int8=True, int8_mode="static", calib=calib).int8_config().mode == "static"

@@ -1,5 +1,6 @@
-"""The outlier-channel split for dynamic INT8: exact in fp32, finds planted outlier channels, keeps
-their MatMuls float, and cuts the INT8 error. A tiny seeded model with one planted outlier channel."""
+"""The outlier-channel split for CPU INT8: exact in fp32, finds planted outlier channels, keeps their
+MatMuls float, zeroes their weight rows, and cuts the INT8 error. A tiny seeded model with one planted
+outlier channel."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from edgebert.checkpoint import load_model, save_model
 from edgebert.errors import ConfigError
 from exporters import ExportConfig, export_bundle
-from quantization import (OUTLIER_SUFFIX, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,
+from quantization import (OUTLIER_SUFFIX, TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,
                           float_only_nodes, op_type_counts, outlier_channels, prepared_tokenizer, split_outliers)
 from quantization.accuracy import cpu_session
 
@@ -69,6 +70,10 @@ def test_split_is_exact_in_fp32_and_finds_the_planted_channel(planted, calib, wo
     assert sorted(floats) == sorted(f"{n}{OUTLIER_SUFFIX}" for n in plan)
     before, after = op_type_counts(fused), op_type_counts(split)
     assert after["MatMul"] == before["MatMul"] + len(plan) and after["Gather"] == before.get("Gather", 0) + len(plan)
+    model = onnx.load(str(split))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    main = next(n for n in model.graph.node if n.name == ffn_in)
+    assert not inits[main.input[1]][plan[ffn_in]].any()             # the INT8 weight's outlier rows are zero
     feeds = next(iter(_batches(planted, calib)))
     ref = cpu_session(fused).run(["last_hidden_state"], feeds)[0]
     got = cpu_session(split).run(["last_hidden_state"], feeds)[0]
@@ -79,10 +84,12 @@ def test_split_keeps_outlier_matmuls_float_and_cuts_int8_error(planted, calib, w
     fused = planted / "model.onnx"
     split = work / "split2.onnx"
     split_outliers(fused, split, _batches(planted, calib), 6.0)
-    cfg = Int8Config(per_channel=True)
-    quantizer = DynamicInt8Quantizer(split, cfg)
+    # 8-bit weights, per-call scales: the recipe whose error the outlier channels dominate (the gate's
+    # sessions compute exact U8S8 products, so this holds on AVX2 and VNNI CPUs alike)
+    recipe = TARGETS["x86-vnni"].replace(activation_scales="per-call")
+    quantizer = DynamicInt8Quantizer(split, recipe)
     assert not set(quantizer.candidates()) & set(float_only_nodes(split))
-    plain = DynamicInt8Quantizer(fused, cfg).quantize(work / "plain.int8.onnx")
+    plain = DynamicInt8Quantizer(fused, recipe).quantize(work / "plain.int8.onnx")
     with_split = quantizer.quantize(work / "split.int8.onnx")
     graph = onnx.load(str(with_split)).graph
     float_matmuls = {n.name for n in graph.node if n.op_type == "MatMul"}
@@ -94,21 +101,28 @@ def test_split_keeps_outlier_matmuls_float_and_cuts_int8_error(planted, calib, w
 
 def test_export_records_the_split_and_validates_it(planted, calib, work):
     model_dir = work / "model"
+    per_call = dict(int8_targets=("x86-vnni",), activation_scales="per-call", max_accuracy_loss=0.5)
     manifest = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8", int8=True, calib=calib,
-                                          calib_size=48, validation_batch_sizes=(1, 3),
-                                          validation_seq_lens=(7, 64))).manifest
+                                          calib_size=48, outlier_ratio=6.0, **per_call,
+                                          validation_batch_sizes=(1, 3), validation_seq_lens=(7, 64))).manifest
     split = manifest["models"]["int8"]["quantization"]["outlier_split"]
-    assert split["ratio"] == 6.0 and split["channels"] >= 1
+    assert split["applied"] is True and split["ratio"] == 6.0 and split["channels"] >= 1
     assert OUTLIER in split["float_channels"]["/model/layer.0/intermediate/dense/MatMul"]
     assert split["max_abs_diff"] < 1e-4
     off = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8-off", int8=True, calib=calib,
-                                     calib_size=48, outlier_ratio=0, validation_batch_sizes=(1,),
-                                     validation_seq_lens=(7,))).manifest
+                                     calib_size=48, outlier_ratio=0, **per_call,
+                                     validation_batch_sizes=(1,), validation_seq_lens=(7,))).manifest
     assert off["models"]["int8"]["quantization"]["outlier_split"]["applied"] is False
-    assert manifest["models"]["int8"]["accuracy"]["loss"] < off["models"]["int8"]["accuracy"]["loss"]
-    no_calib = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8-nocalib", int8=True,
-                                          validation_batch_sizes=(1,), validation_seq_lens=(7,))).manifest
-    assert "calib" in no_calib["models"]["int8"]["quantization"]["outlier_split"]["reason"]
+    # distance (1 - mean cosine, 4 significant digits): the loss rounds to 0 at 6 decimals on this model
+    assert manifest["models"]["int8"]["accuracy"]["distance"] < off["models"]["int8"]["accuracy"]["distance"]
+    # no --calib: the built-in text calibrates, so the split (recipe ratio 3) happens by default
+    builtin = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8-builtin", int8=True,
+                                         max_accuracy_loss=0.5, validation_batch_sizes=(1,),
+                                         validation_seq_lens=(7,))).manifest
+    split = builtin["models"]["int8"]["quantization"]["outlier_split"]
+    assert split["applied"] is True and split["ratio"] == 3.0
+    assert OUTLIER in split["float_channels"]["/model/layer.0/intermediate/dense/MatMul"]
+    assert builtin["models"]["int8"]["quantization"]["calibration"]["calibration"]["source"] == "built-in calibration text"
 
 
 @pytest.mark.parametrize("ratio", [1.0, 0.5, -2, True])

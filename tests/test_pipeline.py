@@ -58,7 +58,8 @@ def test_every_stage_runs_and_lands_in_one_report(run):
     for stage in ("teacher/pretrain_config.json", "student/distill_config.json"):   # every stage, one split
         cfg = json.loads((out / stage).read_text())
         assert cfg["eval_corpus"] == [str(out / "data" / "heldout.txt")], stage
-    assert calib_lines and st["export"]["int8_accuracy"]["n"] == min(24, len(calib_lines))
+    # 6 held-out lines all calibrate; too few are left to hold out, so the gate used the built-in text
+    assert calib_lines and st["export"]["int8_accuracy"]["n"] == 200
     assert 0.9 < st["export"]["int8_accuracy"]["mean"] <= 1
     headline = summary["headline"]
     assert set(headline) == {"cpu_fp32_b1_s16_vs_reference", "cpu_int8_b1_s16_vs_reference",

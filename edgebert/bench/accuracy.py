@@ -11,15 +11,7 @@ from typing import Any
 
 import numpy as np
 
-
-def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    m = mask[:, :, None].astype(np.float64)
-    return (hidden.astype(np.float64) * m).sum(1) / np.maximum(m.sum(1), 1.0)
-
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+from ..runtime.fidelity import mean_pool, softmax
 
 
 class AccuracyTracker:
@@ -42,14 +34,14 @@ class AccuracyTracker:
             if "pooler_output" in ours and "pooler_output" in ref:
                 self.max_abs_pooler = max(self.max_abs_pooler,
                                           float(np.abs(ours["pooler_output"] - ref["pooler_output"]).max()))
-            a = _mean_pool(ours["last_hidden_state"], mask)
-            b = _mean_pool(ref["last_hidden_state"], mask)
+            a = mean_pool(ours["last_hidden_state"], mask)
+            b = mean_pool(ref["last_hidden_state"], mask)
             cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
             self.cosines.append(cos)
         elif self.task == "cls":
             ours_l, ref_l = ours["logits"], ref["logits"]
             self.max_abs = max(self.max_abs, float(np.abs(ours_l - ref_l).max()))
-            self.max_abs_prob = max(self.max_abs_prob, float(np.abs(_softmax(ours_l) - _softmax(ref_l)).max()))
+            self.max_abs_prob = max(self.max_abs_prob, float(np.abs(softmax(ours_l) - softmax(ref_l)).max()))
             self.agree += int((ours_l.argmax(-1) == ref_l.argmax(-1)).sum())
             self.total += len(ours_l)
         elif self.task == "mlm":

@@ -37,6 +37,9 @@ def provider_lines(report: dict) -> list[tuple[str, str, str]]:
         for p in paths:
             if not p["available"]:
                 lines.append((name, f"{p['precision']}: NOT MEASURED", p["reason"]))
+            elif p.get("int8_graph"):
+                g = p["int8_graph"]
+                lines.append((name, f"int8 graph: {g['target']}", g["reason"]))
     if report.get("reference"):
         threads = report["reference"]["torch_threads"]
         lines.append(("torch", "measured (reference)", f"PyTorch fp32 on CPU, {threads} thread{'s' if threads != 1 else ''}"))
@@ -62,6 +65,7 @@ def to_markdown(report: dict) -> str:
            f"- created: {report['created']}",
            f"- machine: {env.get('cpu')} ({env.get('machine')}), {env.get('cpu_count')} logical CPUs, "
            f"flags {' '.join(env.get('cpu_flags') or []) or '-'}",
+           f"- INT8 kernels here: {(env.get('int8_host') or {}).get('summary', 'not probed')}",
            f"- versions: onnxruntime {env.get('onnxruntime')}, torch {env.get('torch')}, "
            f"tokenizers {env.get('tokenizers')}, python {env.get('python')}",
            f"- threads: {threads if threads else 'library defaults (onnxruntime: one per physical core)'}",

@@ -199,7 +199,10 @@ class _Run:
 
 def _header(config: BenchConfig, manifest: dict, hf_config: dict, max_len: int) -> dict[str, Any]:
     """The report skeleton: config, machine, bundle, how things are measured."""
+    from ..runtime.hostcpu import detect_host
+
     environment = describe()
+    environment["int8_host"] = {**detect_host().as_dict(), "summary": detect_host().summary()}
     environment["threads_requested"] = config.threads
     environment["onnxruntime_intra_op_threads"] = (config.threads
                                                    or "onnxruntime default (one per physical core)")
@@ -285,6 +288,7 @@ def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
                                 "available": True, "model_file": session.model_file.name,
                                 "model_bytes": path.size_bytes, "load_rss_mb": _delta(loaded, before),
                                 "providers": session.providers, "notes": session.provider_notes,
+                                "int8_graph": session.int8_choice.as_dict() if session.int8_choice else None,
                                 "accuracy": accuracy, "reference": False})
     run.measure(path, name, before)
     del session, path

@@ -15,6 +15,8 @@ import numpy as np
 
 from ..bundle import PRECISIONS, model_path, open_bundle, tokenizer_path
 from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable
+from .hostcpu import detect_host
+from .int8_choice import choose_int8
 from .providers import ORT_NAMES, plan_providers, provider_options, short_name
 from .results import ClassificationResult, MaskPrediction
 from .text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_batch
@@ -33,11 +35,17 @@ class EdgeSession:
     truncate: cut over-long inputs to ``max_length`` (default) or raise ``DataError``.
     batch_size: inputs per onnxruntime call; inputs are length-sorted into batches, padded to each
     batch's longest row, and results come back in input order.
+    int8_target: with ``precision="int8"``, load the graph made for this target (``portable``,
+    ``x86-vnni`` ...) instead of the one chosen for this host (``int8_choice``). Either way a graph whose
+    8-bit weights would saturate this CPU's kernel is loaded with exact products or refused.
+    allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several
+    sessions in one process: an idle session's spinning threads steal the running one's cores).
     """
 
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str = "int8",
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
-                 batch_size: int = 32, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None):
+                 batch_size: int = 32, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
+                 int8_target: str | None = None, allow_spinning: bool = True):
         if precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
@@ -49,9 +57,13 @@ class EdgeSession:
         self.task: str = self.manifest["task"]
         self.precision = precision
         self.threads = threads
+        self.allow_spinning = bool(allow_spinning)
         self.truncate = bool(truncate)
         self.batch_size = batch_size
-        self.model_file = model_path(self.bundle_dir, precision, self.manifest)
+        self.host = detect_host()
+        self.int8_choice = choose_int8(self.manifest, self.host, int8_target) if precision == "int8" else None
+        self.model_file = model_path(self.bundle_dir, precision, self.manifest,
+                                     key=self.int8_choice.key if self.int8_choice else None)
         cfg = self.manifest["config"]
         self.hidden_size = int(cfg["hidden_size"])
         limit = int(min(self.manifest.get("max_sequence_length") or cfg["max_position_embeddings"],
@@ -82,6 +94,11 @@ class EdgeSession:
         if self.threads:
             opts.intra_op_num_threads = self.threads
             opts.inter_op_num_threads = 1
+        if not self.allow_spinning:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        for key, value in (self.int8_choice.session_config if self.int8_choice else {}).items():
+            opts.add_session_config_entry(key, value)
         input_names = [i["name"] for i in self.manifest["inputs"]]
         cache = None
         if "tensorrt" in plan.wanted:
@@ -92,6 +109,8 @@ class EdgeSession:
         chain = [(ORT_NAMES[p], provider_options(p, self.manifest, input_names, precision=self.precision,
                                                  trt_cache_dir=cache)) for p in plan.wanted]
         notes = list(plan.notes)
+        if self.int8_choice is not None:
+            notes.append(f"int8: {self.int8_choice.reason}")
         try:
             session = ort.InferenceSession(str(self.model_file), sess_options=opts, providers=chain)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented types
@@ -112,9 +131,11 @@ class EdgeSession:
                                           "use provider='cpu' or 'auto'")
             notes.append(why)
         if primary in ("tensorrt", "cuda") and self.precision == "int8":
-            notes.append(f"{primary} + int8: the bundle's INT8 model is dynamically quantized "
-                         "(DynamicQuantizeLinear/MatMulInteger), a CPU-oriented format; onnxruntime "
-                         "runs the nodes the GPU provider lacks on the CPU")
+            mode = (self.int8_choice.entry.get("quantization") or {}).get("format", "QOperator")
+            if mode != "QDQ":
+                notes.append(f"{primary} + int8: the {self.int8_choice.target} INT8 graph uses integer CPU "
+                             "ops (QAttention / MatMulInteger), a CPU-oriented format; onnxruntime runs the "
+                             "nodes the GPU provider lacks on the CPU")
         if primary == "tensorrt":
             notes.append(f"tensorrt engine cache: {cache}")
         notes.append(f"running on {primary} ({', '.join(got)})")
@@ -130,7 +151,8 @@ class EdgeSession:
                 "model_file": self.model_file.name, "model_bytes": self.model_file.stat().st_size,
                 "provider": self.provider, "providers": list(self.providers),
                 "provider_notes": list(self.provider_notes), "threads": self.threads,
-                "max_length": self.max_length}
+                "max_length": self.max_length, "host": self.host.summary(), "host_cpu": self.host.as_dict(),
+                "int8": self.int8_choice.as_dict() if self.int8_choice else None}
 
     # ------------------------------------------------------------------ low level
     def tokenize(self, texts: Any, truncate: bool | None = None) -> list[Encoded]:

@@ -1,4 +1,5 @@
-"""Small read-only questions about an ONNX graph (op counts, weight-bearing nodes) and quiet ORT logs."""
+"""Small questions about an ONNX graph (op counts, weight-bearing nodes, unused initializers) and quiet
+onnxruntime logs: generic helpers shared by the exporters and the quantizers."""
 
 from __future__ import annotations
 
@@ -28,6 +29,23 @@ def weight_nodes(model: str | Path | onnx.ModelProto, op_types: tuple[str, ...])
     graph = load(model).graph
     inits = {i.name for i in graph.initializer}
     return [n.name for n in graph.node if n.op_type in op_types and any(i in inits for i in n.input)]
+
+
+def drop_unused_initializers(graph: onnx.GraphProto) -> int:
+    """Remove initializers no node (or graph output) reads; returns how many were removed."""
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    unused = [init for init in graph.initializer if init.name not in used]
+    for init in unused:
+        graph.initializer.remove(init)
+    return len(unused)
+
+
+def weight_node_inputs(model: str | Path | onnx.ModelProto, op_types: tuple[str, ...]) -> list[str]:
+    """The activation inputs (input 0) of the weight-bearing nodes of ``op_types``, in graph order."""
+    graph = load(model).graph
+    inits = {i.name for i in graph.initializer}
+    wanted = {n.name for n in graph.node if n.op_type in op_types and any(i in inits for i in n.input)}
+    return list(dict.fromkeys(n.input[0] for n in graph.node if n.name in wanted))
 
 
 def activation_matmuls(model: str | Path | onnx.ModelProto) -> list[str]:

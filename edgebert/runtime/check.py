@@ -1,0 +1,176 @@
+"""``edgebert check``: run on the device that will serve a bundle, and say whether its INT8 graph is
+right *there*. Torch-free (onnxruntime, tokenizers, numpy).
+
+1. re-hash every file against the manifest;
+2. read this host's instruction sets and probe onnxruntime's U8S8 kernel (``hostcpu``);
+3. list the bundle's INT8 graphs with what each needs, and pick one as ``EdgeSession`` does
+   (``int8_choice``: a graph that would saturate here is loaded with exact products, or refused);
+4. re-measure that graph against the bundle's fp32 graph on this machine, on the built-in held-out
+   text (the same texts the export gate used) or ``--data``, with the task metric of the gate;
+5. time both on the same batches (interleaved, spinning off) to show what INT8 buys here.
+
+Pass when the measured loss fits the budget (``--max-accuracy-loss``, else the one the export gated
+with); every failure names its reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..bundle import int8_graphs, read_manifest, verify_files
+from ..errors import BundleError, EdgebertError
+from ..textfiles import builtin_texts, iter_texts
+from .fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker
+from .hostcpu import PRECISION_OPTION, detect_host
+from .text import length_sorted_batches, pad_batch
+
+BATCH = 32
+
+
+@dataclass
+class CheckReport:
+    """What ``check_bundle`` found; ``passed`` and ``reason`` are the verdict."""
+
+    bundle: str
+    task: str
+    passed: bool
+    reason: str
+    host: dict[str, Any]
+    graphs: list[dict[str, Any]] = field(default_factory=list)
+    chosen: dict[str, Any] | None = None
+    texts: dict[str, Any] | None = None
+    fidelity: dict[str, Any] | None = None
+    export_fidelity: dict[str, Any] | None = None
+    budget: float | None = None
+    speed: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        """The human-readable report, the verdict last."""
+        out = [f"bundle: {self.bundle} (task {self.task}), files verified against manifest.json"
+               if not self.reason.startswith("FAIL: bundle files") else f"bundle: {self.bundle}",
+               f"host: {self.host['summary']}"]
+        for g in self.graphs:
+            out.append(f"  int8 graph {g['target']:<10} {g['file']:<26} needs {g['needs']:<38} here: {g['here']}")
+        if self.chosen:
+            out.append(f"chosen: {self.chosen['target']} ({self.chosen['reason']})")
+        if self.fidelity:
+            f = self.fidelity
+            line = (f"fidelity: {f['metric']} mean {f['mean']:.5f}" + (f" min {f['min']:.5f}" if f.get("min") is not None else "")
+                    + f" vs fp32 on {f['n']} {self.texts['source']} texts")
+            if self.export_fidelity:
+                line += f" (export measured {self.export_fidelity['mean']:.5f} on its held-out texts)"
+            out.append(line)
+        if self.speed:
+            s = self.speed
+            out.append(f"speed here: int8 {s['int8_texts_per_s']:.0f} texts/s, fp32 {s['fp32_texts_per_s']:.0f} "
+                       f"texts/s (int8 {s['int8_speedup']:.2f}x), batches of {BATCH}, interleaved")
+        out.append(self.reason)
+        return out
+
+
+def _describe_graph(entry: dict[str, Any], host) -> dict[str, Any]:
+    exact = bool((entry.get("requires") or {}).get("u8s8_exact", True))
+    if not exact:
+        here = "exact (weights cannot saturate)"
+    elif not host.saturates:
+        here = "exact (this CPU's U8S8 kernel is exact)"
+    elif host.precise_fix:
+        here = f"exact only with {PRECISION_OPTION}=1 (slower)"
+    else:
+        here = "WRONG here (saturating kernel, no fix)"
+    return {"target": str(entry.get("target")), "file": str(entry.get("file")), "here": here,
+            "needs": "exact U8S8 (VNNI / ARM64)" if exact else "nothing (exact on any x86-64 / ARM64)"}
+
+
+def _texts(data: Path | None, max_texts: int) -> tuple[list, dict[str, Any]]:
+    if data is None:
+        texts = builtin_texts("held-out")[:max_texts]
+        return texts, {"source": "built-in held-out", "n": len(texts)}
+    texts = list(iter_texts(data, max_texts, pairs=True, what="--data file"))
+    return texts, {"source": str(data), "n": len(texts)}
+
+
+def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_texts: int = 256,
+                 max_accuracy_loss: float | None = None, int8_target: str | None = None,
+                 threads: int | None = None) -> CheckReport:
+    """Check ``bundle_dir`` on this machine; see the module docstring. ``BundleError`` only when the
+    folder is not a bundle at all (every other problem is a failed check with its reason)."""
+    from .session import EdgeSession
+
+    bundle_dir = Path(bundle_dir)
+    manifest = read_manifest(bundle_dir)
+    host = detect_host()
+    report = CheckReport(str(bundle_dir), manifest["task"], False, "", {**host.as_dict(), "summary": host.summary()})
+    try:
+        verify_files(bundle_dir, manifest)
+    except BundleError as exc:
+        report.reason = f"FAIL: bundle files do not match the manifest: {exc.one_line()}"
+        return report
+    graphs = int8_graphs(manifest)
+    report.graphs = [_describe_graph(e, host) for e in graphs.values()]
+    texts, report.texts = _texts(Path(data) if data is not None else None, max_texts)
+    if manifest["task"] not in OUTPUT:
+        report.reason = f"FAIL: no fidelity metric for task {manifest['task']!r} in this edgebert"
+        return report
+    if not graphs:
+        report.reason = "FAIL: the bundle has no INT8 graph to check (re-export with --int8)"
+        return report
+    try:
+        fp32 = EdgeSession(bundle_dir, "cpu", "fp32", threads, verify=False, allow_spinning=False)
+        int8 = EdgeSession(bundle_dir, "cpu", "int8", threads, verify=False, allow_spinning=False,
+                           int8_target=int8_target)
+    except EdgebertError as exc:
+        report.reason = f"FAIL: {exc.one_line()}"
+        return report
+    choice = int8.int8_choice
+    report.chosen = choice.as_dict()
+    entry = choice.entry
+    report.export_fidelity = {k: v for k, v in (entry.get("accuracy") or {}).items()
+                              if k in ("metric", "mean", "min", "n", "loss")} or None
+    budget = max_accuracy_loss
+    if budget is None:
+        budget = (entry.get("accuracy") or {}).get("max_accuracy_loss")
+    report.budget = float(budget if budget is not None else DEFAULT_BUDGETS[manifest["task"]])
+    fidelity, report.speed = _measure(fp32, int8, manifest["task"], texts)
+    report.fidelity = fidelity.as_dict()
+    where = f"this {host.kind} CPU"
+    summary = (f"{fidelity.metric} {fidelity.mean:.5f}, loss {fidelity.loss:.5f} "
+               f"{'<=' if fidelity.loss <= report.budget else '>'} budget {report.budget:g}, "
+               f"on {fidelity.n} {report.texts['source']} texts")
+    if fidelity.loss <= report.budget:
+        report.passed = True
+        report.reason = f"PASS: INT8 graph {choice.target!r} follows fp32 on {where} ({summary})"
+    else:
+        report.reason = (f"FAIL: INT8 graph {choice.target!r} drifts from fp32 on {where} ({summary}); "
+                         "re-export with a larger --calib text or --target portable, or serve fp32 here")
+    return report
+
+
+def _measure(fp32, int8, task: str, texts: list) -> tuple[Any, dict[str, Any]]:
+    """Fidelity of ``int8`` against ``fp32`` and the time each took, batch by batch (interleaved)."""
+    pairs = bool(texts) and isinstance(texts[0], tuple)
+    rows = fp32.encoder.encode(texts, pairs, truncate=True)
+    output = OUTPUT[task]
+    tracker = FidelityTracker(task)
+    spent = {"fp32": 0.0, "int8": 0.0}
+    for idx in length_sorted_batches(rows, BATCH):
+        feeds = pad_batch([rows[i] for i in idx], fp32.pad_id)
+        outs = {}
+        for name, session in (("fp32", fp32), ("int8", int8)):
+            t0 = time.perf_counter()
+            outs[name] = session.run(feeds, [output])[output]
+            spent[name] += time.perf_counter() - t0
+        tracker.add_outputs(outs["fp32"], outs["int8"], feeds["attention_mask"])
+    n = max(len(rows), 1)
+    speed = {"fp32_texts_per_s": n / max(spent["fp32"], 1e-9), "int8_texts_per_s": n / max(spent["int8"], 1e-9),
+             "int8_speedup": spent["fp32"] / max(spent["int8"], 1e-9), "threads": fp32.threads,
+             "note": "one pass, batches interleaved, spinning off: a rough figure; edgebert bench measures latency"}
+    return tracker.result(), {k: round(v, 3) if isinstance(v, float) else v for k, v in speed.items()}

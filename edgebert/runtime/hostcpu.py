@@ -1,0 +1,226 @@
+"""What this CPU can run exactly: instruction sets, and whether onnxruntime's U8S8 kernel saturates.
+
+Torch-free and onnx-free (stdlib, numpy, onnxruntime): the runtime calls it before loading an INT8
+graph, ``edgebert check`` and ``edgebert bench`` report it.
+
+Why it matters. Dynamic and calibrated INT8 graphs multiply uint8 activations by int8 weights
+(U8S8). On x86 CPUs with AVX2 or AVX-512 but without VNNI, onnxruntime's kernel uses VPMADDUBSW,
+which adds two u8 x s8 products into a *saturating* int16: 255 x 127 x 2 = 64770 > 32767, so
+full-range int8 weights give wrong sums (onnxruntime docs, "When and why do I need to try U8U8?";
+ORT issues 5849, 6004, 14642). VNNI (VPDPBUSD, int32 sums) and ARM64 kernels are exact. Weights in
+[-64, 64] (``reduce_range``) cannot saturate (2 x 255 x 64 = 32640), and the session option
+``session.x64quantprecision=1`` makes onnxruntime convert full-range int8 weights to uint8 at load
+(exact, slower U8U8 kernel).
+
+Two sources of truth, both reported:
+
+* ``isa``: instruction-set flags read from the OS (Linux ``/proc/cpuinfo``, macOS ``sysctl``,
+  Windows ``IsProcessorFeaturePresent``); ``None`` where the OS does not say.
+* ``u8s8``: an empirical probe. A 64-term ``MatMulInteger`` (uint8 255 x int8 127, a bundled
+  244-byte graph) runs through this process's onnxruntime: ``exact`` if it returns the true sum,
+  ``saturating`` if it returns 32 x 32767. This is what the kernels really do here, also in VMs
+  that hide CPU flags and under emulators.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROBE_FILE = Path(__file__).resolve().parents[1] / "assets" / "u8s8_probe.onnx"
+PROBE_K = 64                                  # terms in the probe's dot product
+PROBE_EXACT = PROBE_K * 255 * 127             # 2,072,640
+PROBE_SATURATED = (PROBE_K // 2) * 32767      # every int16 pair sum clipped
+PRECISION_OPTION = "session.x64quantprecision"
+
+X86_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")
+ARM_FLAGS = ("dotprod", "i8mm")
+KINDS = ("x86-vnni", "x86-avx512", "x86-avx2", "x86-sse", "arm64", "unknown")
+
+
+@dataclass(frozen=True)
+class HostCpu:
+    """One machine, as INT8 sees it.
+
+    arch: ``x86_64`` / ``arm64`` / other (``platform.machine()`` normalised).
+    isa: flag -> True / False / None (the OS does not say).
+    kind: the INT8 kernel family, from the flags: ``x86-vnni`` (AVX-512 VNNI or AVX-VNNI),
+      ``x86-avx512`` / ``x86-avx2`` (no VNNI: U8S8 saturates), ``x86-sse``, ``arm64``, ``unknown``.
+    u8s8: the probe's verdict, ``exact`` / ``saturating`` / ``unknown`` (onnxruntime missing).
+    precise_fix: with ``session.x64quantprecision=1`` the probe is exact (None: not probed).
+    """
+
+    arch: str
+    isa: dict[str, bool | None]
+    kind: str
+    u8s8: str
+    precise_fix: bool | None
+    os: str = field(default_factory=platform.system)
+    model: str = ""
+
+    @property
+    def saturates(self) -> bool:
+        """True unless the probe showed exact U8S8 products: unknown counts as unsafe."""
+        return self.u8s8 != "exact"
+
+    def flags(self) -> list[str]:
+        """The instruction sets present, e.g. ``['avx2']`` or ``['avx2', 'avx512f', 'avx512_vnni']``."""
+        return [k for k, v in self.isa.items() if v]
+
+    def summary(self) -> str:
+        """One line for logs and reports."""
+        flags = " ".join(self.flags()) or "none reported"
+        return (f"{self.arch} {self.kind} ({flags}); onnxruntime U8S8 kernel: {self.u8s8}"
+                + ("" if self.u8s8 != "saturating" else
+                   f", exact with {PRECISION_OPTION}=1" if self.precise_fix else ", NOT fixed by the option"))
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["flags"] = self.flags()
+        d["saturates"] = self.saturates
+        return d
+
+
+def _machine() -> str:
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "x64": "x86_64", "aarch64": "arm64", "arm64": "arm64"}.get(m, m)
+
+
+# ---------------------------------------------------------------------------------- flags per OS
+def _linux_flags(arch: str) -> dict[str, bool | None]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            words = set(value.split())
+            if arch == "x86_64":
+                return {f: f in words for f in X86_FLAGS}
+            return {"dotprod": "asimddp" in words, "i8mm": "i8mm" in words}
+    return {}
+
+
+def _sysctl(name: str) -> str | None:
+    """macOS ``sysctlbyname`` through libc (no subprocess)."""
+    try:
+        libc = ctypes.CDLL("libc.dylib")
+        size = ctypes.c_size_t(0)
+        if libc.sysctlbyname(name.encode(), None, ctypes.byref(size), None, 0) != 0:
+            return None
+        buf = ctypes.create_string_buffer(size.value)
+        if libc.sysctlbyname(name.encode(), buf, ctypes.byref(size), None, 0) != 0:
+            return None
+        raw = buf.raw[:size.value]
+        if size.value in (4, 8) and b"\x00" in raw[1:]:      # an integer
+            return str(int.from_bytes(raw, sys.byteorder))
+        return raw.rstrip(b"\x00").decode(errors="replace")
+    except (OSError, AttributeError):
+        return None
+
+
+def _macos_flags(arch: str) -> dict[str, bool | None]:
+    if arch == "arm64":
+        dot = _sysctl("hw.optional.arm.FEAT_DotProd")
+        i8mm = _sysctl("hw.optional.arm.FEAT_I8MM")
+        return {"dotprod": None if dot is None else dot == "1", "i8mm": None if i8mm is None else i8mm == "1"}
+    leaf7 = (_sysctl("machdep.cpu.leaf7_features") or "").upper().split()
+    if not leaf7:
+        return {f: None for f in X86_FLAGS}
+    return {"avx2": "AVX2" in leaf7, "avx512f": "AVX512F" in leaf7, "avx512bw": "AVX512BW" in leaf7,
+            "avx512_vnni": "AVX512VNNI" in leaf7, "avx_vnni": None, "amx_int8": None}
+
+
+def _windows_flags(arch: str) -> dict[str, bool | None]:
+    try:
+        present = ctypes.windll.kernel32.IsProcessorFeaturePresent  # type: ignore[attr-defined]
+    except AttributeError:
+        return {}
+    if arch == "arm64":
+        return {"dotprod": bool(present(43)), "i8mm": None}     # PF_ARM_V82_DP_INSTRUCTIONS_AVAILABLE
+    # PF_AVX2_INSTRUCTIONS_AVAILABLE = 40, PF_AVX512F_INSTRUCTIONS_AVAILABLE = 41; Windows names no VNNI
+    return {"avx2": bool(present(40)), "avx512f": bool(present(41)), "avx512bw": None,
+            "avx512_vnni": None, "avx_vnni": None, "amx_int8": None}
+
+
+def isa_flags(arch: str | None = None) -> dict[str, bool | None]:
+    arch = arch or _machine()
+    system = platform.system()
+    if system == "Linux":
+        flags = _linux_flags(arch)
+    elif system == "Darwin":
+        flags = _macos_flags(arch)
+    elif system == "Windows":
+        flags = _windows_flags(arch)
+    else:
+        flags = {}
+    names = X86_FLAGS if arch == "x86_64" else ARM_FLAGS if arch == "arm64" else ()
+    return {f: flags.get(f) for f in names}
+
+
+def cpu_kind(arch: str, isa: dict[str, bool | None]) -> str:
+    """The INT8 kernel family of a machine (see ``HostCpu.kind``)."""
+    if arch == "arm64":
+        return "arm64"
+    if arch != "x86_64":
+        return "unknown"
+    if isa.get("avx512_vnni") or isa.get("avx_vnni"):
+        return "x86-vnni"
+    if isa.get("avx512f"):
+        return "x86-avx512"
+    if isa.get("avx2"):
+        return "x86-avx2"
+    if isa.get("avx2") is False:
+        return "x86-sse"
+    return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ---------------------------------------------------------------------------------- the probe
+def probe_u8s8(precise: bool = False) -> str:
+    """Run the bundled U8S8 probe through onnxruntime: ``exact`` / ``saturating`` / ``unknown``."""
+    try:
+        import numpy as np
+        import onnxruntime as ort
+    except ImportError:
+        return "unknown"
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.intra_op_num_threads = 1
+    if precise:
+        opts.add_session_config_entry(PRECISION_OPTION, "1")
+    try:
+        session = ort.InferenceSession(str(PROBE_FILE), opts, providers=["CPUExecutionProvider"])
+        value = int(session.run(None, {"a": np.full((1, PROBE_K), 255, np.uint8)})[0][0, 0])
+    except Exception:  # noqa: BLE001  (no CPU kernel, unreadable asset: the answer is "unknown")
+        return "unknown"
+    if value == PROBE_EXACT:
+        return "exact"
+    return "saturating" if value == PROBE_SATURATED else "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def detect_host() -> HostCpu:
+    """This machine (cached per process; ``EDGEBERT_ASSUME_U8S8=saturating|exact`` overrides the
+    probe's verdict for tests of the selection logic)."""
+    arch = _machine()
+    isa = isa_flags(arch)
+    u8s8 = os.environ.get("EDGEBERT_ASSUME_U8S8") or probe_u8s8()
+    fix = probe_u8s8(precise=True) == "exact" if u8s8 == "saturating" else None
+    return HostCpu(arch, isa, cpu_kind(arch, isa), u8s8, fix, model=_cpu_model())

@@ -1,0 +1,85 @@
+"""Which of a bundle's INT8 graphs this host runs, and how, so that none runs silently wrong.
+
+Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_exact``:
+
+1. Host with exact U8S8 products (VNNI, ARM64): prefer the graph made for this kind of CPU, then any
+   8-bit graph (more accurate), then the rest, in manifest order.
+2. Host whose U8S8 kernel saturates (AVX2 / AVX-512 without VNNI) or could not be probed: prefer a
+   graph that cannot saturate (7-bit or uint8 weights). If the bundle (or the caller's ``target``) only
+   has graphs that need exact products, load it with ``session.x64quantprecision=1`` (onnxruntime
+   converts the int8 weights to uint8 at load: exact, U8U8 kernel, slower) when the probe showed that
+   this fixes it; otherwise refuse with a ``BundleError`` that says what to export instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..bundle import int8_graphs
+from ..errors import BundleError
+from .hostcpu import PRECISION_OPTION, HostCpu
+
+HOST_TARGETS = {"x86-vnni": ("x86-vnni",), "arm64": ("arm64",), "x86-avx2": ("x86-avx2",),
+                "x86-avx512": ("x86-avx2",)}
+
+
+@dataclass(frozen=True)
+class GraphChoice:
+    """The INT8 model entry to load, session config entries to set, and why."""
+
+    key: str
+    entry: dict[str, Any]
+    session_config: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def target(self) -> str:
+        return str(self.entry.get("target", "?"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.key, "file": self.entry.get("file"), "target": self.target,
+                "session_config": dict(self.session_config), "reason": self.reason}
+
+
+def _needs_exact(entry: dict[str, Any]) -> bool:
+    return bool((entry.get("requires") or {}).get("u8s8_exact", True))
+
+
+def choose_int8(manifest: dict[str, Any], host: HostCpu, target: str | None = None) -> GraphChoice:
+    """Pick the INT8 graph for ``host`` (or the one made for ``target``); see the module docstring."""
+    graphs = int8_graphs(manifest)
+    if not graphs:
+        raise BundleError(f"the bundle has no INT8 model (it has: {', '.join(manifest['models'])})",
+                          "re-export with --int8")
+    if target is not None:
+        graphs = {k: e for k, e in graphs.items() if e.get("target") == target}
+        if not graphs:
+            have = ", ".join(str(e.get("target")) for e in int8_graphs(manifest).values())
+            raise BundleError(f"the bundle has no INT8 graph for target {target!r} (it has: {have})",
+                              f"re-export with --target {target}, or leave the target to the runtime")
+    where = f"this {host.kind} CPU ({' '.join(host.flags()) or 'no flags reported'})"
+    if not host.saturates:
+        own = HOST_TARGETS.get(host.kind, ())
+        ranked = sorted(graphs.items(), key=lambda kv: (kv[1].get("target") not in own, not _needs_exact(kv[1])))
+        key, entry = ranked[0]
+        return GraphChoice(key, entry, {}, f"{where} computes U8S8 products exactly; "
+                                            f"{entry.get('target')} graph chosen"
+                                            + (" (made for this CPU)" if entry.get("target") in own else ""))
+    safe = [(k, e) for k, e in graphs.items() if not _needs_exact(e)]
+    if safe:
+        key, entry = safe[0]
+        kernel = "saturates" if host.u8s8 == "saturating" else "could not be probed"
+        return GraphChoice(key, entry, {}, f"{where}: onnxruntime's U8S8 kernel {kernel}; {entry.get('target')} "
+                                           "graph chosen (its weights cannot saturate)")
+    key, entry = next(iter(graphs.items()))
+    if host.precise_fix is False:
+        raise BundleError(f"the bundle's INT8 graphs ({', '.join(str(e.get('target')) for e in graphs.values())}) "
+                          f"need exact U8S8 products, which {where} does not compute, and "
+                          f"{PRECISION_OPTION}=1 does not fix it here",
+                          "export with --target portable, or use precision='fp32'")
+    kernel = "saturates" if host.u8s8 == "saturating" else "could not be probed"
+    return GraphChoice(key, entry, {PRECISION_OPTION: "1"},
+                       f"{where}: onnxruntime's U8S8 kernel {kernel} and the {entry.get('target')} graph has "
+                       f"8-bit weights, so it is loaded with {PRECISION_OPTION}=1 (weights converted to uint8 "
+                       "at load: exact, U8U8 kernel)")

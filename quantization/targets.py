@@ -1,0 +1,158 @@
+"""INT8 deployment targets: one named recipe each, kept as data, with the measurement that chose it.
+
+A bundle is built on one machine and runs on another, so an INT8 graph is made *for a target*, not for
+the export host. Every recipe here is dynamic-format INT8 on the fused graph (``QAttention`` +
+``MatMulInteger``), per-channel int8 weights, uint8 activations, the outlier-channel split
+(``quantization.outliers``) and **calibrated activation scales** (``quantization.scales``: one fixed
+scale per tensor from calibration text, so a text's output never depends on its batch-mates). What
+differs is the weight range, which decides where the graph is exact (``edgebert.runtime.hostcpu``):
+
+* 7-bit weights (``reduce_range``: int8 in [-64, 64]) cannot saturate AVX2's int16 pair sums, so the
+  graph is exact on every x86-64 and ARM64 CPU with no runtime help;
+* 8-bit weights are exact on VNNI and ARM64 kernels; on AVX2 / AVX-512 without VNNI they saturate, so
+  the runtime loads them with ``session.x64quantprecision=1`` (onnxruntime converts them to uint8,
+  exact, U8U8 kernel) or refuses them.
+
+Measurements (benchmarks/int8_targets.py; all-MiniLM-L6-v2, sentence-embedding cosine against
+``transformers.BertModel`` fp32 over SST-2 dev (872) + 200 WikiText-2 test paragraphs, texts run one
+at a time; calibration on the built-in text; AMD EPYC Zen 1 host, AVX2, no VNNI):
+
+=================================================  =================  ==============================
+recipe                                             cosine mean / min  note
+=================================================  =================  ==============================
+8-bit, per-call scales, no split (old default)     0.9908 / 0.970     AVX2 saturates
+8-bit, per-call, split ratio 6 (old --calib)       0.9954 / 0.969     AVX2 saturates
+8-bit, per-call, split 6, exact arithmetic         0.9978 / 0.9925    = a VNNI/ARM CPU
+7-bit, per-call, split 6                           0.9965 / 0.9885    exact everywhere; batch-dependent
+7-bit, calibrated scales, split 6                  0.9958 / 0.9816    batch-invariant
+7-bit, calibrated scales, split 3  (portable)      0.9963 / 0.9862    batch-invariant, exact everywhere
+8-bit, calibrated scales, split 3  (x86-vnni)      0.9976 / 0.9908    exact on VNNI / ARM64
+uint8 weights (U8U8), calibrated, split 6          0.9972 / 0.9879    slower kernel on VNNI / Intel AVX2
+=================================================  =================  ==============================
+
+Per-call (dynamic) scales change with the batch: a text embedded inside a batch of long paragraphs
+moved by up to 1 - cos = 0.020 (issue 9); calibrated scales move it by < 1e-6 (tested).
+
+Latency: on this Zen 1 host the INT8 kernels are no faster than fp32 (a 1024^3 GEMM: MatMulInteger
+36 GOP/s vs MatMul 33 GFLOP/s per core), so every recipe runs at 1.00-1.04x the fused fp32 p50 here
+and speed cannot rank them. On an AVX-512 VNNI host the 8-bit per-call split recipe ran at 0.52-0.63x
+fused fp32 (benchmarks/results/export_minilm*.md); on an Intel AVX2 host (issue 9) 7-bit weights ran
+at 0.76x and uint8 weights (U8U8, or 8-bit with the precision option) at 0.85x. Hence 7-bit int8
+weights for ``x86-avx2`` rather than U8U8, and 8-bit for VNNI/ARM, where reduce_range would only cost
+accuracy. ``arm64`` shares the VNNI arithmetic (exact); its latency is unmeasured (no ARM machine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from edgebert.errors import ConfigError
+
+WEIGHT_TYPES = ("int8", "uint8")
+ACTIVATION_SCALES = ("calibrated", "per-call")
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """How one target's INT8 graph is made."""
+
+    target: str
+    weight_type: str = "int8"                 # int8 (U8S8 kernels) | uint8 (U8U8 kernels)
+    reduce_range: bool = False                # int8 weights in [-64, 64]: no AVX2 saturation
+    per_channel: bool = True
+    op_types: tuple[str, ...] = ("MatMul", "Attention")
+    outlier_ratio: float = 3.0                # channels over ratio x median |max| stay float; 0 = off
+    activation_scales: str = "calibrated"     # calibrated (fixed, batch-invariant) | per-call (dynamic)
+    tuned_for: tuple[str, ...] = ()           # instruction sets the recipe is chosen for
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.weight_type not in WEIGHT_TYPES:
+            raise ConfigError(f"unknown INT8 weight type {self.weight_type!r}", f"use one of {', '.join(WEIGHT_TYPES)}")
+        if self.activation_scales not in ACTIVATION_SCALES:
+            raise ConfigError(f"unknown activation scales {self.activation_scales!r}",
+                              f"use one of {', '.join(ACTIVATION_SCALES)}")
+        if self.weight_type == "uint8" and self.reduce_range:
+            raise ConfigError("reduce_range only applies to int8 weights")
+        if not (self.outlier_ratio == 0 or self.outlier_ratio > 1):
+            raise ConfigError(f"outlier ratio {self.outlier_ratio!r} must be 0 (off) or > 1")
+        object.__setattr__(self, "op_types", tuple(self.op_types))
+
+    @property
+    def needs_exact_u8s8(self) -> bool:
+        """Full-range int8 weights: wrong on a saturating U8S8 kernel unless the runtime fixes it."""
+        return self.weight_type == "int8" and not self.reduce_range
+
+    def replace(self, **changes: Any) -> "Int8Recipe":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["op_types"] = list(self.op_types)
+        d["tuned_for"] = list(self.tuned_for)
+        d["needs_exact_u8s8"] = self.needs_exact_u8s8
+        return d
+
+    def requirements(self) -> dict[str, Any]:
+        """What a host needs to run this graph exactly (the manifest's ``requires``)."""
+        if self.needs_exact_u8s8:
+            return {"arch": ["x86_64", "arm64"], "u8s8_exact": True,
+                    "exact_on": ["x86-vnni (AVX-512 VNNI or AVX-VNNI)", "arm64"],
+                    "elsewhere": "x86 AVX2 / AVX-512 without VNNI: run with session.x64quantprecision=1 "
+                                 "(onnxruntime converts the weights to uint8: exact, slower)"}
+        return {"arch": ["x86_64", "arm64"], "u8s8_exact": False,
+                "exact_on": ["any x86-64 (SSE4.1, AVX2, AVX-512, VNNI)", "arm64"]}
+
+
+_PORTABLE = dict(weight_type="int8", reduce_range=True, tuned_for=("avx2", "avx512f", "avx512_vnni", "dotprod"),
+                 why="7-bit int8 weights cannot saturate AVX2's int16 sums: the one graph that is exact on "
+                     "every x86-64 and ARM64 CPU with no runtime option (cosine 0.9963 / min 0.986 on MiniLM)")
+_EXACT_8BIT = dict(weight_type="int8", reduce_range=False,
+                   why="8-bit int8 weights on kernels with int32 sums (VNNI, ARM64): the most accurate "
+                       "(cosine 0.9976 / min 0.991 on MiniLM)")
+
+TARGETS: dict[str, Int8Recipe] = {
+    # correct on any x86-64 or ARM64 CPU: the default
+    "portable": Int8Recipe("portable", **_PORTABLE),
+    # AVX2 / AVX-512 without VNNI: the portable arithmetic (7-bit weights) is also the fastest exact
+    # choice there (0.76x fp32 vs 0.85x for uint8 weights on an Intel AVX2 host; equal on Zen 1)
+    "x86-avx2": Int8Recipe("x86-avx2", **{**_PORTABLE, "tuned_for": ("avx2", "avx512f")}),
+    # AVX-512 VNNI / AVX-VNNI: VPDPBUSD sums in int32, so 8-bit weights are exact and more accurate
+    "x86-vnni": Int8Recipe("x86-vnni", tuned_for=("avx512_vnni", "avx_vnni"), **_EXACT_8BIT),
+    # ARM64 (NEON, dot product): exact int32 sums like VNNI; latency unmeasured here
+    "arm64": Int8Recipe("arm64", tuned_for=("dotprod",), **_EXACT_8BIT),
+}
+TARGET_NAMES = (*TARGETS, "host")
+HOST_TARGET = {"x86-vnni": "x86-vnni", "x86-avx512": "x86-avx2", "x86-avx2": "x86-avx2", "arm64": "arm64"}
+
+
+def host_target() -> tuple[str, str]:
+    """``(target, why)`` for ``--target host``: the recipe for this machine's INT8 kernels."""
+    from edgebert.runtime.hostcpu import detect_host
+
+    host = detect_host()
+    target = HOST_TARGET.get(host.kind, "portable")
+    return target, f"host: {host.summary()}"
+
+
+def resolve_targets(names: tuple[str, ...] | list[str] | str) -> tuple[list[Int8Recipe], list[str]]:
+    """Recipes for ``names`` (``host`` resolved on this machine, duplicates dropped, order kept) and
+    notes on how ``host`` was resolved. ConfigError for an unknown name."""
+    if isinstance(names, str):
+        names = tuple(n.strip() for n in names.split(",") if n.strip())
+    if not names:
+        raise ConfigError("no INT8 target given", f"use one or more of {', '.join(TARGET_NAMES)}")
+    recipes, notes, seen = [], [], set()
+    for name in names:
+        name = name.strip().lower()
+        if name not in TARGET_NAMES:
+            raise ConfigError(f"unknown INT8 target {name!r}", f"use one of {', '.join(TARGET_NAMES)}")
+        if name == "host":
+            name, why = host_target()
+            notes.append(f"--target host -> {name} ({why})")
+        if name not in seen:
+            seen.add(name)
+            recipes.append(TARGETS[name])
+    return recipes, notes
