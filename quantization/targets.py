@@ -13,25 +13,28 @@ differs is the weight range, which decides where the graph is exact (``edgebert.
   the runtime loads them with ``session.x64quantprecision=1`` (onnxruntime converts them to uint8,
   exact, U8U8 kernel) or refuses them.
 
-Measurements (benchmarks/int8_targets.py; all-MiniLM-L6-v2, sentence-embedding cosine against
+Measurements (benchmarks/results/int8_targets.md; all-MiniLM-L6-v2, sentence-embedding cosine against
 ``transformers.BertModel`` fp32 over SST-2 dev (872) + 200 WikiText-2 test paragraphs, texts run one
-at a time; calibration on the built-in text; AMD EPYC Zen 1 host, AVX2, no VNNI):
+at a time; calibration on the built-in text; AMD EPYC Zen 1 host: AVX2, no VNNI, so onnxruntime's U8S8
+kernel saturates; "exact" = the same graph with ``session.x64quantprecision=1``, the integer results a
+VNNI or ARM64 CPU computes):
 
-=================================================  =================  ==============================
-recipe                                             cosine mean / min  note
-=================================================  =================  ==============================
-8-bit, per-call scales, no split (old default)     0.9908 / 0.970     AVX2 saturates
-8-bit, per-call, split ratio 6 (old --calib)       0.9954 / 0.969     AVX2 saturates
-8-bit, per-call, split 6, exact arithmetic         0.9978 / 0.9925    = a VNNI/ARM CPU
-7-bit, per-call, split 6                           0.9965 / 0.9885    exact everywhere; batch-dependent
-7-bit, calibrated scales, split 6                  0.9958 / 0.9816    batch-invariant
-7-bit, calibrated scales, split 3  (portable)      0.9963 / 0.9862    batch-invariant, exact everywhere
-8-bit, calibrated scales, split 3  (x86-vnni)      0.9976 / 0.9908    exact on VNNI / ARM64
-uint8 weights (U8U8), calibrated, split 6          0.9972 / 0.9879    slower kernel on VNNI / Intel AVX2
-=================================================  =================  ==============================
+===============================================  ===============  ===============  =======================
+recipe                                           AVX2 mean / min  exact mean / min  note
+===============================================  ===============  ===============  =======================
+8-bit, per-call scales, no split (old default)   0.9908 / 0.970   0.9930 / 0.966   saturates on AVX2
+8-bit, per-call, split ratio 6 (old --calib)     0.9956 / 0.972   0.9980 / 0.993   saturates on AVX2
+7-bit, per-call, split 6                         0.9970 / 0.991   (same)           batch-dependent
+7-bit, calibrated scales, split 6                0.9962 / 0.985   (same)           batch-invariant
+7-bit, calibrated, split 3  = portable           0.9968 / 0.986   (same)           exact on every CPU
+8-bit, calibrated, split 3  = x86-vnni, arm64    0.9974 / 0.991   0.9977 / 0.991   needs exact U8S8
+uint8 weights (U8U8), calibrated, split 3        0.9977 / 0.991   (same)           no VNNI speed-up
+Optimum ``AutoQuantizationConfig.avx2`` (U8U8)   0.9915 / 0.978   (same)           per-call, no split
+===============================================  ===============  ===============  =======================
 
-Per-call (dynamic) scales change with the batch: a text embedded inside a batch of long paragraphs
-moved by up to 1 - cos = 0.020 (issue 9); calibrated scales move it by < 1e-6 (tested).
+Per-call (dynamic) scales change with the batch: 50 SST-2 sentences embedded alone and inside batches
+of 32 with long WikiText paragraphs moved by up to 1 - cos = 0.0067 (0.020 on issue 9's AVX2 host with
+8-bit weights); with calibrated scales by 1.8e-7.
 
 Latency: on this Zen 1 host the INT8 kernels are no faster than fp32 (a 1024^3 GEMM: MatMulInteger
 36 GOP/s vs MatMul 33 GFLOP/s per core), so every recipe runs at 1.00-1.04x the fused fp32 p50 here
@@ -108,10 +111,10 @@ class Int8Recipe:
 
 _PORTABLE = dict(weight_type="int8", reduce_range=True, tuned_for=("avx2", "avx512f", "avx512_vnni", "dotprod"),
                  why="7-bit int8 weights cannot saturate AVX2's int16 sums: the one graph that is exact on "
-                     "every x86-64 and ARM64 CPU with no runtime option (cosine 0.9963 / min 0.986 on MiniLM)")
+                     "every x86-64 and ARM64 CPU with no runtime option (cosine 0.9968 / min 0.986 on MiniLM)")
 _EXACT_8BIT = dict(weight_type="int8", reduce_range=False,
                    why="8-bit int8 weights on kernels with int32 sums (VNNI, ARM64): the most accurate "
-                       "(cosine 0.9976 / min 0.991 on MiniLM)")
+                       "(cosine 0.9977 / min 0.991 on MiniLM)")
 
 TARGETS: dict[str, Int8Recipe] = {
     # correct on any x86-64 or ARM64 CPU: the default

@@ -221,6 +221,11 @@ def detect_host() -> HostCpu:
     probe's verdict for tests of the selection logic)."""
     arch = _machine()
     isa = isa_flags(arch)
+    kind = cpu_kind(arch, isa)
     u8s8 = os.environ.get("EDGEBERT_ASSUME_U8S8") or probe_u8s8()
     fix = probe_u8s8(precise=True) == "exact" if u8s8 == "saturating" else None
-    return HostCpu(arch, isa, cpu_kind(arch, isa), u8s8, fix, model=_cpu_model())
+    if u8s8 == "saturating" and kind in ("x86-vnni", "arm64", "unknown"):
+        # the flags claim exact kernels but onnxruntime's saturate (an emulator or a VM that passes the
+        # host's flags through): the kernels decide
+        kind = "x86-avx512" if isa.get("avx512f") else "x86-avx2"
+    return HostCpu(arch, isa, kind, u8s8, fix, model=_cpu_model())
