@@ -61,10 +61,10 @@ def main() -> None:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="use finished stages found under --runs")
     args = ap.parse_args()
-    from edgebert.checkpoint import load_model
-    from edgebert.config import BertConfig
+    from edgebert.model import load_model
+    from edgebert.model import BertConfig
     from edgebert.environment import describe
-    from edgebert.evaluate import evaluate
+    from edgebert.stages.evaluate import evaluate
     from edgebert.fileio import write_json, write_text
     from edgebert.model import count_parameters
 

@@ -61,7 +61,7 @@ def write_toy_corpus(path: Path, paragraphs: int = 80, seed: int = 0) -> Path:
 
 
 def toy_tokenizer():
-    from edgebert.tokenizer import train_tokenizer
+    from edgebert.data.tokenizer import train_tokenizer
 
     rng = random.Random(1)
     texts = [toy_sentence(rng, i % 2) for i in range(300)]
@@ -73,10 +73,10 @@ def make_model_dir(out_dir: Path, architecture: str = "BertForPreTraining", laye
     """A tiny seeded BERT (+ the toy tokenizer) saved as an edgebert model directory."""
     import torch
 
-    from edgebert.checkpoint import save_model
-    from edgebert.config import BertConfig
+    from edgebert.model import save_model
+    from edgebert.model import BertConfig
     from edgebert.model import build_model
-    from edgebert.tokenizer import save_tokenizer
+    from edgebert.data.tokenizer import save_tokenizer
 
     tok = toy_tokenizer()
     cfg = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), num_hidden_layers=layers,

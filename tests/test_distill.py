@@ -10,8 +10,8 @@ import torch
 
 from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, write_toy_corpus,
                              write_toy_tsv)
-from edgebert.checkpoint import load_model
-from edgebert.distill import (DistillConfig, MlmDistillationTask, TaskDistillationTask, build_student,
+from edgebert.model import load_model
+from edgebert.stages.distill import (DistillConfig, MlmDistillationTask, TaskDistillationTask, build_student,
                               distill, load_teacher)
 from edgebert.errors import CheckpointError, ConfigError
 
@@ -28,9 +28,9 @@ def toy(tmp_path_factory):
 
 
 def _mlm_loss(root, layers: int, **alphas) -> float:
-    from edgebert.corpus import read_corpus
-    from edgebert.pretraining_data import create_examples, tokenize_documents
-    from edgebert.tokenizer import SpecialIds, load_tokenizer
+    from edgebert.data.corpus import read_corpus
+    from edgebert.data.mlm import create_examples, tokenize_documents
+    from edgebert.data.tokenizer import SpecialIds, load_tokenizer
 
     cfg = DistillConfig.preset("tiny", root / "teacher", root / "unused", layers=layers, **alphas)
     teacher = load_teacher(cfg.teacher, "mlm")
@@ -59,7 +59,7 @@ def test_full_mlm_distillation_loss_is_zero_iff_student_equals_teacher(toy):
 
 
 def test_task_distillation_loss_is_zero_when_student_equals_teacher(tmp_path):
-    from edgebert.checkpoint import save_model
+    from edgebert.model import save_model
 
     make_model_dir(tmp_path / "clf", "BertForSequenceClassification", layers=2,
                    id2label={0: "negative", 1: "positive"})
@@ -68,8 +68,8 @@ def test_task_distillation_loss_is_zero_when_student_equals_teacher(tmp_path):
         clf.classifier.weight.mul_(100.0)                # logits of a few units, as a trained head's
     save_model(clf, tmp_path / "clf")
     write_toy_tsv(tmp_path / "train.tsv", 40)
-    from edgebert.finetune import load_task_data
-    from edgebert.tokenizer import load_tokenizer
+    from edgebert.data.task_data import load_task_data
+    from edgebert.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tmp_path / "clf")
     data = load_task_data("sst2", tmp_path / "train.tsv", None, tok, 32)
@@ -125,7 +125,7 @@ def test_resume_reproduces_the_loss_curve(tmp_path, toy):
 
 
 def test_task_distillation_keeps_the_toy_task(tmp_path, toy):
-    from edgebert.finetune import FinetuneConfig, finetune
+    from edgebert.stages.finetune import FinetuneConfig, finetune
 
     teacher = finetune(FinetuneConfig.preset("tiny", model=toy / "teacher", task="sst2",
                                              train_file=toy / "train.tsv", dev_file=toy / "dev.tsv",
@@ -166,9 +166,9 @@ def test_random_init_mlm_only_baseline_copies_nothing_and_skips_the_teacher(toy)
     student, layer_map = build_student(teacher, cfg)
     assert not torch.equal(student.bert.embeddings.word_embeddings.weight,
                            teacher.bert.embeddings.word_embeddings.weight)
-    from edgebert.corpus import read_corpus
-    from edgebert.pretraining_data import create_examples, tokenize_documents
-    from edgebert.tokenizer import SpecialIds, load_tokenizer
+    from edgebert.data.corpus import read_corpus
+    from edgebert.data.mlm import create_examples, tokenize_documents
+    from edgebert.data.tokenizer import SpecialIds, load_tokenizer
 
     tok = load_tokenizer(cfg.teacher)
     examples = create_examples(tokenize_documents(read_corpus(toy / "corpus.txt"), tok, 13), SpecialIds.of(tok), 32)

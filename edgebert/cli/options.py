@@ -1,0 +1,98 @@
+"""Every option that more than one command takes, declared once (``Annotated`` aliases, as the Hugging
+Face CLI does): one flag name, one type and one meaning across ``pretrain``, ``finetune``, ``distill``,
+``evaluate`` and ``pipeline`` (and ``bench``/``export`` where they share one). ``None`` means "the
+recipe's value": a command passes what the user set and the library's config builder fills the rest.
+
+``tests/test_cli_options.py`` walks the app and fails when one option gets two spellings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, List, Optional
+
+import typer
+
+
+def preset_option(names: str) -> Any:
+    """``--preset``: the named recipe of a command (``names``: its choices, for the help)."""
+    return Annotated[Optional[str], typer.Option("--preset", help=f"Recipe: {names}.")]
+
+
+def task_option(names: str, required: bool = False) -> Any:
+    """``--task``: what is trained or scored (``names``: the command's choices, for the help)."""
+    if required:
+        return Annotated[str, typer.Option("--task", help=names)]
+    return Annotated[Optional[str], typer.Option("--task", help=names)]
+
+
+# --------------------------------------------------------------------------- where things go
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue the checkpoint in --out.")]
+Progress = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar (or log lines).")]
+
+# --------------------------------------------------------------------------- data
+Corpus = Annotated[Optional[List[Path]], typer.Option(
+    "--corpus", help="Training text (repeatable); default: the built-in corpus (Python's documentation).")]
+EvalCorpus = Annotated[Optional[List[Path]], typer.Option(
+    "--eval-corpus", help="Held-out text (repeatable); default: a held-out part of --corpus.")]
+CorpusFormat = Annotated[Optional[str], typer.Option("--corpus-format", help="auto | text | wikitext.")]
+TrainFile = Annotated[Optional[Path], typer.Option("--train", help="Training file (GLUE TSV, CoNLL for conll).")]
+DevFile = Annotated[Optional[Path], typer.Option("--dev", help="Dev file: accuracy/F1 at every evaluation.")]
+MaxSeqLen = Annotated[Optional[int], typer.Option("--max-seq-len", help="Tokens per sequence, specials included.")]
+MaxTrainExamples = Annotated[Optional[int], typer.Option(
+    "--max-train-examples", help="Train on a seeded random subset of this many examples.")]
+MaxEvalExamples = Annotated[Optional[int], typer.Option(
+    "--max-eval-examples", help="Evaluate on at most this many examples.")]
+FreezeWordEmbeddings = Annotated[Optional[bool], typer.Option(
+    "--freeze-word-embeddings/--train-word-embeddings",
+    help="Keep the word-embedding matrix fixed (faster on CPU).")]
+
+# --------------------------------------------------------------------------- the student
+Layers = Annotated[Optional[int], typer.Option("--layers", help="Student layers (default 4).")]
+
+# --------------------------------------------------------------------------- optimisation (TrainConfig)
+MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps (default: the recipe's).")]
+Epochs = Annotated[Optional[float], typer.Option("--epochs", help="Epochs over the training file "
+                                                 "(--max-steps overrides the recipe's epochs).")]
+EvalsPerEpoch = Annotated[Optional[int], typer.Option(
+    "--evals-per-epoch", help="With epochs: dev evaluations (and checkpoints) per epoch.")]
+BatchSize = Annotated[Optional[int], typer.Option("--batch-size", help="Global examples per optimizer step.")]
+Lr = Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate.")]
+WarmupRatio = Annotated[Optional[float], typer.Option(
+    "--warmup-ratio", help="Linear warmup over this fraction of the run (the default way).")]
+WarmupSteps = Annotated[Optional[int], typer.Option(
+    "--warmup-steps", help="Warmup over exactly this many steps instead (must be < --max-steps).")]
+WeightDecay = Annotated[Optional[float], typer.Option("--weight-decay", help="AdamW weight decay.")]
+GradAccum = Annotated[Optional[int], typer.Option("--grad-accum", help="Micro-batches per optimizer step.")]
+Bf16 = Annotated[Optional[bool], typer.Option("--bf16/--no-bf16", help="bfloat16 autocast.")]
+Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed of data order, masking and initialisation.")]
+Device = Annotated[Optional[str], typer.Option("--device", help="auto | cpu | cuda.")]
+EvalEvery = Annotated[Optional[int], typer.Option("--eval-every", help="Evaluate every N steps (0: at the end).")]
+SaveEvery = Annotated[Optional[int], typer.Option("--save-every", help="Checkpoint every N steps (0: at the end).")]
+LogEvery = Annotated[Optional[int], typer.Option("--log-every", help="Log a metrics line every N steps.")]
+
+# --------------------------------------------------------------------------- export and bench
+Threads = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime/torch intra-op threads.")]
+Calib = Annotated[Optional[Path], typer.Option(
+    "--calib", help="Text for INT8 calibration and the accuracy guard: one sentence per line, a TSV "
+                    "with a 'sentence' column, or WikiText raw.")]
+MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
+    "--max-accuracy-loss", help="INT8 budget vs fp32 on the calibration text (embed: 1 - mean cosine); "
+                                "sensitive MatMuls stay float until it is met.")]
+LengthsFrom = Annotated[Optional[Path], typer.Option(
+    "--lengths-from", help="Text or GLUE TSV whose real length mix the benchmark replays.")]
+
+
+def train_changes(*, max_steps: int | None = None, batch_size: int | None = None, lr: float | None = None,
+                  warmup_ratio: float | None = None, warmup_steps: int | None = None,
+                  weight_decay: float | None = None, grad_accum: int | None = None, bf16: bool | None = None,
+                  seed: int | None = None, device: str | None = None, eval_every: int | None = None,
+                  save_every: int | None = None, log_every: int | None = None,
+                  progress: bool | None = None) -> dict[str, Any]:
+    """The ``TrainConfig`` fields the user set (None: keep the recipe's)."""
+    given = dict(max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio,
+                 warmup_steps=warmup_steps, weight_decay=weight_decay, grad_accum=grad_accum, bf16=bf16,
+                 seed=seed, device=device, eval_every=eval_every, save_every=save_every, log_every=log_every,
+                 progress=progress)
+    return {k: v for k, v in given.items() if v is not None}
