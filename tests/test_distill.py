@@ -159,6 +159,24 @@ def test_cli_mlm_distillation_prints_and_saves_the_layer_map(tmp_path, toy, caps
     assert len((tmp_path / "s" / "metrics.jsonl").read_text().splitlines()) == 4
 
 
+def test_a_short_run_of_the_default_recipe_just_works(tmp_path, toy, capsys):
+    """`edgebert distill TEACHER --corpus FILE --out DIR --layers 4 --max-steps 5`: warmup is a fraction of
+    the run, so the 1000-step default recipe runs 5 steps; an explicit warmup longer than the run is refused."""
+    make_model_dir(tmp_path / "teacher", "BertForPreTraining", layers=6, max_position=128)
+    code, _, err = run_cli(capsys, "distill", tmp_path / "teacher", "--corpus", toy / "corpus.txt",
+                           "--out", tmp_path / "s", "--layers", "4", "--max-steps", "5")
+    assert code == 0, err
+    saved = json.loads((tmp_path / "s" / "distill_config.json").read_text())
+    assert saved["layer_map"] == [0, 2, 3, 5] and saved["alpha_mlm"] == 2.0           # the distilbert recipe
+    assert (saved["train"]["max_steps"], saved["train"]["warmup_ratio"], saved["train"]["warmup_steps"]) == (5, 0.05, None)
+    last = json.loads((tmp_path / "s" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 5 and last["lr"] == pytest.approx(5e-4 / 5)   # round(0.05 * 5) = 0 warmup steps
+    code, _, err = run_cli(capsys, "distill", tmp_path / "teacher", "--corpus", toy / "corpus.txt",
+                           "--out", tmp_path / "t", "--layers", "4", "--max-steps", "5", "--warmup-steps", "10")
+    assert_one_line_error(code, err, "warmup_steps=10 must be smaller than max_steps=5")
+    assert not (tmp_path / "t").exists()
+
+
 def test_random_init_mlm_only_baseline_copies_nothing_and_skips_the_teacher(toy):
     cfg = DistillConfig.preset("tiny", toy / "teacher", toy / "unused", student_init="random", layers=1,
                                alpha_kd=0.0, alpha_cos=0.0, alpha_mlm=1.0)

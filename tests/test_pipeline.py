@@ -26,7 +26,7 @@ def corpus(tmp_path_factory) -> Path:
 def tiny_config(out: Path, corpus: Path, **changes) -> PipelineConfig:
     base = dict(corpus=(corpus,), from_scratch=True, pretrain_preset="tiny", pretrain_steps=6, layers=1,
                 distill_preset="tiny", distill_steps=4, calib_size=24, bench_seqs=(8, 16), bench_iters=3,
-                bench_max_texts=12, threads=1, progress=False)
+                bench_max_texts=12, bench_calibration_size=128, threads=1, progress=False)
     return PipelineConfig(out=out, **{**base, **changes})
 
 
@@ -77,14 +77,6 @@ def test_every_stage_runs_and_lands_in_one_report(run):
     assert len(lines) == len(stages)
 
 
-def test_existing_teacher_skips_pretraining(run, corpus, tmp_path):
-    result, _ = run
-    summary = run_pipeline(tiny_config(tmp_path / "again", corpus, teacher=result.out / "teacher",
-                                       from_scratch=False, pretrain_steps=None)).summary
-    assert "skipped" in summary["stages"]["pretrain"] and not (tmp_path / "again" / "teacher").exists()
-    assert summary["stages"]["distill"]["teacher_layers"] == 2
-
-
 def test_config_rejects_bad_combinations(corpus, run, tmp_path):
     with pytest.raises(ConfigError, match="not smaller than its 2-layer teacher"):
         tiny_config(tmp_path / "x", corpus, layers=2)
@@ -92,6 +84,9 @@ def test_config_rejects_bad_combinations(corpus, run, tmp_path):
         PipelineConfig.preset("wiki", tmp_path / "x")
     with pytest.raises(ConfigError, match="no effect with --teacher"):
         tiny_config(tmp_path / "x", corpus, teacher=run[0].out / "teacher", from_scratch=False, pretrain_steps=6)
+    mlm_teacher = tiny_config(tmp_path / "x", corpus, teacher=run[0].out / "teacher", from_scratch=False,
+                              pretrain_steps=None, distill_preset=None)
+    assert (mlm_teacher.distill_preset, mlm_teacher.teacher_layers) == ("distilbert", 2)   # an MLM head: MLM
     with pytest.raises(ConfigError, match="--from-scratch pretrains the teacher"):
         tiny_config(tmp_path / "x", corpus, teacher=run[0].out / "teacher", pretrain_steps=None)
     with pytest.raises(ConfigError, match="not an MLM distillation"):
@@ -178,7 +173,9 @@ def test_encoder_teacher_is_distilled_on_its_hidden_states_and_benchmarked(embed
     result, lines = embed_run
     out, summary = result.out, result.summary
     st, figures = summary["stages"], summary["summary"]
+    # an existing teacher: no pretraining, and the distillation follows its heads (no MLM head: embed)
     assert "skipped" in st["pretrain"] and not (out / "teacher").exists()
+    assert st["distill"]["teacher_layers"] == 2
     assert st["distill"]["mode"] == "embed" and st["distill"]["layer_map"] == [1] and st["distill"]["steps"] == 4
     assert json.loads((out / "student" / "config.json").read_text())["architectures"] == ["BertModel"]
     stages = [json.loads(x)["stage"] for x in (out / "pipeline.jsonl").read_text().splitlines()]

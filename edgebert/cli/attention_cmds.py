@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from . import options as o
 from .app import app, say
 
 
@@ -16,7 +17,7 @@ def attention(
     text: Annotated[str, typer.Argument(help="The text to look at.")],
     layer: Annotated[int, typer.Option("--layer", help="Layer index (0-based; negative counts from the end).")] = -1,
     head: Annotated[Optional[int], typer.Option("--head", help="Head index (0-based); omit: mean over heads.")] = None,
-    out: Annotated[Path, typer.Option("--out", help="PNG file to write.")] = Path("attn.png"),
+    out: o.OutFile = Path("attn.png"),
     pair: Annotated[Optional[str], typer.Option("--pair", help="Optional second text (sentence-pair input).")] = None,
 ) -> None:
     """Draw the attention probabilities of one layer/head of a PyTorch model as a heat map."""

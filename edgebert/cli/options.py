@@ -28,6 +28,7 @@ def task_option(names: str, required: bool = False) -> Any:
 
 # --------------------------------------------------------------------------- where things go
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file.")]
 Resume = Annotated[bool, typer.Option("--resume", help="Continue the checkpoint in --out.")]
 Progress = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar (or log lines).")]
 

@@ -13,7 +13,7 @@ from .app import app, console, say
 
 @app.command("pipeline")
 def pipeline_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="New folder for every stage's output.")] = Path("runs/pipeline"),
+    out: o.Out = Path("runs/pipeline"),
     preset: o.preset_option("demo (the installed all-MiniLM-L6-v2, built-in corpus, ~3 min) | scratch "
                             "(pretrain the teacher here) | wiki (from scratch, needs --corpus)") = None,
     corpus: o.Corpus = None,

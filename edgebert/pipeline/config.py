@@ -67,6 +67,7 @@ class PipelineConfig:
     bench_seqs: tuple[int, ...] = (16, 64, 128)
     bench_iters: int = 30
     bench_max_texts: int | None = 256
+    bench_calibration_size: int = 1024       # square GEMM of the matmul-peak calibration (0: skip)
     threads: int | None = None
     progress: bool = True
 
@@ -154,7 +155,8 @@ class PipelineConfig:
         return BenchConfig(bundle, providers=("cpu", "cuda", "tensorrt"), precisions=("fp32", "int8"),
                            batches=self.bench_batches, seqs=self.bench_seqs, lengths_from=lengths,
                            max_texts=self.bench_max_texts, reference=teacher, threads=self.threads,
-                           iters=self.bench_iters, report_dir=self.out / "report", progress=self.progress)
+                           iters=self.bench_iters, calibration_size=self.bench_calibration_size,
+                           report_dir=self.out / "report", progress=self.progress)
 
     @classmethod
     def preset(cls, name: str, out: str | Path, **overrides: Any) -> "PipelineConfig":
