@@ -22,7 +22,7 @@ def import_hf_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it is not empty.")] = False,
 ) -> None:
     """Import a Hugging Face BERT as an edgebert checkpoint (verified to reload with identical outputs)."""
-    from ..model.hf_interop import convert_hf
+    from ..hf_interop import convert_hf
 
     report = convert_hf(src, out, architecture=architecture, overwrite=overwrite)
     arch = report.architecture

@@ -1,6 +1,5 @@
 """The model: a typed ``BertConfig``, the one-file BERT (``bert.py``), model directories on disk
-(``checkpoint.py``), students cut from a teacher (``student.py``) and Hugging Face import
-(``hf_interop.py``, imported by path)."""
+(``checkpoint.py``) and students cut from a teacher (``student.py``)."""
 
 from .bert import (IGNORE_INDEX, MODEL_CLASSES, BertForMaskedLM, BertForPreTraining,  # noqa: F401
                    BertForSequenceClassification, BertForTokenClassification, BertModel, EncoderOutput,
