@@ -172,7 +172,7 @@ BAD_INPUTS = {
     "existing checkpoint": lambda t, c: ["--corpus", str(c), "--out", str(_corrupt_checkpoint(t, c))],
     "model size and config": lambda t, c: ["--model-size", "tiny", "--config", str(_bad_config(t)), "--out", str(t / "o")],
     "zero grad accum": lambda t, c: ["--grad-accum", "0", "--out", str(t / "o")],
-    "bad format": lambda t, c: ["--corpus", str(c), "--format", "xml", "--out", str(t / "o")],
+    "bad format": lambda t, c: ["--corpus", str(c), "--corpus-format", "xml", "--out", str(t / "o")],
 }
 
 

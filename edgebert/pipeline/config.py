@@ -188,8 +188,10 @@ PIPELINE_PRESETS: dict[str, dict[str, Any]] = {
 
 def build_pipeline_config(out: str | Path, preset: str | None = None, **fields: Any) -> PipelineConfig:
     """The config for a run: ``preset`` (default ``demo``, or ``scratch`` with ``from_scratch``) with
-    ``fields``; None values keep the recipe's."""
+    ``fields``; None values keep the recipe's. A ``teacher`` replaces a from-scratch recipe's pretraining."""
     fields = {k: v for k, v in fields.items() if v is not None}
+    if "teacher" in fields:
+        fields.setdefault("from_scratch", False)
     if preset is None:
         preset = "scratch" if fields.get("from_scratch") else "demo"
     return PipelineConfig.preset(preset, out, **fields)
