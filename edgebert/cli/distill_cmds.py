@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -16,6 +16,7 @@ def _weight(flag: str, what: str):
 
 
 @app.command("distill")
+@o.engine_options
 def distill_cmd(
     teacher: Annotated[Path, typer.Argument(metavar="TEACHER_DIR",
                                             help="Teacher model directory (edgebert or Hugging Face BERT).")],
@@ -46,29 +47,13 @@ def distill_cmd(
     max_seq_len: o.MaxSeqLen = None,
     epochs: o.Epochs = None,
     evals_per_epoch: o.EvalsPerEpoch = None,
-    max_steps: o.MaxSteps = None,
-    batch_size: o.BatchSize = None,
-    lr: o.Lr = None,
-    warmup_ratio: o.WarmupRatio = None,
-    warmup_steps: o.WarmupSteps = None,
-    weight_decay: o.WeightDecay = None,
-    grad_accum: o.GradAccum = None,
-    bf16: o.Bf16 = None,
-    seed: o.Seed = None,
-    device: o.Device = None,
-    eval_every: o.EvalEvery = None,
-    save_every: o.SaveEvery = None,
-    log_every: o.LogEvery = None,
-    progress: o.Progress = None,
     resume: o.Resume = False,
+    *,
+    train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Distil TEACHER_DIR into a shallower student (text distillation, or --task for a classifier)."""
     from ..stages.distill import build_distill_config, distill
 
-    train = o.train_changes(max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio,
-                            warmup_steps=warmup_steps, weight_decay=weight_decay, grad_accum=grad_accum,
-                            bf16=bf16, seed=seed, device=device, eval_every=eval_every, save_every=save_every,
-                            log_every=log_every, progress=progress)
     cfg = build_distill_config(
         teacher, out, preset, train=train, resume=resume, task=task, corpus=tuple(corpus or ()) or None,
         eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format, train_file=train_file,

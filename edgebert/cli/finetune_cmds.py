@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,6 +12,7 @@ from .app import app, console, metrics_line, say
 
 
 @app.command("finetune")
+@o.engine_options
 def finetune_cmd(
     model: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
                                           help="Model directory to fine-tune (edgebert or Hugging Face BERT).")],
@@ -26,29 +27,13 @@ def finetune_cmd(
     freeze_word_embeddings: o.FreezeWordEmbeddings = None,
     epochs: o.Epochs = None,
     evals_per_epoch: o.EvalsPerEpoch = None,
-    max_steps: o.MaxSteps = None,
-    batch_size: o.BatchSize = None,
-    lr: o.Lr = None,
-    warmup_ratio: o.WarmupRatio = None,
-    warmup_steps: o.WarmupSteps = None,
-    weight_decay: o.WeightDecay = None,
-    grad_accum: o.GradAccum = None,
-    bf16: o.Bf16 = None,
-    seed: o.Seed = None,
-    device: o.Device = None,
-    eval_every: o.EvalEvery = None,
-    save_every: o.SaveEvery = None,
-    log_every: o.LogEvery = None,
-    progress: o.Progress = None,
     resume: o.Resume = False,
+    *,
+    train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Fine-tune MODEL_DIR for classification; keeps the best dev-accuracy checkpoint in --out."""
     from ..stages.finetune import build_finetune_config, finetune
 
-    train = o.train_changes(max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio,
-                            warmup_steps=warmup_steps, weight_decay=weight_decay, grad_accum=grad_accum,
-                            bf16=bf16, seed=seed, device=device, eval_every=eval_every, save_every=save_every,
-                            log_every=log_every, progress=progress)
     cfg = build_finetune_config(model, task, train_file, out, preset, train=train, resume=resume, dev_file=dev_file,
                                 max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
                                 max_seq_len=max_seq_len, freeze_word_embeddings=freeze_word_embeddings,

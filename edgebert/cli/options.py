@@ -8,8 +8,10 @@ recipe's value": a command passes what the user set and the library's config bui
 
 from __future__ import annotations
 
+import functools
+import inspect
 from pathlib import Path
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, Any, Callable, List, Optional
 
 import typer
 
@@ -85,15 +87,28 @@ LengthsFrom = Annotated[Optional[Path], typer.Option(
     "--lengths-from", help="Text or GLUE TSV whose real length mix the benchmark replays.")]
 
 
-def train_changes(*, max_steps: int | None = None, batch_size: int | None = None, lr: float | None = None,
-                  warmup_ratio: float | None = None, warmup_steps: int | None = None,
-                  weight_decay: float | None = None, grad_accum: int | None = None, bf16: bool | None = None,
-                  seed: int | None = None, device: str | None = None, eval_every: int | None = None,
-                  save_every: int | None = None, log_every: int | None = None,
-                  progress: bool | None = None) -> dict[str, Any]:
-    """The ``TrainConfig`` fields the user set (None: keep the recipe's)."""
-    given = dict(max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio,
-                 warmup_steps=warmup_steps, weight_decay=weight_decay, grad_accum=grad_accum, bf16=bf16,
-                 seed=seed, device=device, eval_every=eval_every, save_every=save_every, log_every=log_every,
-                 progress=progress)
-    return {k: v for k, v in given.items() if v is not None}
+# the engine's settings (TrainConfig fields), taken by every training command
+ENGINE_OPTIONS: dict[str, Any] = {
+    "max_steps": MaxSteps, "batch_size": BatchSize, "lr": Lr, "warmup_ratio": WarmupRatio,
+    "warmup_steps": WarmupSteps, "weight_decay": WeightDecay, "grad_accum": GradAccum, "bf16": Bf16,
+    "seed": Seed, "device": Device, "eval_every": EvalEvery, "save_every": SaveEvery, "log_every": LogEvery,
+    "progress": Progress,
+}
+
+
+def engine_options(command: Callable) -> Callable:
+    """Give a training command every ``ENGINE_OPTIONS`` flag; they reach it as one argument,
+    ``train``: the ``TrainConfig`` fields the user set (None: keep the recipe's)."""
+    signature = inspect.signature(command, eval_str=True)
+    kept = [p for p in signature.parameters.values() if p.name != "train"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
+             for name, alias in ENGINE_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def with_train(**values: Any) -> Any:
+        given = {name: values.pop(name) for name in ENGINE_OPTIONS}
+        return command(train={k: v for k, v in given.items() if v is not None}, **values)
+
+    with_train.__signature__ = signature.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+    with_train.__annotations__ = {p.name: p.annotation for p in [*kept, *added]}
+    return with_train

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -12,6 +12,7 @@ from .app import app, console, say
 
 
 @app.command("pretrain")
+@o.engine_options
 def pretrain_cmd(
     out: o.Out,
     preset: o.preset_option("tiny | demo | demo-12l | wiki-small | wiki-12l (default demo)") = None,
@@ -26,29 +27,13 @@ def pretrain_cmd(
     vocab: Annotated[Optional[Path], typer.Option("--vocab", help="Use this vocab.txt / tokenizer dir instead.")] = None,
     lowercase: Annotated[Optional[bool], typer.Option("--lowercase/--cased", help="Lower-case text (default).")] = None,
     max_seq_len: o.MaxSeqLen = None,
-    max_steps: o.MaxSteps = None,
-    batch_size: o.BatchSize = None,
-    lr: o.Lr = None,
-    warmup_ratio: o.WarmupRatio = None,
-    warmup_steps: o.WarmupSteps = None,
-    weight_decay: o.WeightDecay = None,
-    grad_accum: o.GradAccum = None,
-    bf16: o.Bf16 = None,
-    seed: o.Seed = None,
-    device: o.Device = None,
-    eval_every: o.EvalEvery = None,
-    save_every: o.SaveEvery = None,
-    log_every: o.LogEvery = None,
-    progress: o.Progress = None,
     resume: o.Resume = False,
+    *,
+    train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Pretrain a BERT (MLM + NSP) on text; prints where the checkpoint is and its eval metrics."""
     from ..stages.pretrain import build_pretrain_config, pretrain
 
-    train = o.train_changes(max_steps=max_steps, batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio,
-                            warmup_steps=warmup_steps, weight_decay=weight_decay, grad_accum=grad_accum,
-                            bf16=bf16, seed=seed, device=device, eval_every=eval_every, save_every=save_every,
-                            log_every=log_every, progress=progress)
     cfg = build_pretrain_config(out, preset, resume=resume, train=train, corpus=tuple(corpus or ()) or None,
                                 eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,
                                 model_size=model_size, model_config=config, vocab_size=vocab_size, vocab=vocab,
