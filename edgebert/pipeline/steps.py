@@ -77,7 +77,8 @@ def distill_student(cfg: PipelineConfig, teacher: Path, log: StageLog, console) 
     dcfg = DistillConfig.preset(cfg.distill_preset, teacher, cfg.out / "student", layers=cfg.layers,
                                 corpus=cfg.corpus, eval_corpus=cfg.eval_corpus, corpus_format=cfg.corpus_format,
                                 train=train)
-    log("distill", f"{cfg.distill_preset} ({dcfg.mode}): {cfg.layers}-layer student, {steps} steps")
+    log("distill", f"{dcfg.mode} distillation (recipe {cfg.distill_preset}): {cfg.layers}-layer student, "
+                   f"{steps} steps of {cfg.distill_batch_size}")
     r = distill(dcfg, console=console)
     figures = {"dir": str(r.out_dir), "mode": dcfg.mode, "steps": r.steps, "layer_map": r.layer_map,
                "seconds": round(r.wall_s, 1), "student_parameters": r.student_parameters,

@@ -41,7 +41,7 @@ def summarize(config: dict, stages: dict[str, Any], report: dict[str, Any], seco
     dis, exp = stages["distill"], stages["export"]
     acc = exp["int8_accuracy"]
     return {"seconds": round(seconds, 1),
-            "stage_seconds": {k: v.get("seconds", 0.0) for k, v in stages.items() if isinstance(v, dict)},
+            "stage_seconds": {k: v.get("seconds", 0.0) for k, v in stages.items() if "skipped" not in v},
             "teacher": {"dir": stages["pretrain"]["dir"], "name": stages["pretrain"].get("name", "teacher/"),
                         "layers": dis["teacher_layers"],
                         "parameters": dis["teacher_parameters"], "pretrained_here": "skipped" not in stages["pretrain"]},

@@ -226,11 +226,13 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
     # + TinyBERT's intermediate-layer terms
     "tinybert": dict(task="mlm", temperature=2.0, alpha_kd=5.0, alpha_mlm=2.0, alpha_cos=1.0,
                      alpha_hidden=1.0, alpha_attn=1.0, train=_LONG),
-    # any encoder (e.g. a sentence-embedding model without an MLM head): hidden states only, on
-    # single texts in length-grouped batches; word embeddings stay the teacher's
-    "embed": dict(task="embed", alpha_kd=0.0, alpha_mlm=0.0, alpha_cos=1.0, alpha_attn=1.0,
-                  freeze_word_embeddings=True, max_eval_examples=500,
-                  train=dict(max_steps=300, batch_size=32, lr=1e-4, warmup_ratio=0.1, log_every=20,
+    # any encoder (e.g. a sentence-embedding model without an MLM head): cosine of the last hidden
+    # states, on single texts in length-grouped batches; word embeddings stay the teacher's. Small
+    # batches at a high rate learn the most per example (all-MiniLM-L6-v2 -> 4 layers, in-batch cosine
+    # after ~1,200 paragraphs: 0.87 with 16 x 5e-4, 0.84 with 32 x 2e-4)
+    "embed": dict(task="embed", alpha_kd=0.0, alpha_mlm=0.0, alpha_cos=1.0, freeze_word_embeddings=True,
+                  max_eval_examples=500,
+                  train=dict(max_steps=300, batch_size=16, lr=5e-4, warmup_ratio=0.1, log_every=20,
                              eval_every=100)),
     # a fine-tuned classifier -> a 4-layer classifier: logit KD (teacher soft labels only)
     "task": dict(task="sst2", temperature=2.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=0.0, alpha_cos=0.0,

@@ -151,7 +151,7 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
 
     def say(line: str) -> None:
         if console is not None and main:
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, soft_wrap=True)
 
     how = f"teacher layers {layer_map}" if cfg.student_init == "teacher" else "random initialisation"
     say(f"student: {cfg.layers} of the teacher's {teacher.config.num_hidden_layers} layers "
