@@ -98,6 +98,23 @@ def test_tinybert_terms(tiny_config):
     assert attention_kl_loss(s_out.attentions, t_out.attentions, layers, mask).item() > 0
 
 
+def test_embedding_agreement_figures():
+    from edgebert.stages.metrics import embedding_agreement
+
+    torch.manual_seed(0)
+    teacher = torch.randn(40, 16)
+    same = embedding_agreement(teacher * 3.0, teacher)                    # scale does not matter
+    assert same == pytest.approx({"cosine_mean": 1.0, "cosine_min": 1.0, "texts": 40.0, "similarity_spearman": 1.0,
+                                  "neighbour_agreement": 1.0, "neighbour_in_top5": 1.0})
+    near = embedding_agreement(teacher + 0.3 * torch.randn(40, 16), teacher)
+    far = embedding_agreement(torch.randn(40, 16), teacher)
+    for key in ("cosine_mean", "similarity_spearman", "neighbour_in_top5"):
+        assert 1.0 > near[key] > far[key], key
+    assert abs(far["similarity_spearman"]) < 0.2 and far["neighbour_agreement"] < 0.2
+    shuffled = teacher[torch.randperm(40)]                                 # same texts, another order: no agreement
+    assert embedding_agreement(shuffled, teacher)["cosine_mean"] < 0.5
+
+
 def test_glue_readers(tmp_path):
     p = tmp_path / "sst.tsv"
     p.write_text("sentence\tlabel\na fine film \t1\nawful \t0\n", encoding="utf-8")

@@ -205,7 +205,8 @@ def test_encoder_teacher_is_distilled_on_its_hidden_states_and_benchmarked(embed
     assert len(result.lines) <= 20 and len(figure_lines) >= len(result.lines) - 2
     assert max(len(line) for line in figure_lines) <= 80
     text = "\n".join(result.lines)
-    for words in ("size (MB)", "speedup, batch 1 x 16", "before distillation", "nearest neighbour",
+    for words in ("size (MB)", "speedup, batch 1 x 16", "after distillation (before)", "rank correlation",
+                  "nearest neighbour",
                   "INT8 vs fp32 student"):
         assert words in text, words
     assert text in (out / "pipeline.md").read_text()

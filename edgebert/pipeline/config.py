@@ -66,7 +66,7 @@ class PipelineConfig:
     bench_batches: tuple[int, ...] = (1,)
     bench_seqs: tuple[int, ...] = (16, 64, 128)
     bench_iters: int = 30
-    bench_max_texts: int | None = 256
+    bench_max_texts: int | None = 128        # texts of the length mix (None: all)
     bench_calibration_size: int = 1024       # square GEMM of the matmul-peak calibration (0: skip)
     threads: int | None = None
     progress: bool = True

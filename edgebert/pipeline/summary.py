@@ -81,12 +81,16 @@ def summary_lines(summary: dict[str, Any], out: Path) -> list[str]:
     lines.append("")
     after, before = summary["student_vs_teacher"]["after"], summary["student_vs_teacher"]["before"]
     if s["mode"] == "embed":
-        lines += [f"student vs teacher, {after.get('texts', 0):.0f} held-out paragraphs (mean-pooled embeddings):",
-                  f"  cosine mean {after.get('embedding_cosine_mean', 0):.3f} (min "
-                  f"{after.get('embedding_cosine_min', 0):.3f}); before distillation "
-                  f"{before.get('embedding_cosine_mean', 0):.3f} (min {before.get('embedding_cosine_min', 0):.3f})",
-                  f"  same nearest neighbour for {100 * after.get('neighbour_agreement', 0):.0f}% of the texts; "
-                  f"before distillation {100 * before.get('neighbour_agreement', 0):.0f}%"]
+        pct = lambda m, k: f"{100 * m.get(k, 0):.0f}%"  # noqa: E731
+        lines += [f"student vs teacher on {after.get('texts', 0):.0f} held-out paragraphs (mean-pooled "
+                  "embeddings),", "after distillation (before):",
+                  f"  cosine mean {after.get('embedding_cosine_mean', 0):.3f} ({before.get('embedding_cosine_mean', 0):.3f}),"
+                  f" min {after.get('embedding_cosine_min', 0):.3f} ({before.get('embedding_cosine_min', 0):.3f})",
+                  f"  rank correlation of pairwise similarities {after.get('similarity_spearman', 0):.3f} "
+                  f"({before.get('similarity_spearman', 0):.3f})",
+                  f"  nearest neighbour the teacher's: {pct(after, 'neighbour_agreement')} "
+                  f"({pct(before, 'neighbour_agreement')}), in its top 5: {pct(after, 'neighbour_in_top5')} "
+                  f"({pct(before, 'neighbour_in_top5')})"]
     else:
         lines.append(f"held-out MLM accuracy: student {after.get('mlm_accuracy', 0):.4f}, teacher "
                      f"{after.get('teacher_mlm_accuracy', 0):.4f} ({after.get('masked_tokens', 0):.0f} masked tokens)")

@@ -145,16 +145,31 @@ def sentence_embeddings(model: nn.Module, data: EncodedDataset, batch_size: int 
     return out
 
 
-def embedding_agreement(student: torch.Tensor, teacher: torch.Tensor) -> dict[str, float]:
+def _ranks(x: torch.Tensor) -> torch.Tensor:
+    return x.argsort().argsort().double()
+
+
+def embedding_agreement(student: torch.Tensor, teacher: torch.Tensor, top: int = 5) -> dict[str, float]:
     """How closely one model's sentence embeddings follow another's, on the same N texts:
-    cosine of each pair (mean, min), and nearest-neighbour agreement: the share of texts whose
-    nearest other text (by cosine) is the same under both models."""
+
+    - ``cosine_mean`` / ``cosine_min``: cosine between the two embeddings of each text;
+    - ``similarity_spearman``: rank correlation of the N(N-1)/2 pairwise cosines (do both models
+      find the same pairs of texts alike?);
+    - ``neighbour_agreement``: share of texts whose nearest other text is the same under both;
+      ``neighbour_in_top5``: share whose student nearest neighbour is among the teacher's ``top``.
+    """
     s, t = F.normalize(student.double(), dim=1), F.normalize(teacher.double(), dim=1)
     cos = (s * t).sum(1)
     out = {"cosine_mean": float(cos.mean()), "cosine_min": float(cos.min()), "texts": float(len(cos))}
-    if len(cos) >= 3:
-        eye = torch.eye(len(cos), dtype=torch.bool)
-        nn_s = (s @ s.T).masked_fill(eye, -2.0).argmax(1)
-        nn_t = (t @ t.T).masked_fill(eye, -2.0).argmax(1)
-        out["neighbour_agreement"] = float((nn_s == nn_t).double().mean())
+    n = len(cos)
+    if n > top:
+        sim_s, sim_t = s @ s.T, t @ t.T
+        pairs = torch.triu_indices(n, n, 1)
+        a, b = _ranks(sim_s[pairs[0], pairs[1]]), _ranks(sim_t[pairs[0], pairs[1]])
+        out["similarity_spearman"] = float(torch.corrcoef(torch.stack([a, b]))[0, 1])
+        eye = torch.eye(n, dtype=torch.bool)
+        nn_s = sim_s.masked_fill(eye, -2.0).argmax(1)
+        top_t = sim_t.masked_fill(eye, -2.0).topk(top, dim=1).indices                  # (N, top)
+        out["neighbour_agreement"] = float((nn_s == top_t[:, 0]).double().mean())
+        out[f"neighbour_in_top{top}"] = float((top_t == nn_s[:, None]).any(1).double().mean())
     return out
