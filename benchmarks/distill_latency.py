@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from edgebert.checkpoint import load_model
+from edgebert.model import load_model
 from edgebert.environment import describe
 from edgebert.fileio import write_json, write_text
 from edgebert.model import count_parameters, encoder_of

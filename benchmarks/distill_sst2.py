@@ -70,10 +70,10 @@ def main() -> None:
     ap.add_argument("--ablation", action="store_true", help="also train the student on hard labels only")
     args = ap.parse_args()
     from edgebert.environment import describe
-    from edgebert.evaluate import evaluate
+    from edgebert.stages.evaluate import evaluate
     from edgebert.fileio import write_json, write_text
     from edgebert.model import count_parameters
-    from edgebert.checkpoint import load_model
+    from edgebert.model import load_model
 
     args.runs.mkdir(parents=True, exist_ok=True)
     done = {name: run_stage(name, argv, out, args.runs, args.reuse)

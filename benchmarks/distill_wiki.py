@@ -1,7 +1,7 @@
 """From-scratch path: distil the WikiText-2 pretrained teacher into a shallower student, and compare
 it with the teacher and with a same-size model trained from scratch for the same steps.
 
-The teacher (``--teacher``, default ``runs/wiki-small``) comes from ``edgebert pretrain --train-preset
+The teacher (``--teacher``, default ``runs/wiki-small``) comes from ``edgebert pretrain --preset
 wiki-small`` on wiki.valid.raw (4 layers, hidden 256), so the student has 2 layers (the teacher has
 only 4). Both runs below use
 the same data (wiki.valid.raw, the same sentence-pair examples and the same dynamic masks: the
@@ -61,10 +61,10 @@ def main() -> None:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="use finished stages found under --runs")
     args = ap.parse_args()
-    from edgebert.checkpoint import load_model
-    from edgebert.config import BertConfig
+    from edgebert.model import load_model
+    from edgebert.model import BertConfig
     from edgebert.environment import describe
-    from edgebert.evaluate import evaluate
+    from edgebert.stages.evaluate import evaluate
     from edgebert.fileio import write_json, write_text
     from edgebert.model import count_parameters
 

@@ -103,7 +103,7 @@ def main() -> int:
     from edgebert.fileio import write_json, write_text
     from exporters import ExportConfig, export_bundle
     from exporters.onnx_export import export_onnx, prepare
-    from edgebert.checkpoint import load_model
+    from edgebert.model import load_model
     from quantization import (AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches, op_type_counts,
                               prepared_tokenizer, split_outliers)
 

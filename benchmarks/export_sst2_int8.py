@@ -52,7 +52,7 @@ def main() -> int:
     import torch
     from rich.progress import Progress
 
-    from edgebert.checkpoint import load_model, save_model
+    from edgebert.model import load_model, save_model
     from edgebert.fileio import write_json
     from edgebert.glue import read_task_tsv
     from quantization import encode_batch, prepared_tokenizer

@@ -3,10 +3,10 @@ SST-2 dev length mix, copied into ``benchmarks/results/pipeline_wiki/``.
 
     .venv/bin/python benchmarks/pipeline_wiki.py [--teacher runs/wiki12-teacher] [--out runs/pipeline-wiki]
 
-Without ``--teacher`` it first pretrains the 12-layer x 256 teacher (``--train-preset wiki-12l``: 1000 steps,
+Without ``--teacher`` it first pretrains the 12-layer x 256 teacher (``--preset wiki-12l``: 1000 steps,
 about 35 minutes on 2 idle cores); the same recipe as a separate command:
 
-    edgebert pretrain --train-preset wiki-12l --corpus ../shared/data/wikitext-2-raw/wiki.valid.raw \\
+    edgebert pretrain --preset wiki-12l --corpus ../shared/data/wikitext-2-raw/wiki.valid.raw \\
         --eval-corpus ../shared/data/wikitext-2-raw/wiki.test.raw --out runs/wiki12-teacher
 
 (The checked-in teacher ran the preset's first 400 steps with a 400-step schedule, then
@@ -44,6 +44,7 @@ def main() -> int:
         return 2
     cfg = PipelineConfig.preset("wiki", args.out, corpus=(wiki / "wiki.valid.raw",),
                                 eval_corpus=(wiki / "wiki.test.raw",), teacher=args.teacher,
+                                from_scratch=args.teacher is None,
                                 lengths_from=DATA / "sst2" / "dev.tsv", threads=args.threads)
     result = run_pipeline(cfg, say=print)
     copy_results(args.out, args.results)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from edgebert.config import BertConfig
+from edgebert.model import BertConfig
 from edgebert.environment import describe
 from edgebert.fileio import write_json, write_text
 from edgebert.model import BertForPreTraining

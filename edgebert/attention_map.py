@@ -35,8 +35,7 @@ def attention_map(model_dir: str | Path, text: str, layer: int = -1, head: int |
     import torch
     from tokenizers import Tokenizer
 
-    from .checkpoint import load_model
-    from .model import encoder_of
+    from .model import encoder_of, load_model
 
     model_dir = Path(model_dir)
     if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):

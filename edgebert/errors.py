@@ -31,6 +31,10 @@ class CheckpointError(EdgebertError):
     """A model directory is missing, incomplete or corrupt."""
 
 
+class TrainingError(EdgebertError):
+    """Training cannot go on (e.g. the loss became NaN)."""
+
+
 class ValidationError(EdgebertError):
     """An exported or transformed graph does not match its reference.
 

@@ -10,15 +10,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Iterator
 
 
-
-def _umask() -> int:
+def current_umask() -> int:
+    """The process umask (read by setting it and setting it back): what plain files and folders get."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-from typing import Any, Iterator
 
 
 @contextlib.contextmanager
@@ -32,7 +31,7 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
-    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
+    os.chmod(tmp_path, 0o666 & ~current_umask())  # mkstemp makes 0600; give the file normal permissions
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
@@ -79,7 +78,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    os.chmod(tmp, 0o777 & ~_umask())
+    os.chmod(tmp, 0o777 & ~current_umask())
     try:
         yield tmp
         if target.exists():

@@ -26,12 +26,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, load_model, map_state_dict,
-                         model_state_dict, read_state_dict, save_model)
-from .config import ARCHITECTURES, BertConfig
 from .errors import CheckpointError, ConfigError, EdgebertError, ValidationError
 from .fileio import atomic_dir, copy_file, write_text
-from .model import build_model, count_parameters
+from .model.bert import build_model, count_parameters
+from .model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, load_model, map_state_dict,
+                         model_state_dict, read_state_dict, save_model)
+from .model.config import ARCHITECTURES, BertConfig
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -253,7 +253,7 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
             copied.append(name)
     built = False
     if "tokenizer.json" not in copied and "vocab.txt" in copied:
-        from .tokenizer import load_vocab_tokenizer
+        from .data.tokenizer import load_vocab_tokenizer
 
         tok = load_vocab_tokenizer(out / "vocab.txt", lowercase=_do_lower_case(src))
         write_text(out / "tokenizer.json", tok.to_str())

@@ -1,7 +1,9 @@
-"""Real text from a file, streamed line by line (torch-free): the one reader behind INT8 calibration,
-the accuracy guard and the benchmark's length mix.
+"""Reading text files (torch-free): the one UTF-8 reader, the one WikiText heading rule, and the
+streaming reader of texts behind INT8 calibration, the accuracy guard and the benchmark's length mix.
 
-Three kinds of file:
+``read_utf8`` reads a whole file (corpora, task TSVs, CoNLL files); a missing or non-UTF-8 file is a
+DataError naming the file, and for bad bytes the line and column. ``iter_texts`` streams one text at a
+time from three kinds of file:
 
 * a TSV with a header naming its text column(s): GLUE SST-2 ``sentence``; pairs ``sentence1`` /
   ``sentence2``, MRPC ``#1 String`` / ``#2 String``, QNLI ``question`` / ``sentence``; also ``text``;
@@ -22,9 +24,45 @@ from .errors import DataError
 
 PAIR_COLUMNS = (("sentence1", "sentence2"), ("#1 String", "#2 String"), ("question", "sentence"))
 SINGLE_COLUMNS = ("sentence", "sentence1", "#1 String", "text", "question")
-_WIKITEXT_HEADING = re.compile(r"^\s*=+ .* =+\s*$")
+# WikiText raw headings: " = Title = " (level 1, an article), " = = Section = = " (level 2), ...
+_WIKITEXT_HEADING = re.compile(r"^\s*((?:= )+)(.+?)((?: =)+)\s*$")
 
 Text = Union[str, tuple[str, str]]
+
+
+def wikitext_heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of a WikiText heading line (1 = article title), None for any other line."""
+    match = _WIKITEXT_HEADING.match(line)
+    if match is None or match.group(1).count("=") != match.group(3).count("="):
+        return None
+    return match.group(1).count("="), match.group(2).strip()
+
+
+def _not_utf8(path: Path, data: bytes, exc: UnicodeDecodeError) -> DataError:
+    line = data.count(b"\n", 0, exc.start) + 1
+    column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+    return DataError(f"{path}:{line} is not UTF-8 (byte 0x{data[exc.start]:02x} at column {column})",
+                     "convert the file to UTF-8, e.g. with iconv")
+
+
+def read_utf8(path: str | Path, what: str = "file", hint: str = "check the path") -> str:
+    """The text of a UTF-8 file (a leading BOM dropped); DataError naming ``what`` and the file if it
+    is missing or not a file, and the line and column of the first byte that is not UTF-8."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{what} {path} not found", hint)
+    if not path.is_file():
+        raise DataError(f"{what} {path} is not a file")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, data, exc) from exc
+
+
+def first_line(path: str | Path, what: str = "file") -> str:
+    """The first line of a UTF-8 file, without its line break (e.g. a TSV header)."""
+    return read_utf8(path, what).split("\n", 1)[0].rstrip("\r")
 
 
 def _tsv_rows(path: Path, fh, header_line: str, pairs: bool) -> Iterator[Text]:
@@ -66,14 +104,15 @@ def iter_texts(path: str | Path, limit: int | None = None, *, pairs: bool = Fals
                 texts: Iterator[Text] = _tsv_rows(path, fh, first, pairs)
             else:
                 stripped = (line.strip() for line in _lines(first, fh))
-                texts = (t for t in stripped if t and not _WIKITEXT_HEADING.match(t))
+                texts = (t for t in stripped if t and wikitext_heading(t) is None)
             for text in texts:
                 if limit is not None and count >= limit:
                     return
                 count += 1
                 yield text
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path} is not UTF-8 text ({exc.reason})") from exc
+    except UnicodeDecodeError:
+        read_utf8(path, what)    # raises the error that names the line and column
+        raise
     if count == 0:
         raise DataError(f"{path} holds no text", "pass a file with at least one sentence")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from edgebert.bundle import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, MANIFEST_NAME, TASK_OUTPUTS,
                              model_path, read_manifest, tokenizer_path, verify_files)
-from edgebert.config import BertConfig
+from edgebert.model import BertConfig
 from edgebert.fileio import sha256_file, write_json
 
 __all__ = ["MANIFEST_NAME", "read_manifest", "verify_bundle", "verify_files", "model_path",

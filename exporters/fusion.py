@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgebert.config import BertConfig
+from edgebert.model import BertConfig
 from edgebert.errors import ValidationError
 from edgebert.onnx_graph import op_type_counts, quiet_logging
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from edgebert.bundle import TASK_OUTPUTS
-from edgebert.checkpoint import CONFIG_NAME, load_model
-from edgebert.config import BertConfig
+from edgebert.model import CONFIG_NAME, load_model
+from edgebert.model import BertConfig
 from edgebert.errors import CheckpointError, ConfigError, ValidationError
 from edgebert.fileio import atomic_dir, write_text
 from quantization.fp16 import check_fp16_structure, convert_to_fp16

@@ -32,7 +32,7 @@ def one_torch_thread():
 
 @pytest.fixture
 def tiny_config():
-    from edgebert.config import BertConfig
+    from edgebert.model import BertConfig
 
     return BertConfig.preset("tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 

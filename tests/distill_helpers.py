@@ -61,7 +61,7 @@ def write_toy_corpus(path: Path, paragraphs: int = 80, seed: int = 0) -> Path:
 
 
 def toy_tokenizer():
-    from edgebert.tokenizer import train_tokenizer
+    from edgebert.data.tokenizer import train_tokenizer
 
     rng = random.Random(1)
     texts = [toy_sentence(rng, i % 2) for i in range(300)]
@@ -69,23 +69,24 @@ def toy_tokenizer():
 
 
 def make_model_dir(out_dir: Path, architecture: str = "BertForPreTraining", layers: int = 2, seed: int = 0,
-                   id2label: dict[int, str] | None = None, hidden: int = 64, dropout: float = 0.0) -> Path:
+                   id2label: dict[int, str] | None = None, hidden: int = 64, dropout: float = 0.0,
+                   max_position: int = 64) -> Path:
     """A tiny seeded BERT (+ the toy tokenizer) saved as an edgebert model directory."""
     import torch
 
-    from edgebert.checkpoint import save_model
-    from edgebert.config import BertConfig
+    from edgebert.model import save_model
+    from edgebert.model import BertConfig
     from edgebert.model import build_model
-    from edgebert.tokenizer import save_tokenizer
+    from edgebert.data.tokenizer import save_tokenizer
 
     tok = toy_tokenizer()
     cfg = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), num_hidden_layers=layers,
-                            hidden_size=hidden, intermediate_size=2 * hidden, max_position_embeddings=64,
+                            hidden_size=hidden, intermediate_size=2 * hidden, max_position_embeddings=max_position,
                             hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, id2label=id2label)
     torch.manual_seed(seed)
     model = build_model(cfg, architecture).eval()
     save_model(model, out_dir)
-    save_tokenizer(tok, out_dir, model_max_length=64)
+    save_tokenizer(tok, out_dir, model_max_length=max_position)
     return out_dir
 
 

@@ -55,8 +55,8 @@ def make_tiny_model_dir(out_dir: str | Path, architecture: str = "BertModel", se
     """A seeded tiny BERT (hidden 64, 2 layers) saved with ``save_model`` + a tiny tokenizer.json."""
     import torch
 
-    from edgebert.checkpoint import save_model
-    from edgebert.config import BertConfig
+    from edgebert.model import save_model
+    from edgebert.model import BertConfig
     from edgebert.model import build_model
 
     extra = {"id2label": {0: "negative", 1: "positive"}} if architecture == "BertForSequenceClassification" else {}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from edgebert.attention_map import attention_map, plot_attention
-from edgebert.checkpoint import load_model
+from edgebert.model import load_model
 from edgebert.cli import main
 from edgebert.errors import ConfigError
 from runtime_fixtures import make_tiny_model_dir

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgebert.corpus import (builtin_corpus, detect_format, detokenize_wikitext, parse_plain,
+from edgebert.data.corpus import (builtin_corpus, detect_format, detokenize_wikitext, parse_plain,
                              parse_wikitext, read_corpora, read_corpus)
 from edgebert.errors import ConfigError, DataError
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from edgebert.corpus import builtin_corpus
-from edgebert.pretrain import PretrainConfig, pretrain
-from edgebert.tokenizer import save_tokenizer, train_tokenizer
+from edgebert.data.corpus import builtin_corpus
+from edgebert.stages.pretrain import PretrainConfig, pretrain
+from edgebert.data.tokenizer import save_tokenizer, train_tokenizer
 
 WORKER = textwrap.dedent("""
     import sys
-    from edgebert.pretrain import PretrainConfig, pretrain
+    from edgebert.stages.pretrain import PretrainConfig, pretrain
     corpus, tok, out = sys.argv[1:4]
     cfg = PretrainConfig.preset("tiny", out, corpus=(corpus,), vocab=tok, max_seq_len=32,
                                 train=dict(max_steps=6, batch_size=8, grad_accum=1, warmup_steps=1,

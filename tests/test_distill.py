@@ -10,8 +10,8 @@ import torch
 
 from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, write_toy_corpus,
                              write_toy_tsv)
-from edgebert.checkpoint import load_model
-from edgebert.distill import (DistillConfig, MlmDistillationTask, TaskDistillationTask, build_student,
+from edgebert.model import load_model
+from edgebert.stages.distill import (DistillConfig, MlmDistillationTask, TaskDistillationTask, build_student,
                               distill, load_teacher)
 from edgebert.errors import CheckpointError, ConfigError
 
@@ -28,9 +28,9 @@ def toy(tmp_path_factory):
 
 
 def _mlm_loss(root, layers: int, **alphas) -> float:
-    from edgebert.corpus import read_corpus
-    from edgebert.pretraining_data import create_examples, tokenize_documents
-    from edgebert.tokenizer import SpecialIds, load_tokenizer
+    from edgebert.data.corpus import read_corpus
+    from edgebert.data.mlm import create_examples, tokenize_documents
+    from edgebert.data.tokenizer import SpecialIds, load_tokenizer
 
     cfg = DistillConfig.preset("tiny", root / "teacher", root / "unused", layers=layers, **alphas)
     teacher = load_teacher(cfg.teacher, "mlm")
@@ -59,7 +59,7 @@ def test_full_mlm_distillation_loss_is_zero_iff_student_equals_teacher(toy):
 
 
 def test_task_distillation_loss_is_zero_when_student_equals_teacher(tmp_path):
-    from edgebert.checkpoint import save_model
+    from edgebert.model import save_model
 
     make_model_dir(tmp_path / "clf", "BertForSequenceClassification", layers=2,
                    id2label={0: "negative", 1: "positive"})
@@ -68,8 +68,8 @@ def test_task_distillation_loss_is_zero_when_student_equals_teacher(tmp_path):
         clf.classifier.weight.mul_(100.0)                # logits of a few units, as a trained head's
     save_model(clf, tmp_path / "clf")
     write_toy_tsv(tmp_path / "train.tsv", 40)
-    from edgebert.finetune import load_task_data
-    from edgebert.tokenizer import load_tokenizer
+    from edgebert.data.task_data import load_task_data
+    from edgebert.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tmp_path / "clf")
     data = load_task_data("sst2", tmp_path / "train.tsv", None, tok, 32)
@@ -125,7 +125,7 @@ def test_resume_reproduces_the_loss_curve(tmp_path, toy):
 
 
 def test_task_distillation_keeps_the_toy_task(tmp_path, toy):
-    from edgebert.finetune import FinetuneConfig, finetune
+    from edgebert.stages.finetune import FinetuneConfig, finetune
 
     teacher = finetune(FinetuneConfig.preset("tiny", model=toy / "teacher", task="sst2",
                                              train_file=toy / "train.tsv", dev_file=toy / "dev.tsv",
@@ -159,6 +159,24 @@ def test_cli_mlm_distillation_prints_and_saves_the_layer_map(tmp_path, toy, caps
     assert len((tmp_path / "s" / "metrics.jsonl").read_text().splitlines()) == 4
 
 
+def test_a_short_run_of_the_default_recipe_just_works(tmp_path, toy, capsys):
+    """`edgebert distill TEACHER --corpus FILE --out DIR --layers 4 --max-steps 5`: warmup is a fraction of
+    the run, so the 1000-step default recipe runs 5 steps; an explicit warmup longer than the run is refused."""
+    make_model_dir(tmp_path / "teacher", "BertForPreTraining", layers=6, max_position=128)
+    code, _, err = run_cli(capsys, "distill", tmp_path / "teacher", "--corpus", toy / "corpus.txt",
+                           "--out", tmp_path / "s", "--layers", "4", "--max-steps", "5")
+    assert code == 0, err
+    saved = json.loads((tmp_path / "s" / "distill_config.json").read_text())
+    assert saved["layer_map"] == [0, 2, 3, 5] and saved["alpha_mlm"] == 2.0           # the distilbert recipe
+    assert (saved["train"]["max_steps"], saved["train"]["warmup_ratio"], saved["train"]["warmup_steps"]) == (5, 0.05, None)
+    last = json.loads((tmp_path / "s" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 5 and last["lr"] == pytest.approx(5e-4 / 5)   # round(0.05 * 5) = 0 warmup steps
+    code, _, err = run_cli(capsys, "distill", tmp_path / "teacher", "--corpus", toy / "corpus.txt",
+                           "--out", tmp_path / "t", "--layers", "4", "--max-steps", "5", "--warmup-steps", "10")
+    assert_one_line_error(code, err, "warmup_steps=10 must be smaller than max_steps=5")
+    assert not (tmp_path / "t").exists()
+
+
 def test_random_init_mlm_only_baseline_copies_nothing_and_skips_the_teacher(toy):
     cfg = DistillConfig.preset("tiny", toy / "teacher", toy / "unused", student_init="random", layers=1,
                                alpha_kd=0.0, alpha_cos=0.0, alpha_mlm=1.0)
@@ -166,9 +184,9 @@ def test_random_init_mlm_only_baseline_copies_nothing_and_skips_the_teacher(toy)
     student, layer_map = build_student(teacher, cfg)
     assert not torch.equal(student.bert.embeddings.word_embeddings.weight,
                            teacher.bert.embeddings.word_embeddings.weight)
-    from edgebert.corpus import read_corpus
-    from edgebert.pretraining_data import create_examples, tokenize_documents
-    from edgebert.tokenizer import SpecialIds, load_tokenizer
+    from edgebert.data.corpus import read_corpus
+    from edgebert.data.mlm import create_examples, tokenize_documents
+    from edgebert.data.tokenizer import SpecialIds, load_tokenizer
 
     tok = load_tokenizer(cfg.teacher)
     examples = create_examples(tokenize_documents(read_corpus(toy / "corpus.txt"), tok, 13), SpecialIds.of(tok), 32)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgebert.distill_losses import attention_kl_loss, cosine_loss, hidden_mse_loss, kd_loss
+from edgebert.stages.distill.losses import attention_kl_loss, cosine_loss, hidden_mse_loss, kd_loss
 from edgebert.errors import ConfigError, DataError
-from edgebert.glue import classification_metrics, read_task_tsv
+from edgebert.data.tasks import read_task_tsv
 from edgebert.model import BertForPreTraining, BertForSequenceClassification
-from edgebert.student import default_layer_map, make_student, parse_layer_map
+from edgebert.stages.metrics import classification_metrics
+from edgebert.model import default_layer_map, make_student, parse_layer_map
 
 
 def test_default_layer_maps():
@@ -95,6 +96,23 @@ def test_tinybert_terms(tiny_config):
     s_out = student(ids, mask, **kw).encoder
     assert hidden_mse_loss(s_out.hidden_states, t_out.hidden_states, layers, mask).item() > 0
     assert attention_kl_loss(s_out.attentions, t_out.attentions, layers, mask).item() > 0
+
+
+def test_embedding_agreement_figures():
+    from edgebert.stages.metrics import embedding_agreement
+
+    torch.manual_seed(0)
+    teacher = torch.randn(40, 16)
+    same = embedding_agreement(teacher * 3.0, teacher)                    # scale does not matter
+    assert same == pytest.approx({"cosine_mean": 1.0, "cosine_min": 1.0, "texts": 40.0, "similarity_spearman": 1.0,
+                                  "neighbour_agreement": 1.0, "neighbour_in_top5": 1.0})
+    near = embedding_agreement(teacher + 0.3 * torch.randn(40, 16), teacher)
+    far = embedding_agreement(torch.randn(40, 16), teacher)
+    for key in ("cosine_mean", "similarity_spearman", "neighbour_in_top5"):
+        assert 1.0 > near[key] > far[key], key
+    assert abs(far["similarity_spearman"]) < 0.2 and far["neighbour_agreement"] < 0.2
+    shuffled = teacher[torch.randperm(40)]                                 # same texts, another order: no agreement
+    assert embedding_agreement(shuffled, teacher)["cosine_mean"] < 0.5
 
 
 def test_glue_readers(tmp_path):

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 
 from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, write_toy_corpus,
                              write_toy_tsv)
-from edgebert.checkpoint import load_model
-from edgebert.evaluate import MLM_EVAL_SEED, evaluate, mlm_eval_batches
+from edgebert.model import load_model
+from edgebert.data.mlm import mlm_eval_batches
+from edgebert.stages.evaluate import evaluate
 
 
 @pytest.fixture(scope="module")
@@ -24,22 +25,36 @@ def toy(tmp_path_factory):
     write_toy_tsv(root / "dev.tsv", 60, seed=2)
     write_toy_tsv(root / "train.tsv", 200, seed=6)
     # a briefly trained classifier (a random head predicts one class for everything)
-    from edgebert.finetune import FinetuneConfig, finetune
+    from edgebert.stages.finetune import FinetuneConfig, finetune
 
     finetune(FinetuneConfig.preset("tiny", model=root / "mlm", task="sst2", train_file=root / "train.tsv",
                                    out=root / "clf", epochs=2.0))
     return root
 
 
-def test_eval_seed_is_pretrainings():
-    from edgebert.pretrain import EVAL_SEED
+def test_eval_set_is_fixed_whatever_the_batch_size(toy):
+    """Every MLM evaluation (pretraining, distillation, this command) scores the same masked tokens:
+    the examples and masks of a document set depend on nothing but the documents."""
+    from edgebert.data.corpus import read_corpus
+    from edgebert.data.tokenizer import load_tokenizer
 
-    assert MLM_EVAL_SEED == EVAL_SEED
+    docs, tok = read_corpus(toy / "corpus.txt"), load_tokenizer(toy / "mlm")
+    whole = mlm_eval_batches(docs, tok, 64, 40, batch_size=40)[0]
+    parts = mlm_eval_batches(docs, tok, 64, 40, batch_size=7)
+    assert len(parts) == 6 and int((whole["labels"] != -100).sum()) > 20
+    row = 0
+    for part in parts:
+        n, width = part["input_ids"].shape
+        for key in ("input_ids", "labels", "token_type_ids", "attention_mask"):
+            assert torch.equal(part[key], whole[key][row:row + n, :width]), key
+        assert torch.equal(part["next_sentence_label"], whole["next_sentence_label"][row:row + n])
+        row += n
+    assert row == 40
 
 
 def test_classifier_metrics_equal_an_unbatched_count(toy):
-    from edgebert.glue import read_task_tsv
-    from edgebert.tokenizer import load_tokenizer
+    from edgebert.data.tasks import read_task_tsv
+    from edgebert.data.tokenizer import load_tokenizer
 
     result = evaluate(toy / "clf", "sst2", toy / "dev.tsv", batch_size=7)
     model, tok = load_model(toy / "clf"), load_tokenizer(toy / "clf")
@@ -64,8 +79,8 @@ def test_mlm_metrics_equal_the_full_logits_computation(toy):
     result = evaluate(toy / "mlm", "mlm", toy / "corpus.txt", max_seq_len=64, max_examples=40, batch_size=16)
     again = evaluate(toy / "mlm", "mlm", toy / "corpus.txt", max_seq_len=64, max_examples=40, batch_size=8)
     assert result.metrics == pytest.approx(again.metrics, rel=1e-5)       # fixed masks, any batch size
-    from edgebert.corpus import read_corpus
-    from edgebert.tokenizer import load_tokenizer
+    from edgebert.data.corpus import read_corpus
+    from edgebert.data.tokenizer import load_tokenizer
 
     model = load_model(toy / "mlm")
     batches = mlm_eval_batches(read_corpus(toy / "corpus.txt"), load_tokenizer(toy / "mlm"), 64, 40, 16)
@@ -86,7 +101,7 @@ def test_mlm_metrics_equal_the_full_logits_computation(toy):
 
 
 def test_mlm_evaluation_matches_pretrainings_own(tmp_path, toy):
-    from edgebert.pretrain import PretrainConfig, pretrain
+    from edgebert.stages.pretrain import PretrainConfig, pretrain
 
     corpus = toy / "corpus.txt"
     cfg = PretrainConfig.preset("tiny", tmp_path / "pt", corpus=(corpus,), eval_corpus=(corpus,),

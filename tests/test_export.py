@@ -75,7 +75,7 @@ def test_axes_are_dynamic_and_untraced_shapes_match_pytorch(embed_bundle):
         assert [d.dim_param for d in value.type.tensor_type.shape.dim] == ["batch", "sequence"]
     out_dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.output}
     assert out_dims == {"last_hidden_state": ["batch", "sequence", 64], "pooler_output": ["batch", 64]}
-    from edgebert.checkpoint import load_model
+    from edgebert.model import load_model
 
     model = prepare(load_model(model_dir, "BertModel"), "embed")
     sess = _ort(bundle / "model.onnx")
@@ -195,7 +195,7 @@ def test_task_heads_export_with_their_outputs(work, task, arch, outputs):
 
 # --------------------------------------------------------------------------- errors
 def test_sabotaged_graph_raises_validation_error_with_figures(work, tmp_path):
-    from edgebert.checkpoint import load_model
+    from edgebert.model import load_model
 
     wrapped = prepare(load_model(make_model_dir(tmp_path / "m", "BertModel"), "BertModel"), "embed")
     path = export_onnx(wrapped, tmp_path / "raw.onnx", 17)

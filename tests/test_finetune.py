@@ -11,10 +11,12 @@ import torch
 
 from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, toy_tokenizer,
                              write_toy_conll, write_toy_tsv)
-from edgebert.classification_data import LengthGroupedBatches, collate, encode_examples
+from edgebert.data.task_data import collate, encode_examples
+from edgebert.data.tasks import read_task_tsv
 from edgebert.errors import ConfigError
-from edgebert.finetune import BestCheckpoint, FinetuneConfig, finetune
-from edgebert.glue import read_task_tsv
+from edgebert.stages.classification import BestCheckpoint
+from edgebert.stages.finetune import FinetuneConfig, finetune
+from edgebert.training import LengthGroupedBatches
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +47,14 @@ def test_finetune_learns_separable_toy_task_and_keeps_best(toy):
     assert cfg["architectures"] == ["BertForSequenceClassification"]
     assert cfg["id2label"] == {"0": "negative", "1": "positive"}
     # the saved model scores what was logged for the best step
-    from edgebert.evaluate import evaluate
+    from edgebert.stages.evaluate import evaluate
 
     scored = evaluate(out, "sst2", toy / "dev.tsv")
     assert scored.metrics["accuracy"] == pytest.approx(best["value"], abs=1e-9)
 
 
 def test_best_checkpoint_writes_the_best_not_the_last(tmp_path, tiny_config):
-    from edgebert.checkpoint import load_model
+    from edgebert.model import load_model
     from edgebert.model import BertForSequenceClassification
 
     torch.manual_seed(0)
@@ -120,7 +122,7 @@ def test_token_classification_path_learns(tmp_path):
     assert result.best_metrics["accuracy"] > 0.9
     cfg = json.loads((tmp_path / "ner" / "config.json").read_text())
     assert cfg["architectures"] == ["BertForTokenClassification"]
-    from edgebert.evaluate import evaluate
+    from edgebert.stages.evaluate import evaluate
 
     scored = evaluate(tmp_path / "ner", "conll", tmp_path / "dev.conll")
     assert scored.metrics["accuracy"] == pytest.approx(result.best_metrics["accuracy"], abs=1e-9)
@@ -132,12 +134,13 @@ def test_config_validation():
     with pytest.raises(ConfigError, match="unknown task"):
         FinetuneConfig(model="m", task="qqp", train_file="t", out="o")
     with pytest.raises(ConfigError, match="lr"):
-        FinetuneConfig(model="m", task="sst2", train_file="t", out="o", lr=0)
+        FinetuneConfig.preset("glue", model="m", task="sst2", train_file="t", out="o", train=dict(lr=0))
     with pytest.raises(ConfigError, match="grad_accum"):
-        FinetuneConfig(model="m", task="sst2", train_file="t", out="o", batch_size=6, grad_accum=4)
+        FinetuneConfig.preset("glue", model="m", task="sst2", train_file="t", out="o",
+                              train=dict(batch_size=6, grad_accum=4))
     cfg = FinetuneConfig.preset("glue", model="m", task="sst2", train_file="t", dev_file="d", out="o")
     train = cfg.train_config(1000)        # 32 steps per epoch, 3 epochs
-    assert (train.max_steps, train.warmup_steps, train.eval_every) == (96, 6, 32)
+    assert (train.max_steps, train.resolved_warmup_steps(), train.eval_every) == (96, 6, 32)
 
 
 def test_cli_errors_are_one_line(toy, tmp_path, capsys):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from edgebert.checkpoint import load_model, save_model
+from edgebert.model import load_model, save_model
 from edgebert.cli import main
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.hf_interop import convert_hf, import_hf, output_tensors, probe_batch

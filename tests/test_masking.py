@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from edgebert.corpus import builtin_corpus
+from edgebert.data.corpus import builtin_corpus
 from edgebert.errors import ConfigError, DataError
-from edgebert.pretraining_data import (IGNORE_INDEX, MaskingCollator, PretrainingExamples,
+from edgebert.data.mlm import (IGNORE_INDEX, MaskingCollator, PretrainingExamples,
                                        create_examples, most_frequent_token, regroup_documents,
                                        split_sentences, tokenize_documents)
-from edgebert.tokenizer import SpecialIds, train_tokenizer
+from edgebert.data.tokenizer import SpecialIds, train_tokenizer
 
 IDS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 VOCAB = 1000

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from edgebert.checkpoint import load_model, save_model
-from edgebert.config import PRESETS, BertConfig
+from edgebert.model import load_model, save_model
+from edgebert.model import PRESETS, BertConfig
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.model import (BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
                             BertForTokenClassification, BertModel, build_model, count_parameters)

@@ -11,7 +11,7 @@ import onnx
 import pytest
 import torch
 
-from edgebert.checkpoint import load_model, save_model
+from edgebert.model import load_model, save_model
 from edgebert.errors import ConfigError
 from exporters import ExportConfig, export_bundle
 from quantization import (OUTLIER_SUFFIX, TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,

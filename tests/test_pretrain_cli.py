@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from edgebert.cli import main
-from edgebert.corpus import builtin_corpus
+from edgebert.data.corpus import builtin_corpus
 from edgebert.errors import ConfigError
-from edgebert.pretrain import PretrainConfig, build_pretrain_config, pretrain
+from edgebert.stages.pretrain import PretrainConfig, build_pretrain_config, pretrain
 
 
 
@@ -37,7 +37,7 @@ def records(out: Path) -> list[dict]:
 
 def test_cli_pretrains_evaluates_and_resumes(corpus, tmp_path, capsys):
     out = tmp_path / "run"
-    code, stdout, err = run_cli(capsys, "--train-preset", "tiny", "--corpus", str(corpus), "--out", str(out),
+    code, stdout, err = run_cli(capsys, "--preset", "tiny", "--corpus", str(corpus), "--out", str(out),
                                 "--max-steps", "12", "--eval-every", "6", "--no-progress")
     assert code == 0, err
     assert f"checkpoint: {out}" in stdout and "mlm_accuracy" in stdout and "unigram baseline" in stdout
@@ -56,8 +56,8 @@ def test_cli_pretrains_evaluates_and_resumes(corpus, tmp_path, capsys):
     assert recs[5]["eval_masked_tokens"] == ev["eval_masked_tokens"]
     assert 0 < ev["eval_unigram_mlm_accuracy"] < 0.2
 
-    from edgebert.checkpoint import load_model
-    from edgebert.tokenizer import load_tokenizer
+    from edgebert.model import load_model
+    from edgebert.data.tokenizer import load_tokenizer
 
     model = load_model(out)
     assert type(model).__name__ == "BertForPreTraining"
@@ -74,7 +74,7 @@ def test_cli_pretrains_evaluates_and_resumes(corpus, tmp_path, capsys):
 def tokenizer_dir(corpus, tmp_path_factory) -> Path:
     """One trained tokenizer for runs that must match: WordPiece training in `tokenizers` breaks
     count ties in hash-map order, so two trainings can differ (huggingface/tokenizers#1794)."""
-    from edgebert.tokenizer import save_tokenizer, train_tokenizer
+    from edgebert.data.tokenizer import save_tokenizer, train_tokenizer
 
     docs = corpus.read_text(encoding="utf-8").split("\n\n")
     return save_tokenizer(train_tokenizer(docs, 1000), tmp_path_factory.mktemp("tok"))
@@ -102,7 +102,7 @@ def test_builtin_corpus_and_existing_vocab(tmp_path, capsys):
 
     vocab = shared_file("bert-base-uncased-vocab", "vocab.txt")
     out = tmp_path / "builtin"
-    code, stdout, err = run_cli(capsys, "--train-preset", "tiny", "--out", str(out), "--vocab", str(vocab),
+    code, stdout, err = run_cli(capsys, "--preset", "tiny", "--out", str(out), "--vocab", str(vocab),
                                 "--max-steps", "3", "--max-seq-len", "32", "--no-progress")
     assert code == 0, err
     assert json.loads((out / "config.json").read_text())["vocab_size"] == 30522
@@ -113,7 +113,7 @@ def test_builtin_corpus_and_existing_vocab(tmp_path, capsys):
 
 def test_transformers_loads_the_checkpoint(corpus, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from edgebert.checkpoint import load_model
+    from edgebert.model import load_model
 
     out = tmp_path / "hf"
     pretrain(PretrainConfig.preset("tiny", out, corpus=(corpus,),
@@ -132,9 +132,10 @@ def test_config_presets():
     cfg = build_pretrain_config("runs/x", "wiki-small", corpus=("a.txt",), train=dict(lr=1e-3))
     assert cfg.train.lr == 1e-3 and cfg.train.max_steps == 1000 and cfg.vocab_size == 12000
     assert cfg.bert_config(12000, 0).hidden_size == 256
-    small = build_pretrain_config("runs/x", "wiki-small", model_preset="small")
+    small = build_pretrain_config("runs/x", "wiki-small", model_size="small")
     assert small.model_overrides == {} and small.bert_config(100, 0).hidden_size == 512
-    assert build_pretrain_config("runs/x", "wiki-small", train=dict(max_steps=50)).train.warmup_steps == 5
+    # a short run of a long recipe: warmup is the recipe's fraction (8%) of the run
+    assert build_pretrain_config("runs/x", "wiki-small", train=dict(max_steps=50)).train.resolved_warmup_steps() == 4
     with pytest.raises(ConfigError, match="warmup_steps=80 must be smaller than max_steps=50"):
         build_pretrain_config("runs/x", "wiki-small", train=dict(max_steps=50, warmup_steps=80))
     with pytest.raises(ConfigError, match="max_seq_len=1024 is longer"):
@@ -161,17 +162,17 @@ BAD_INPUTS = {
     "empty corpus": lambda t, c: ["--corpus", str(_write(t / "empty.txt", b"\n \n")), "--out", str(t / "o")],
     "non-utf8 corpus": lambda t, c: ["--corpus", str(_write(t / "bad.txt", b"ok\n\xff\xfe")), "--out", str(t / "o")],
     "negative lr": lambda t, c: ["--corpus", str(c), "--lr", "-1", "--out", str(t / "o")],
-    "warmup > steps": lambda t, c: ["--corpus", str(c), "--warmup", "30", "--max-steps", "10", "--out", str(t / "o")],
+    "warmup > steps": lambda t, c: ["--corpus", str(c), "--warmup-steps", "30", "--max-steps", "10", "--out", str(t / "o")],
     "bad model config": lambda t, c: ["--corpus", str(c), "--config", str(_bad_config(t)), "--out", str(t / "o")],
-    "unknown preset": lambda t, c: ["--corpus", str(c), "--preset", "giant", "--out", str(t / "o")],
-    "unknown train preset": lambda t, c: ["--train-preset", "forever", "--out", str(t / "o")],
+    "unknown model size": lambda t, c: ["--corpus", str(c), "--model-size", "giant", "--out", str(t / "o")],
+    "unknown preset": lambda t, c: ["--preset", "forever", "--out", str(t / "o")],
     "corrupt checkpoint": lambda t, c: ["--corpus", str(c), "--out", str(_corrupt_checkpoint(t, c)), "--resume",
-                                        "--train-preset", "tiny"],
+                                        "--preset", "tiny"],
     "resume without checkpoint": lambda t, c: ["--out", str(t / "fresh"), "--resume"],
     "existing checkpoint": lambda t, c: ["--corpus", str(c), "--out", str(_corrupt_checkpoint(t, c))],
-    "preset and config": lambda t, c: ["--preset", "tiny", "--config", str(_bad_config(t)), "--out", str(t / "o")],
+    "model size and config": lambda t, c: ["--model-size", "tiny", "--config", str(_bad_config(t)), "--out", str(t / "o")],
     "zero grad accum": lambda t, c: ["--grad-accum", "0", "--out", str(t / "o")],
-    "bad format": lambda t, c: ["--corpus", str(c), "--format", "xml", "--out", str(t / "o")],
+    "bad format": lambda t, c: ["--corpus", str(c), "--corpus-format", "xml", "--out", str(t / "o")],
 }
 
 
@@ -183,8 +184,8 @@ def _write(path: Path, data: bytes) -> Path:
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_inputs_give_one_line_errors(case, corpus, tmp_path, capsys):
     args = BAD_INPUTS[case](tmp_path, corpus)
-    if "--train-preset" not in args:
-        args += ["--train-preset", "tiny"]
+    if "--preset" not in args:
+        args += ["--preset", "tiny"]
     code, stdout, err = run_cli(capsys, *args, "--no-progress")
     assert code != 0
     lines = err.strip().splitlines()
@@ -196,10 +197,10 @@ def test_bad_inputs_give_one_line_errors(case, corpus, tmp_path, capsys):
 
 def test_error_messages_say_what_was_wrong(tmp_path, corpus, capsys):
     bad = _write(tmp_path / "wiki.bad", b"line one\nline two\nab\xffc\n")
-    _, _, err = run_cli(capsys, "--corpus", str(bad), "--out", str(tmp_path / "o"), "--train-preset", "tiny")
+    _, _, err = run_cli(capsys, "--corpus", str(bad), "--out", str(tmp_path / "o"), "--preset", "tiny")
     assert f"{bad}:3 is not UTF-8 (byte 0xff at column 3)" in err
     _, _, err = run_cli(capsys, "--corpus", str(corpus), "--config", str(_bad_config(tmp_path)),
-                        "--out", str(tmp_path / "o"), "--train-preset", "tiny")
+                        "--out", str(tmp_path / "o"), "--preset", "tiny")
     assert "hidden_size=100 is not divisible by num_attention_heads=12" in err
     _, _, err = run_cli(capsys, "--lr", "-1", "--out", str(tmp_path / "o"))
     assert "lr=-1.0 must be a positive number" in err

@@ -36,7 +36,7 @@ def torch_outputs(model_dir, rows, architecture="BertModel"):
     """The PyTorch model on the runtime's own padded token ids."""
     import torch
 
-    from edgebert.checkpoint import load_model
+    from edgebert.model import load_model
     from edgebert.runtime import pad_batch
 
     model = load_model(model_dir, architecture).eval()

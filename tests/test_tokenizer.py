@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgebert.errors import CheckpointError, ConfigError, DataError
-from edgebert.tokenizer import (SPECIAL_TOKENS, SpecialIds, load_tokenizer, load_vocab_tokenizer,
+from edgebert.data.tokenizer import (SPECIAL_TOKENS, SpecialIds, load_tokenizer, load_vocab_tokenizer,
                                 save_tokenizer, train_tokenizer)
 
 from conftest import shared_file

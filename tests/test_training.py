@@ -246,7 +246,7 @@ def test_nan_loss_stops_with_a_clear_error(tmp_path):
 # ---------------------------------------------------------------------------- pretraining objective
 def test_masked_positions_objective_equals_bert_for_pretraining_loss(tiny_config):
     from edgebert.model import BertForPreTraining
-    from edgebert.pretrain import MaskedPositionsObjective
+    from edgebert.stages.pretrain import MaskedPositionsObjective
 
     torch.manual_seed(0)
     model = BertForPreTraining(tiny_config).eval()

@@ -17,7 +17,7 @@ SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "interme
 
 
 class TorchReference:
-    """A model directory loaded with ``edgebert.checkpoint.load_model``, run under inference_mode."""
+    """A model directory loaded with ``edgebert.model.load_model``, run under inference_mode."""
 
     provider = "torch"
     precision = "fp32"
@@ -25,10 +25,8 @@ class TorchReference:
     def __init__(self, model_dir: str | Path, task: str, threads: int | None = None):
         import torch
 
-        from ..checkpoint import WEIGHTS_NAME, load_model
-        from ..config import BertConfig
         from ..errors import CheckpointError
-        from ..model import count_parameters
+        from ..model import WEIGHTS_NAME, BertConfig, count_parameters, load_model
 
         self._torch = torch
         if threads:

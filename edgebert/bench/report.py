@@ -139,15 +139,27 @@ def _pct(fraction: float | None) -> float | None:
     return None if fraction is None else 100 * fraction
 
 
-def plot_latency(report: dict, target: str | Path) -> Path:
-    """latency.png: p50 latency vs sequence length, one panel per batch size, one line per path."""
+def plot_title(report: dict, chars: int) -> str:
+    """The plot's title, wrapped to ``chars`` per line: the bundle, then what was not measured."""
+    import textwrap
+
+    missing = [u["provider"] + (f" {u['precision']}" if u["precision"] else "") for u in report["unavailable"]]
+    lines = textwrap.wrap(f"edgebert bench: {Path(report['bundle']['dir']).name}", chars)
+    if missing:
+        lines += textwrap.wrap(f"not measured (unavailable): {', '.join(missing)}", chars)
+    return "\n".join(lines)
+
+
+def latency_figure(report: dict):
+    """p50 latency vs sequence length, one panel per batch size, one line per path (a matplotlib figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     batches = sorted({r["batch"] for r in report["results"]}) or [1]
-    fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.6), squeeze=False)
+    width = max(5.2, 4.2 * len(batches))
+    fig, axes = plt.subplots(1, len(batches), figsize=(width, 3.8), squeeze=False, layout="constrained")
     paths = list(dict.fromkeys(r["path"] for r in report["results"]))
     for ax, batch in zip(axes[0], batches):
         for name in paths:
@@ -156,18 +168,21 @@ def plot_latency(report: dict, target: str | Path) -> Path:
             if rows:
                 ax.plot([r["seq"] for r in rows], [r["latency_ms"]["p50"] for r in rows], marker="o",
                         label=name, linestyle="--" if name.startswith("torch") else "-")
-        ax.set_title(f"batch {batch}")
+        ax.set_title(f"batch {batch}", fontsize=9)
         ax.set_xlabel("sequence length (tokens)")
         ax.set_ylabel("p50 latency (ms)")
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    missing = [u["provider"] + (f" {u['precision']}" if u["precision"] else "") for u in report["unavailable"]]
-    title = f"edgebert bench: {Path(report['bundle']['dir']).name}"
-    if missing:
-        title += f"  (not measured, unavailable: {', '.join(missing)})"
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.suptitle(plot_title(report, chars=int(11 * width)), fontsize=9)
+    return fig
+
+
+def plot_latency(report: dict, target: str | Path) -> Path:
+    """latency.png: ``latency_figure``, written atomically."""
+    import matplotlib.pyplot as plt
+
+    fig = latency_figure(report)
     target = Path(target)
     with atomic_path(target) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
@@ -187,8 +202,29 @@ def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
     return paths
 
 
+def _ms(value: float) -> str:
+    """A latency in at most 5 characters: 0.38, 53.2, 1235."""
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+
+
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ("path",)):
+    """A rich table that fits an 80-column terminal: no side borders, one space between columns,
+    a header of several words on two lines (never cut), cells never wrapped."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=0)
+    for col in columns:
+        table.add_column(col.replace(" ", "\n", 1), justify="left" if col in left else "right", no_wrap=True)
+    return table
+
+
 def print_report(report: dict, console) -> None:
-    """Rich tables: providers, fixed-shape figures, length mix, accuracy."""
+    """Rich tables: providers, fixed-shape figures, length mix, accuracy (each fits 80 columns)."""
     from rich.table import Table
 
     providers = Table(title="providers")
@@ -198,37 +234,31 @@ def print_report(report: dict, console) -> None:
         providers.add_row(a, f"[red]{b}[/red]" if "NOT" in b else b, c)
     console.print(providers)
 
-    table = Table(title=f"latency / throughput: {report['bundle']['dir']}")
-    cols = ("path", "batch", "seq", "p50 ms", "p90 ms", "p99 ms", "seq/s", "tok/s", "peak MB",
-            "% peak", "vs torch")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "path" else "right")
+    table = _table(f"latency / throughput: {report['bundle']['dir']}",
+                   ("path", "batch", "seq", "p50 ms", "p90 ms", "p99 ms", "seq/s", "tok/s", "peak MB",
+                    "% peak", "vs torch"))
     for r in sorted(report["results"], key=lambda r: (r["batch"], r["seq"], r["path"])):
         lat = r["latency_ms"]
-        table.add_row(r["path"], str(r["batch"]), str(r["seq"]), f"{lat['p50']:.2f}", f"{lat['p90']:.2f}",
-                      f"{lat['p99']:.2f}", f"{r['sequences_per_s']:.1f}", f"{r['tokens_per_s']:.0f}",
-                      _fmt(r["peak_rss_mb"], ".0f"), _fmt(_pct(r["fraction_of_peak"]), ".1f", "%"),
-                      _fmt(r["speedup_vs_reference"], ".2f", "x"))
+        table.add_row(r["path"], str(r["batch"]), str(r["seq"]), _ms(lat["p50"]), _ms(lat["p90"]), _ms(lat["p99"]),
+                      _rate(r["sequences_per_s"]), f"{r['tokens_per_s']:.0f}", _fmt(r["peak_rss_mb"], ".0f"),
+                      _fmt(_pct(r["fraction_of_peak"]), ".1f", "%"), _fmt(r["speedup_vs_reference"], ".2f", "x"))
     console.print(table)
 
     mix = report.get("length_mix")
     if mix:
-        t = Table(title=f"length mix: {mix['texts']} texts from {Path(mix['file']).name}, mean "
-                        f"{mix['tokens_mean']} tokens, padded mode pads to {mix['pad_to']}")
-        for col in ("path", "batch", "mode", "total s", "seq/s", "real tok/s", "padding %", "vs padded",
-                    "vs torch"):
-            t.add_column(col, justify="left" if col in ("path", "mode") else "right")
+        t = _table(f"length mix: {mix['texts']} texts from {Path(mix['file']).name}, mean {mix['tokens_mean']} "
+                   f"tokens, padded mode pads to {mix['pad_to']}",
+                   ("path", "batch", "mode", "total s", "seq/s", "real tok/s", "padding %", "vs padded",
+                    "vs torch"), left=("path", "mode"))
         for r in sorted(mix["results"], key=lambda r: (r["batch"], r["path"], r["mode"])):
-            t.add_row(r["path"], str(r["batch"]), r["mode"], f"{r['total_s']:.2f}",
-                      f"{r['sequences_per_s']:.1f}",
+            t.add_row(r["path"], str(r["batch"]), r["mode"], f"{r['total_s']:.2f}", _rate(r["sequences_per_s"]),
                       f"{r['real_tokens_per_s']:.0f}", f"{100 * r['padding_fraction']:.1f}",
                       _fmt(r["speedup_vs_padded"], ".2f", "x"), _fmt(r["speedup_vs_reference"], ".2f", "x"))
         console.print(t)
 
     if report.get("reference"):
-        acc = Table(title="accuracy vs PyTorch reference")
-        for col in ("path", "agreement", "max abs diff"):
-            acc.add_column(col)
+        acc = _table("accuracy vs PyTorch reference", ("path", "agreement", "max abs diff"),
+                     left=("path", "agreement"))
         for p in report["paths"]:
             if p["available"] and not p.get("reference"):
                 acc.add_row(p["path"], *_accuracy_cells(p.get("accuracy")))

@@ -1,7 +1,9 @@
 """``edgebert`` command line. Commands are thin: parse, call one library function, print.
 
-Each group of commands lives in its own module and registers itself on ``app``.
+Each command lives in its own module and registers itself on ``app``; options that several commands
+take are declared once in ``options``; every error becomes one line in ``app.main``.
 """
 
 from .app import app, main, run  # noqa: F401
-from . import train_cmds, distill_cmds, interop_cmds, export_cmds, check_cmds, bench_cmds, pipeline_cmds  # noqa: F401,E402  (register commands)
+from . import (attention_cmds, bench_cmds, check_cmds, distill_cmds, evaluate_cmds, export_cmds,  # noqa: F401,E402
+               finetune_cmds, info_cmds, interop_cmds, pipeline_cmds, pretrain_cmds)

@@ -99,10 +99,13 @@ def run() -> None:
     sys.exit(main())
 
 
-@app.command("info")
-def info() -> None:
-    """Print versions, threads and the onnxruntime execution providers on this machine."""
-    from ..environment import describe
+def say(line: str) -> None:
+    """One result line on stdout, as written (no markup, no wrapping); under torchrun rank 0 only."""
+    from ..training.distributed import is_main_process
 
-    for key, value in describe().items():
-        console.print(f"{key}: {value}", highlight=False)
+    if is_main_process():
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def metrics_line(metrics: dict) -> str:
+    return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())

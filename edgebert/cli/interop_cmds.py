@@ -1,27 +1,25 @@
-"""CLI commands for Hugging Face interop: ``edgebert import-hf SRC --out DIR``."""
+"""``edgebert import-hf SRC --out DIR``: a Hugging Face BERT as a verified edgebert checkpoint."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
-from .app import app, console
-
-
-def _say(text: str) -> None:
-    console.print(text, highlight=False, markup=False, soft_wrap=True)
+from . import options as o
+from .app import app, say
 
 
 @app.command("import-hf")
 def import_hf_cmd(
-    src: Path = typer.Argument(..., help="Hugging Face BERT directory (config.json + model.safetensors "
-                                         "or pytorch_model.bin, tokenizer files)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output edgebert checkpoint directory."),
-    architecture: str | None = typer.Option(None, "--architecture", "-a",
-                                     help="Import as this architecture instead of the source's "
-                                          "(e.g. BertModel to keep only the encoder)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it is not empty."),
+    src: Annotated[Path, typer.Argument(help="Hugging Face BERT directory (config.json + model.safetensors "
+                                             "or pytorch_model.bin, tokenizer files).")],
+    out: o.Out,
+    architecture: Annotated[Optional[str], typer.Option(
+        "--architecture", "-a", help="Import as this architecture instead of the source's "
+                                     "(e.g. BertModel to keep only the encoder).")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it is not empty.")] = False,
 ) -> None:
     """Import a Hugging Face BERT as an edgebert checkpoint (verified to reload with identical outputs)."""
     from ..hf_interop import convert_hf
@@ -30,19 +28,19 @@ def import_hf_cmd(
     arch = report.architecture
     if arch != report.source_architecture:
         arch += f" (source: {report.source_architecture})"
-    _say(f"imported {report.src} -> {report.out_dir}")
-    _say(f"  architecture: {arch}, {report.num_parameters / 1e6:.2f}M parameters, "
+    say(f"imported {report.src} -> {report.out_dir}")
+    say(f"  architecture: {arch}, {report.num_parameters / 1e6:.2f}M parameters, "
          f"from {report.weights_file} ({', '.join(report.source_dtypes)})")
     if report.dropped:
-        _say(f"  dropped {len(report.dropped)} source key(s):")
+        say(f"  dropped {len(report.dropped)} source key(s):")
         for key, why in report.dropped.items():
-            _say(f"    {key}: {why}")
+            say(f"    {key}: {why}")
     else:
-        _say("  dropped: nothing")
+        say("  dropped: nothing")
     tok = ", ".join(report.tokenizer_files) or "none"
     if report.tokenizer_built_from_vocab:
         tok += " (tokenizer.json built from vocab.txt)"
-    _say(f"  tokenizer: {tok}")
+    say(f"  tokenizer: {tok}")
     for note in report.notes:
-        _say(f"  note: {note}")
-    _say(f"  reload check: max abs diff {report.max_abs_diff:g} vs the source weights")
+        say(f"  note: {note}")
+    say(f"  reload check: max abs diff {report.max_abs_diff:g} vs the source weights")

@@ -1,47 +1,48 @@
-"""``edgebert pipeline``: pretrain -> distill -> export --int8 -> bench in one command. Thin: parse, call
-``edgebert.pipeline.run_pipeline``, print."""
+"""``edgebert pipeline``: text -> teacher -> 4-layer student -> INT8 bundle -> benchmark, one summary."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
-from .app import app, console
+from . import options as o
+from .app import app, console, say
 
 
 @app.command("pipeline")
 def pipeline_cmd(
-    out: Path = typer.Option(Path("runs/pipeline"), "--out", help="New folder for every stage's output."),
-    preset: str = typer.Option("demo", "--preset", help="demo (built-in corpus, minutes) | wiki (needs --corpus)."),
-    corpus: Optional[list[Path]] = typer.Option(None, "--corpus", help="Training text (repeatable); "
-                                                "default: the built-in corpus."),
-    eval_corpus: Optional[list[Path]] = typer.Option(None, "--eval-corpus", help="Held-out text (repeatable)."),
-    teacher: Optional[Path] = typer.Option(None, "--teacher", help="Use this teacher instead of pretraining one."),
-    pretrain_steps: Optional[int] = typer.Option(None, "--pretrain-steps"),
-    distill_steps: Optional[int] = typer.Option(None, "--distill-steps"),
-    student_layers: Optional[int] = typer.Option(None, "--student-layers", help="Default 4."),
-    calib: Optional[Path] = typer.Option(None, "--calib", help="INT8 calibration/guard text (default: "
-                                         "held-out corpus text)."),
-    max_accuracy_loss: Optional[float] = typer.Option(None, "--max-accuracy-loss", help="INT8 budget, "
-                                                      "1 - mean cosine (default 0.01)."),
-    lengths_from: Optional[Path] = typer.Option(None, "--lengths-from", help="Length mix to replay in the "
-                                                "benchmark, e.g. SST-2 dev.tsv (default: the calibration text)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Benchmark threads (default: all cores)."),
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    out: o.Out = Path("runs/pipeline"),
+    preset: o.preset_option("demo (the installed all-MiniLM-L6-v2, built-in corpus, ~3 min) | scratch "
+                            "(pretrain the teacher here) | wiki (from scratch, needs --corpus)") = None,
+    corpus: o.Corpus = None,
+    eval_corpus: o.EvalCorpus = None,
+    corpus_format: o.CorpusFormat = None,
+    teacher: Annotated[Optional[Path], typer.Option(
+        "--teacher", help="Distil this teacher (default: the installed all-MiniLM-L6-v2).")] = None,
+    from_scratch: Annotated[Optional[bool], typer.Option(
+        "--from-scratch", help="Pretrain a 12-layer teacher on the corpus, then MLM distillation.")] = None,
+    pretrain_steps: Annotated[Optional[int], typer.Option("--pretrain-steps", help="With --from-scratch.")] = None,
+    distill_steps: Annotated[Optional[int], typer.Option("--distill-steps", help="Student training steps.")] = None,
+    layers: o.Layers = None,
+    calib: o.Calib = None,
+    max_accuracy_loss: o.MaxAccuracyLoss = None,
+    lengths_from: o.LengthsFrom = None,
+    threads: o.Threads = None,
+    progress: o.Progress = None,
 ) -> None:
-    """Text to benchmarked INT8 bundle: pretrain a 12-layer teacher, distil a 4-layer student, export it
-    (fused fp32 + guarded INT8), bench it against the fp32 PyTorch teacher; one report."""
-    from ..pipeline import PipelineConfig, run_pipeline
+    """Text to benchmarked INT8 bundle: distil a teacher (default: the installed all-MiniLM-L6-v2) into a
+    4-layer student, export it (fused fp32 + guarded INT8), bench it against the fp32 PyTorch teacher."""
+    from ..pipeline import build_pipeline_config, run_pipeline
 
-    given = dict(corpus=tuple(corpus) if corpus else None, eval_corpus=tuple(eval_corpus) if eval_corpus else None,
-                 teacher=teacher, pretrain_steps=pretrain_steps, distill_steps=distill_steps,
-                 student_layers=student_layers, calib=calib, max_accuracy_loss=max_accuracy_loss,
-                 lengths_from=lengths_from, threads=threads)
-    cfg = PipelineConfig.preset(preset, out, progress=progress, **{k: v for k, v in given.items() if v is not None})
-    result = run_pipeline(cfg, console=console,
-                          say=lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
-    for key, value in result.summary["headline"].items():
-        console.print(f"{key}: {value}x" if value is not None else f"{key}: not measured", highlight=False)
-    console.print(f"report: {result.out / 'pipeline.md'}", highlight=False, soft_wrap=True)
+    cfg = build_pipeline_config(out, preset, corpus=tuple(corpus or ()) or None,
+                                eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,
+                                teacher=teacher,
+                                from_scratch=from_scratch, pretrain_steps=pretrain_steps, distill_steps=distill_steps,
+                                layers=layers, calib=calib, max_accuracy_loss=max_accuracy_loss,
+                                lengths_from=lengths_from, threads=threads, progress=progress)
+    result = run_pipeline(cfg, console=console, say=say)
+    console.print()
+    for line in result.lines:
+        say(line)

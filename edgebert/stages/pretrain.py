@@ -7,13 +7,14 @@ Evaluation reports MLM accuracy, MLM perplexity (exp of the mean masked-token cr
 accuracy, and next to them the unigram baseline (always predict the most frequent training token),
 always on the same masked eval batches (fixed masking seed), so evaluations are comparable.
 
-Recipes (``PretrainConfig.preset``): ``tiny`` (tests, seconds), ``demo`` (``make demo``, a few
-minutes on 2 CPU cores, built-in corpus), ``wiki-small`` (4 layers, hidden 256, 12k WordPiece,
+Recipes (``PretrainConfig.preset``): ``tiny`` (tests, seconds), ``demo`` (a few minutes on 2 CPU
+cores, built-in corpus), ``demo-12l`` (the 12-layer teacher of ``edgebert pipeline --from-scratch``),
+``wiki-12l`` (its WikiText-2 counterpart), ``wiki-small`` (4 layers, hidden 256, 12k WordPiece,
 seq 128, 1000 steps of 32 = ~3.7M tokens: ~11 minutes at the ~6k tokens/s this model reaches on 2
 idle CPU cores, several times longer when the cores are shared; trains on WikiText-2 valid and
 evaluates on WikiText-2 test)::
 
-    edgebert pretrain --train-preset wiki-small \\
+    edgebert pretrain --preset wiki-small \\
         --corpus /work/shared/data/wikitext-2-raw/wiki.valid.raw \\
         --eval-corpus /work/shared/data/wikitext-2-raw/wiki.test.raw --out runs/wiki-small
 """
@@ -21,6 +22,7 @@ evaluates on WikiText-2 test)::
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,19 +32,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import PRESETS as MODEL_PRESETS
-from .config import BertConfig
-from .corpus import FORMATS, read_corpora, split_documents
-from .errors import ConfigError, DataError
-from .fileio import jsonable, write_json
-from .model import BertForPreTraining, count_parameters
-from .pretraining_data import (IGNORE_INDEX, MaskingCollator, PretrainingExamples, create_examples,
-                               most_frequent_token, regroup_documents, tokenize_documents)
-from .tokenizer import (SpecialIds, load_tokenizer, load_vocab_tokenizer, save_tokenizer,
-                        train_tokenizer)
-from .training import (TrainConfig, TrainingTask, check_out_dir, init_distributed, train)
+from ..data.corpus import FORMATS
+from ..data.mlm import (MaskingCollator, PretrainingExamples, mlm_documents, mlm_eval_batches, mlm_examples,
+                        most_frequent_token)
+from ..data.tokenizer import (SpecialIds, load_tokenizer, load_vocab_tokenizer, save_tokenizer,
+                              train_tokenizer)
+from ..errors import ConfigError, DataError
+from ..fileio import jsonable, write_json
+from ..model import PRESETS as MODEL_SIZES
+from ..model import BertConfig, BertForPreTraining, count_parameters, masked_positions_logits, save_model
+from ..training import TrainConfig, Trainer, TrainingTask
+from .metrics import MlmCounts
 
-EVAL_SEED = 20_231_121  # masking and example seed of the eval set: the same for every evaluation
 PRETRAIN_CONFIG_FILE = "pretrain_config.json"
 
 
@@ -54,7 +55,7 @@ class PretrainConfig:
     corpus: tuple[Path, ...] = ()          # empty: the built-in corpus (Python's documentation)
     corpus_format: str = "auto"
     eval_corpus: tuple[Path, ...] = ()     # empty: hold out ``eval_fraction`` of the documents
-    model_preset: str = "small"            # a BertConfig preset ...
+    model_size: str = "small"              # a BertConfig preset ...
     model_overrides: dict[str, Any] = field(default_factory=dict)  # ... with these changes
     model_config: Path | None = None       # or a config.json (Hugging Face BertConfig JSON)
     vocab_size: int = 8000                 # WordPiece size to train ...
@@ -81,9 +82,9 @@ class PretrainConfig:
         if self.corpus_format not in FORMATS:
             raise ConfigError(f"unknown corpus format {self.corpus_format!r}",
                               f"use one of {', '.join(FORMATS)}")
-        if self.model_preset not in MODEL_PRESETS:
-            raise ConfigError(f"unknown model preset {self.model_preset!r}",
-                              f"use one of {', '.join(MODEL_PRESETS)}")
+        if self.model_size not in MODEL_SIZES:
+            raise ConfigError(f"unknown model size {self.model_size!r}",
+                              f"use one of {', '.join(MODEL_SIZES)}")
         if self.model_config is not None and self.model_overrides:
             raise ConfigError("give a model config file or model overrides, not both")
         if not 100 <= self.vocab_size <= 1_000_000:
@@ -115,11 +116,8 @@ class PretrainConfig:
             raise ConfigError(f"unknown pretraining preset {name!r}",
                               f"use one of {', '.join(PRETRAIN_PRESETS)}")
         recipe = dict(PRETRAIN_PRESETS[name])
-        train_changes = overrides.pop("train", None) or {}
-        train_cfg = train_changes if isinstance(train_changes, TrainConfig) else \
-            TrainConfig.preset(recipe.pop("train_preset"), **train_changes)
-        recipe.pop("train_preset", None)
-        return cls(out=Path(out), train=train_cfg, **{**recipe, **overrides})
+        train = TrainConfig.of(recipe.pop("train_preset"), overrides.pop("train", None))
+        return cls(out=Path(out), train=train, **{**recipe, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable(self)
@@ -129,7 +127,7 @@ class PretrainConfig:
         if self.model_config is not None:
             base = BertConfig.load(self.model_config)
         else:
-            base = BertConfig.preset(self.model_preset, **self.model_overrides)
+            base = BertConfig.preset(self.model_size, **self.model_overrides)
         cfg = base.replace(vocab_size=vocab_size, pad_token_id=pad_token_id,
                            architecture="BertForPreTraining", id2label=None)
         if cfg.max_position_embeddings < self.max_seq_len:
@@ -146,29 +144,29 @@ _SMALL_256 = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, i
 
 PRETRAIN_PRESETS: dict[str, dict[str, Any]] = {
     # tests: seconds on one core
-    "tiny": dict(model_preset="tiny", model_overrides=dict(hidden_dropout_prob=0.0,
+    "tiny": dict(model_size="tiny", model_overrides=dict(hidden_dropout_prob=0.0,
                                                            attention_probs_dropout_prob=0.0),
                  vocab_size=1000, max_seq_len=64, dupe_factor=1, max_eval_examples=64,
                  eval_batch_size=32, train_preset="tiny"),
-    # `make demo`: a few minutes on 2 CPU cores on the built-in corpus
-    "demo": dict(model_preset="small", model_overrides=dict(hidden_size=192, num_hidden_layers=3,
+    # `edgebert pretrain` on the built-in corpus: a few minutes on 2 CPU cores
+    "demo": dict(model_size="small", model_overrides=dict(hidden_size=192, num_hidden_layers=3,
                                                             num_attention_heads=3, intermediate_size=768,
                                                             max_position_embeddings=128),
                  vocab_size=4000, max_seq_len=128, dupe_factor=2, eval_fraction=0.1,
                  max_eval_examples=500, train_preset="demo"),
-    # `make demo` (edgebert pipeline): a 12-layer teacher, 3x the depth of the 4-layer student
-    "demo-12l": dict(model_preset="small", model_overrides=dict(hidden_size=128, num_hidden_layers=12,
+    # `edgebert pipeline --from-scratch`: a 12-layer teacher, 3x the depth of the 4-layer student
+    "demo-12l": dict(model_size="small", model_overrides=dict(hidden_size=128, num_hidden_layers=12,
                                                                 num_attention_heads=2, intermediate_size=512,
                                                                 max_position_embeddings=128),
                      vocab_size=4000, max_seq_len=128, dupe_factor=2, eval_fraction=0.1,
                      max_eval_examples=300, train_preset="demo-12l"),
     # WikiText-2 recipe (train wiki.valid.raw, eval wiki.test.raw): ~3.7M tokens, ~11 min at 6k tok/s
-    "wiki-small": dict(model_preset="small", model_overrides=_SMALL_256, vocab_size=12000,
+    "wiki-small": dict(model_size="small", model_overrides=_SMALL_256, vocab_size=12000,
                        max_seq_len=128, dupe_factor=5, max_eval_examples=2000,
                        train_preset="wiki-small"),
     # The 12-layer teacher of the pipeline's benchmark (a 4-layer student is 1/3 of its depth): the
     # wiki-small data and width, 12 layers, 1000 steps at a lower peak LR (deep post-LN needs it).
-    "wiki-12l": dict(model_preset="small", model_overrides={**_SMALL_256, "num_hidden_layers": 12},
+    "wiki-12l": dict(model_size="small", model_overrides={**_SMALL_256, "num_hidden_layers": 12},
                      vocab_size=12000, max_seq_len=128, dupe_factor=5, max_eval_examples=2000,
                      train_preset="wiki-12l"),
 }
@@ -194,29 +192,25 @@ class MaskedPositionsObjective(nn.Module):
         self.model = model
 
     def forward(self, input_ids, attention_mask, token_type_ids, labels, next_sentence_label):
-        enc = self.model.bert(input_ids, attention_mask, token_type_ids)
-        selected = labels != IGNORE_INDEX                                       # (B, T)
-        logits = self.model.cls.predictions(enc.last_hidden_state[selected])    # (M, V)
-        targets = labels[selected]
+        enc, logits, targets = masked_positions_logits(self.model, input_ids, attention_mask, token_type_ids,
+                                                       labels)                          # (M, V), (M,)
         mlm_loss = F.cross_entropy(logits.float(), targets)
-        nsp_logits = self.model.cls.seq_relationship(enc.pooler_output)       # (B, 2)
+        nsp_logits = self.model.cls.seq_relationship(enc.pooler_output)                 # (B, 2)
         nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
         return PretrainingOutput(mlm_loss + nsp_loss, mlm_loss, nsp_loss, logits, targets, nsp_logits)
 
 
 class PretrainingTask(TrainingTask):
     def __init__(self, model: BertForPreTraining, tokenizer, train_examples: PretrainingExamples,
-                 eval_examples: PretrainingExamples | None, cfg: PretrainConfig):
+                 eval_batches: Sequence[dict[str, torch.Tensor]], cfg: PretrainConfig):
         self.bert_model = model
         self.model = MaskedPositionsObjective(model)
         self.tokenizer, self.cfg = tokenizer, cfg
         self.ids = SpecialIds.of(tokenizer)
-        vocab = model.config.vocab_size
-        self.train_examples, self.eval_examples = train_examples, eval_examples
-        self.collator = MaskingCollator(self.ids, vocab, seed=cfg.train.seed,
+        self.train_examples, self.eval_batches = train_examples, list(eval_batches)
+        self.collator = MaskingCollator(self.ids, model.config.vocab_size, seed=cfg.train.seed,
                                         mlm_probability=cfg.mlm_probability)
         self.unigram_token, _ = most_frequent_token(train_examples, self.ids)
-        self._eval_batches: list[dict[str, torch.Tensor]] | None = None
 
     def num_train_examples(self) -> int:
         return len(self.train_examples)
@@ -235,41 +229,25 @@ class PretrainingTask(TrainingTask):
         return out.loss, {"mlm_loss": out.mlm_loss.detach(), "nsp_loss": out.nsp_loss.detach(),
                           "mlm_accuracy": mlm_acc, "nsp_accuracy": nsp_acc}
 
-    def eval_batches(self) -> list[dict[str, torch.Tensor]]:
-        """The eval set, masked once with a fixed seed (every evaluation sees the same masks)."""
-        if self._eval_batches is None:
-            collator = MaskingCollator(self.ids, self.bert_model.config.vocab_size, seed=EVAL_SEED,
-                                       mlm_probability=self.cfg.mlm_probability)
-            n, bs = len(self.eval_examples), self.cfg.eval_batch_size
-            self._eval_batches = [collator(self.eval_examples, range(i, min(n, i + bs)),
-                                           range(i, min(n, i + bs))) for i in range(0, n, bs)]
-        return self._eval_batches
-
     def evaluate(self, model):
-        if self.eval_examples is None or len(self.eval_examples) == 0:
+        """MLM and NSP on the fixed eval batches, next to the unigram baseline (always guess the most
+        frequent training token)."""
+        if not self.eval_batches:
             return {}
         device = next(model.parameters()).device
-        ce_sum, masked, correct, unigram, nsp_correct, pairs = 0.0, 0, 0, 0, 0, 0
-        for batch in self.eval_batches():
+        mlm, unigram, nsp_correct, pairs = MlmCounts(), 0, 0, 0
+        for batch in self.eval_batches:
             batch = {k: v.to(device) for k, v in batch.items()}
             out = model(**batch)
-            ce_sum += float(F.cross_entropy(out.mlm_logits.float(), out.mlm_targets, reduction="sum"))
-            masked += out.mlm_targets.numel()
-            correct += int((out.mlm_logits.argmax(-1) == out.mlm_targets).sum())
+            mlm.add(out.mlm_logits, out.mlm_targets)
             unigram += int((out.mlm_targets == self.unigram_token).sum())
             nsp_correct += int((out.nsp_logits.argmax(-1) == batch["next_sentence_label"]).sum())
             pairs += batch["next_sentence_label"].numel()
-        mean_ce = ce_sum / max(1, masked)
-        return {"mlm_accuracy": correct / max(1, masked),
-                "mlm_perplexity": float(torch.exp(torch.tensor(min(mean_ce, 50.0)))),
-                "mlm_loss": mean_ce,
-                "nsp_accuracy": nsp_correct / max(1, pairs),
-                "unigram_mlm_accuracy": unigram / max(1, masked),
-                "masked_tokens": float(masked)}
+        summary = mlm.summary()
+        return {**summary, "nsp_accuracy": nsp_correct / max(1, pairs),
+                "unigram_mlm_accuracy": unigram / max(1, mlm.masked)}
 
     def save(self, out_dir: Path) -> None:
-        from .checkpoint import save_model
-
         save_model(self.bert_model, out_dir)
         save_tokenizer(self.tokenizer, out_dir, model_max_length=self.cfg.max_seq_len)
 
@@ -290,9 +268,7 @@ class PretrainResult:
     resumed_from: int = 0
 
 
-
-
-def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str], is_main: bool, barrier):
+def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str], trainer: Trainer):
     """The run's tokenizer: from the checkpoint when resuming, ``vocab`` if given, else trained."""
     if cfg.resume:
         return load_tokenizer(cfg.out)
@@ -300,57 +276,40 @@ def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str], is_main: bool
         if cfg.vocab.suffix == ".txt":  # a bare vocab.txt: lower-case as the config says
             return load_vocab_tokenizer(cfg.vocab, lowercase=cfg.lowercase)
         return load_tokenizer(cfg.vocab)
-    if is_main:  # train once; other processes read the saved files (training is multi-threaded)
+    if trainer.is_main:  # train once; other processes read the saved files (training is multi-threaded)
         tok = train_tokenizer(train_docs, cfg.vocab_size, cfg.lowercase, cfg.min_frequency)
         save_tokenizer(tok, cfg.out, model_max_length=cfg.max_seq_len)
-    barrier()
-    return tok if is_main else load_tokenizer(cfg.out)
+    trainer.barrier()
+    return tok if trainer.is_main else load_tokenizer(cfg.out)
 
 
 def pretrain(cfg: PretrainConfig, *, console=None, stop_at_step: int | None = None) -> PretrainResult:
     """Run one pretraining stage; checkpoints and metrics.jsonl go to ``cfg.out``."""
     t0 = time.perf_counter()
-    check_out_dir(cfg.out, cfg.resume)
-    dist_ctx = init_distributed(cfg.train.resolved_device())
-    try:
-        docs = regroup_documents(read_corpora(cfg.corpus, cfg.corpus_format))
-        if cfg.eval_corpus:
-            train_docs, eval_docs = docs, regroup_documents(read_corpora(cfg.eval_corpus, cfg.corpus_format))
-        else:
-            train_docs, eval_docs = split_documents(docs, cfg.eval_fraction, cfg.train.seed)
+    with Trainer(cfg.train, cfg.out, resume=cfg.resume, console=console) as trainer:
+        train_docs, eval_docs = mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format,
+                                              cfg.eval_fraction, cfg.train.seed)
         if len(train_docs) < 2:
             raise DataError("the training corpus has fewer than 2 documents", "give more text")
         cfg.bert_config(cfg.vocab_size, 0)  # a bad model config fails before anything is written
-        if dist_ctx.is_main:
+        if trainer.is_main:
             cfg.out.mkdir(parents=True, exist_ok=True)
-        tok = _tokenizer_for(cfg, train_docs, dist_ctx.is_main, dist_ctx.barrier)
-        ids = SpecialIds.of(tok)
-        model_cfg = cfg.bert_config(tok.get_vocab_size(), ids.pad)
-        segment = max(1, (cfg.max_seq_len - 3) // 2)
-        train_examples = create_examples(tokenize_documents(train_docs, tok, segment), ids,
-                                         cfg.max_seq_len, seed=cfg.train.seed,
-                                         dupe_factor=cfg.dupe_factor, short_seq_prob=cfg.short_seq_prob)
-        eval_examples = create_examples(tokenize_documents(eval_docs, tok, segment), ids,
-                                        cfg.max_seq_len, seed=EVAL_SEED, dupe_factor=1,
-                                        short_seq_prob=cfg.short_seq_prob,
-                                        max_examples=cfg.max_eval_examples)
+        tok = _tokenizer_for(cfg, train_docs, trainer)
+        model_cfg = cfg.bert_config(tok.get_vocab_size(), SpecialIds.of(tok).pad)
+        train_examples = mlm_examples(train_docs, tok, cfg.max_seq_len, seed=cfg.train.seed,
+                                      dupe_factor=cfg.dupe_factor, short_seq_prob=cfg.short_seq_prob)
+        eval_batches = mlm_eval_batches(eval_docs, tok, cfg.max_seq_len, cfg.max_eval_examples,
+                                        cfg.eval_batch_size, cfg.mlm_probability, cfg.short_seq_prob)
         torch.manual_seed(cfg.train.seed)
         model = BertForPreTraining(model_cfg)
-        task = PretrainingTask(model, tok, train_examples, eval_examples, cfg)
-        if dist_ctx.is_main and not cfg.resume:
+        task = PretrainingTask(model, tok, train_examples, eval_batches, cfg)
+        if trainer.is_main and not cfg.resume:
             write_json(cfg.out / PRETRAIN_CONFIG_FILE, cfg.to_dict())
-        result = train(task, cfg.train, cfg.out, resume=cfg.resume, stop_at_step=stop_at_step,
-                       console=console)
-    finally:
-        if dist_ctx.owns_group:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
+        result = trainer.fit(task, stop_at_step)
     return PretrainResult(cfg.out, result.step, result.eval_metrics, result.train_metrics,
                           result.tokens_per_s, time.perf_counter() - t0, count_parameters(model),
-                          model_cfg.vocab_size, len(train_examples), len(eval_examples),
-                          result.resumed_from)
+                          model_cfg.vocab_size, len(train_examples),
+                          sum(len(b["input_ids"]) for b in eval_batches), result.resumed_from)
 
 
 def _from_dict(d: dict[str, Any]) -> PretrainConfig:
@@ -368,13 +327,15 @@ def build_pretrain_config(out: str | Path, recipe: str | None = None, *, resume:
     """The config for a run: a recipe (default ``demo``) with ``changes`` (PretrainConfig fields)
     and ``train`` (TrainConfig fields). With ``resume`` and no recipe, the run's own
     ``pretrain_config.json`` is the starting point, so ``--resume`` needs no other option."""
-    import json
-
     out = Path(out)
     saved = out / PRETRAIN_CONFIG_FILE
     train = {k: v for k, v in (train or {}).items() if v is not None}
     changes = {k: v for k, v in changes.items() if v is not None}
-    if ("model_preset" in changes or "model_config" in changes) and "model_overrides" not in changes:
+    if "model_size" in changes and "model_config" in changes:
+        raise ConfigError("give --model-size or --config, not both")
+    if "vocab_size" in changes and "vocab" in changes:
+        raise ConfigError("give --vocab-size or --vocab, not both")
+    if ("model_size" in changes or "model_config" in changes) and "model_overrides" not in changes:
         changes["model_overrides"] = {}  # a named model size replaces the recipe's model
     if resume and recipe is None and saved.is_file():
         try:
@@ -390,9 +351,4 @@ def build_pretrain_config(out: str | Path, recipe: str | None = None, *, resume:
             return _from_dict(base)
         except TypeError as exc:
             raise ConfigError(f"{saved}: {exc}") from exc
-    name = recipe or "demo"
-    if name in PRETRAIN_PRESETS and "max_steps" in train and "warmup_steps" not in train:
-        preset_warmup = TrainConfig.preset(PRETRAIN_PRESETS[name]["train_preset"]).warmup_steps
-        if preset_warmup >= train["max_steps"]:  # a short run of a long recipe: scale warmup down
-            train["warmup_steps"] = train["max_steps"] // 10
-    return PretrainConfig.preset(name, out, resume=resume, train=train, **changes)
+    return PretrainConfig.preset(recipe or "demo", out, resume=resume, train=train, **changes)

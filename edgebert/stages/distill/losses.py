@@ -1,4 +1,5 @@
-"""Distillation loss terms (DistilBERT + optional TinyBERT terms), as plain functions of tensors.
+"""Distillation loss terms (DistilBERT + optional TinyBERT terms), as plain functions of tensors, and
+``distillation_loss``: their weighted sum as a ``DistillConfig`` enables them.
 
 Every term is 0 when the student equals the teacher and positive otherwise. Masks are (B, T) with 1 for
 real tokens; padding never contributes.
@@ -6,8 +7,13 @@ real tokens; padding never contributes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
+
+from .config import DistillConfig
 
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
@@ -62,3 +68,45 @@ def attention_kl_loss(student_attn, teacher_attn, layer_map, attention_mask) -> 
         p_s = student_attn[i][rows].float().clamp_min(1e-12)
         total = total + (p_t * (p_t.log() - p_s.log())).sum(-1).mean()
     return total / len(layer_map)
+
+
+@dataclass
+class ModelOutputs:
+    """What the loss needs from one model on one batch."""
+
+    logits: torch.Tensor | None                # (M, V) masked-token logits, (B, C) class logits, or None
+    last_hidden_state: torch.Tensor | None     # (B, T, H); None when only the logits are known
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+    @classmethod
+    def of(cls, encoder_output, logits: torch.Tensor | None = None) -> "ModelOutputs":
+        e = encoder_output
+        return cls(logits, e.last_hidden_state, e.hidden_states, e.attentions)
+
+
+def distillation_loss(cfg: DistillConfig, student: ModelOutputs, teacher: ModelOutputs,
+                      attention_mask: torch.Tensor, hard_targets: torch.Tensor | None,
+                      layer_map: Sequence[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The weighted sum of the enabled terms, and each term (detached) for the logs.
+
+    Every term is 0 when the student's outputs equal the teacher's (the hard-label term aside).
+    """
+    terms: dict[str, tuple[float, torch.Tensor]] = {}
+    if cfg.alpha_kd:
+        terms["kd"] = (cfg.alpha_kd, kd_loss(student.logits, teacher.logits, cfg.temperature))
+    hard_alpha = cfg.alpha_ce if cfg.is_task else cfg.alpha_mlm
+    if hard_alpha:
+        name = "ce" if cfg.is_task else "mlm"
+        terms[name] = (hard_alpha, F.cross_entropy(student.logits.float(), hard_targets))
+    if cfg.alpha_cos:
+        terms["cos"] = (cfg.alpha_cos, cosine_loss(student.last_hidden_state, teacher.last_hidden_state,
+                                                   attention_mask))
+    if cfg.alpha_hidden:
+        terms["hidden"] = (cfg.alpha_hidden, hidden_mse_loss(student.hidden_states, teacher.hidden_states,
+                                                             layer_map, attention_mask))
+    if cfg.alpha_attn:
+        terms["attn"] = (cfg.alpha_attn, attention_kl_loss(student.attentions, teacher.attentions,
+                                                           layer_map, attention_mask))
+    total = sum(alpha * value for alpha, value in terms.values())
+    return total, {f"loss_{k}": v.detach() for k, (_, v) in terms.items()}

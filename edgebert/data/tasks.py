@@ -2,9 +2,8 @@
 
 ``read_task_tsv(path, task)`` returns ``LabelledExample``s and ``read_tagged(path)`` returns
 ``TaggedSentence``s (task ``conll``: one ``word<TAB>tag`` per line, a blank line between
-sentences); every malformed row is a DataError that names the file and line. Metrics (accuracy,
-F1) live here too, so fine-tuning, distillation, evaluation and the ONNX accuracy guard all count
-the same way.
+sentences); every malformed row is a DataError that names the file and line. ``spec_for_model``
+gives a task's spec in the label order of a model that was fine-tuned on it.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .errors import DataError
+from ..errors import CheckpointError, DataError
+from ..textfiles import first_line, read_utf8
 
 TASKS = ("sst2", "mrpc", "tsv", "conll")
 SEQUENCE_TASKS = ("sst2", "mrpc", "tsv")   # one label per example
@@ -56,23 +56,13 @@ class TaggedSentence:
     tags: tuple[int, ...]                # tag ids, one per word
 
 
-def _read_utf8(path: Path) -> str:
-    if not path.is_file():
-        raise DataError(f"{path} not found", "pass an existing file")
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line} is not UTF-8 ({exc.reason})") from exc
-
-
 def read_tagged(path: str | Path, labels: Sequence[str] | None = None) -> tuple[list[TaggedSentence], tuple[str, ...]]:
     """CoNLL-style file: ``word<TAB>tag`` (or whitespace-separated, tag last) per line, sentences
     separated by blank lines; ``-DOCSTART-`` lines are skipped. The tag set is the file's (sorted)
     unless ``labels`` is given (then an unknown tag is an error)."""
     path = Path(path)
     rows: list[list[tuple[int, str, str]]] = [[]]
-    for n, line in enumerate(_read_utf8(path).splitlines(), start=1):
+    for n, line in enumerate(read_utf8(path, hint="pass an existing file").splitlines(), start=1):
         if not line.strip():
             if rows[-1]:
                 rows.append([])
@@ -118,7 +108,7 @@ def read_task_tsv(path: str | Path, task: str, spec: TaskSpec | None = None) -> 
     path = Path(path)
     if task in TOKEN_TASKS:
         raise DataError(f"task {task!r} is a token task", "read it with read_tagged")
-    text = _read_utf8(path)
+    text = read_utf8(path, hint="pass an existing file")
     rows = list(csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows or not any(rows[0]):
         raise DataError(f"{path} is empty", "pass a TSV with a header row and examples")
@@ -151,24 +141,21 @@ def read_task_tsv(path: str | Path, task: str, spec: TaskSpec | None = None) -> 
     return out, spec
 
 
-def accuracy(preds: Sequence[int], labels: Sequence[int]) -> float:
+def spec_for_model(task: str, path: str | Path, model_labels: Sequence[str] | None) -> TaskSpec | None:
+    """The spec of ``task`` in the label order of a model whose id2label names are ``model_labels``
+    (None or empty: the file's own order, i.e. None for ``tsv``). For ``tsv`` the model's names are
+    the file's label values; a named task must have as many labels as the model."""
+    labels = tuple(model_labels or ())
+    if task in TOKEN_TASKS:
+        raise DataError(f"task {task!r} is a token task", "read it with read_tagged")
+    if task != "tsv":
+        spec = task_spec(task)
+        if labels and len(labels) != len(spec.labels):
+            raise CheckpointError(f"the model has {len(labels)} labels, task {task} has {len(spec.labels)}",
+                                  "use the task the model was fine-tuned for")
+        return spec
     if not labels:
-        return 0.0
-    return sum(int(p == t) for p, t in zip(preds, labels)) / len(labels)
-
-
-def f1_binary(preds: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
-    tp = sum(1 for p, t in zip(preds, labels) if p == positive and t == positive)
-    fp = sum(1 for p, t in zip(preds, labels) if p == positive and t != positive)
-    fn = sum(1 for p, t in zip(preds, labels) if p != positive and t == positive)
-    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
-
-
-def f1_macro(preds: Sequence[int], labels: Sequence[int], num_labels: int) -> float:
-    return sum(f1_binary(preds, labels, c) for c in range(num_labels)) / max(num_labels, 1)
-
-
-def classification_metrics(preds: Sequence[int], labels: Sequence[int], num_labels: int) -> dict[str, float]:
-    """accuracy, and F1 of the positive class for binary tasks (GLUE's MRPC F1) else macro F1."""
-    f1 = f1_binary(preds, labels) if num_labels == 2 else f1_macro(preds, labels, num_labels)
-    return {"accuracy": accuracy(preds, labels), "f1": f1, "n": len(labels)}
+        return None
+    header = [h.strip() for h in first_line(path).split("\t")]
+    base = task_spec("tsv", header)
+    return TaskSpec("tsv", base.text_columns, base.label_column, labels, labels)

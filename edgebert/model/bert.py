@@ -24,6 +24,7 @@ from torch import nn
 from .config import BertConfig
 
 MASK_VALUE = -10000.0  # added to scores of padded keys (as original BERT; fp16-safe, fuses in ORT)
+IGNORE_INDEX = -100    # label of positions no loss looks at (padding, unmasked tokens), as Hugging Face
 
 
 def activation(name: str):
@@ -316,7 +317,7 @@ class BertForPreTraining(nn.Module):
         mlm_loss = nsp_loss = loss = None
         if labels is not None:
             mlm_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1),
-                                       ignore_index=-100)
+                                       ignore_index=IGNORE_INDEX)
             loss = mlm_loss
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
@@ -339,7 +340,7 @@ class BertForMaskedLM(nn.Module):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1),
-                                   ignore_index=-100)
+                                   ignore_index=IGNORE_INDEX)
         return MaskedLMOutput(loss, logits, enc)
 
 
@@ -376,7 +377,7 @@ class BertForTokenClassification(nn.Module):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1),
-                                   ignore_index=-100)
+                                   ignore_index=IGNORE_INDEX)
         return ClassifierOutput(loss, logits, enc)
 
 
@@ -404,3 +405,24 @@ def encoder_of(model: nn.Module) -> BertModel:
 def count_parameters(model: nn.Module) -> int:
     """Unique parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def has_mlm_head(model: nn.Module) -> bool:
+    return hasattr(model, "cls") and hasattr(model.cls, "predictions")
+
+
+def masked_positions_logits(model: nn.Module, input_ids, attention_mask, token_type_ids, labels,
+                            **encoder_kwargs) -> tuple[EncoderOutput, torch.Tensor, torch.Tensor]:
+    """(encoder output, (M, V) logits at the M positions with a label, (M,) targets) of an MLM model.
+
+    The same logits as the full head at those positions, but the vocabulary projection runs only
+    where ``labels`` is set (15% of tokens): the (B, T, V) logits would cost more CPU than the encoder.
+    """
+    enc = model.bert(input_ids, attention_mask, token_type_ids, **encoder_kwargs)
+    selected = labels != IGNORE_INDEX                                        # (B, T)
+    return enc, model.cls.predictions(enc.last_hidden_state[selected]), labels[selected]
+
+
+def freeze_word_embeddings(model: nn.Module) -> None:
+    """Keep the word-embedding matrix fixed: no (V x H) gradient and no optimizer update of it."""
+    encoder_of(model).embeddings.word_embeddings.weight.requires_grad_(False)

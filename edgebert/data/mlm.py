@@ -1,4 +1,4 @@
-"""BERT pretraining examples (sentence-pair packing + NSP) and dynamic MLM masking.
+"""Masked-LM data, in one place: corpus -> documents -> sentence-pair examples (+ NSP) -> masked batches.
 
 Examples are built as in the original BERT ``create_pretraining_data.py``: each document is split
 into sentences, consecutive sentences are packed into a chunk up to a target length (the full
@@ -10,6 +10,11 @@ to fit ``[CLS] A [SEP] B [SEP]``. ``dupe_factor`` passes over the corpus give di
 Masking is dynamic: ``MaskingCollator`` masks each example afresh every time it is batched, with a
 random generator seeded by the example's key (position in the training stream), so a batch is the
 same whichever process or resumed run builds it.
+
+Every stage goes from text to examples the same way: ``mlm_documents`` (training and held-out
+documents), ``mlm_examples`` (the one documents -> examples recipe) and, for evaluation,
+``mlm_eval_batches``: examples and masks both drawn with ``EVAL_SEED``, so pretraining,
+distillation and ``edgebert evaluate`` score every model on the same masked tokens.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from .errors import ConfigError, DataError
+from ..errors import ConfigError, DataError
+from ..model import IGNORE_INDEX
+from .corpus import read_corpora, split_documents
 from .tokenizer import SpecialIds
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
-IGNORE_INDEX = -100
+EVAL_SEED = 20_231_121  # example and masking seed of every MLM evaluation set
 
 
 def split_sentences(document: str) -> list[str]:
@@ -254,3 +261,43 @@ class MaskingCollator:
             "labels": torch.from_numpy(labels),
             "next_sentence_label": torch.from_numpy(examples.next_sentence_label[list(indices)]),
         }
+
+
+# =========================================================================== the recipe
+def mlm_documents(corpus: Sequence, eval_corpus: Sequence, corpus_format: str, eval_fraction: float,
+                  seed: int) -> tuple[list[str], list[str]]:
+    """(training, held-out) documents: the corpus files (none: the built-in corpus), and the
+    ``eval_corpus`` files or, without them, ``eval_fraction`` of the documents held out with ``seed``."""
+    docs = regroup_documents(read_corpora(corpus, corpus_format))
+    if eval_corpus:
+        return docs, regroup_documents(read_corpora(eval_corpus, corpus_format))
+    return split_documents(docs, eval_fraction, seed)
+
+
+def mlm_examples(documents: Sequence[str], tok: Tokenizer, max_seq_len: int, *, seed: int,
+                 dupe_factor: int = 1, short_seq_prob: float = 0.1,
+                 max_examples: int | None = None) -> PretrainingExamples:
+    """Documents -> sentence-pair examples: sentences tokenized (cut at half a sequence) and packed."""
+    segment = max(1, (max_seq_len - 3) // 2)
+    return create_examples(tokenize_documents(documents, tok, segment), SpecialIds.of(tok), max_seq_len,
+                           seed=seed, dupe_factor=dupe_factor, short_seq_prob=short_seq_prob,
+                           max_examples=max_examples)
+
+
+def masked_batches(examples: PretrainingExamples, collator: MaskingCollator,
+                   batch_size: int) -> list[dict[str, torch.Tensor]]:
+    """All examples in order, in batches, each example masked with its index as the key."""
+    n = len(examples)
+    return [collator(examples, range(i, min(n, i + batch_size)), range(i, min(n, i + batch_size)))
+            for i in range(0, n, batch_size)]
+
+
+def mlm_eval_batches(documents: Sequence[str], tok: Tokenizer, max_seq_len: int = 128,
+                     max_examples: int = 2000, batch_size: int = 64, mlm_probability: float = 0.15,
+                     short_seq_prob: float = 0.1) -> list[dict[str, torch.Tensor]]:
+    """The evaluation set of ``documents``: examples and masks both drawn with ``EVAL_SEED``."""
+    examples = mlm_examples(regroup_documents(list(documents)), tok, max_seq_len, seed=EVAL_SEED,
+                            short_seq_prob=short_seq_prob, max_examples=max_examples)
+    collator = MaskingCollator(SpecialIds.of(tok), tok.get_vocab_size(), seed=EVAL_SEED,
+                               mlm_probability=mlm_probability)
+    return masked_batches(examples, collator, batch_size)

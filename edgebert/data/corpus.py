@@ -2,6 +2,8 @@
 
 Formats:
 - ``text``: plain text, one document per blank-line-separated block (lines of a block are joined).
+- ``lines``: one paragraph per line, a blank line between documents (what ``edgebert pipeline``
+  writes when it splits a corpus: documents keep their paragraphs).
 - ``wikitext``: WikiText raw files; one document per article (`` = Title = `` headings), section
   headings and bodies kept in order, the ``@-@``/``@,@``/``@.@`` markers turned back into ``-``,
   ``,``, ``.`` joined to their neighbours as in the original text (``1 @,@ 000`` -> ``1,000``).
@@ -14,37 +16,22 @@ so pretraining works without any download.
 from __future__ import annotations
 
 import random
-
 import re
 from pathlib import Path
 from typing import Sequence
 
-from .errors import ConfigError, DataError
+from ..errors import ConfigError, DataError
+from ..textfiles import read_utf8, wikitext_heading
 
-FORMATS = ("auto", "text", "wikitext")
+FORMATS = ("auto", "text", "lines", "wikitext")
 
-_WIKI_TITLE = re.compile(r"^ = (?!=)(.+?) = $")            # " = Title = "
-_WIKI_SECTION = re.compile(r"^ (?:= ){2,}(.+?)(?: =){2,} $")  # " = = Section = = ", deeper levels too
 _WIKI_MARKER = re.compile(r" ?@([-,.])@ ?")
 _RST_UNDERLINE = re.compile(r"^([*=\-~^#+])\1{2,}$")
 
 
 def read_text(path: str | Path) -> str:
-    """Read a UTF-8 text file; DataError naming file and line if missing, not UTF-8 or empty."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"corpus {path} not found", "check the path")
-    if not path.is_file():
-        raise DataError(f"corpus {path} is not a file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise DataError(f"{path}:{line} is not UTF-8 (byte 0x{data[exc.start]:02x} at column {column})",
-                        "convert the file to UTF-8, e.g. with iconv") from exc
-    text = text.removeprefix("\ufeff")
+    """A corpus file's text; DataError naming file (and line) if missing, not UTF-8 or empty."""
+    text = read_utf8(path, "corpus")
     if not text.strip():
         raise DataError(f"corpus {path} is empty", "give a file with text in it")
     return text
@@ -59,13 +46,11 @@ def parse_wikitext(text: str) -> list[str]:
     """WikiText raw -> one document per article: title, then each section heading and paragraph."""
     docs: list[list[str]] = []
     for raw in text.splitlines():
-        title = _WIKI_TITLE.match(raw)
-        if title and not _WIKI_SECTION.match(raw):
-            docs.append([detokenize_wikitext(title.group(1).strip())])
+        heading = wikitext_heading(raw)
+        if heading is not None and heading[0] == 1:
+            docs.append([detokenize_wikitext(heading[1])])
             continue
-        section = _WIKI_SECTION.match(raw)
-        line = section.group(1) if section else raw
-        line = detokenize_wikitext(line.strip())
+        line = detokenize_wikitext((heading[1] if heading else raw).strip())
         if not line:
             continue
         if not docs:  # text before the first heading is an article of its own
@@ -86,10 +71,17 @@ def parse_plain(text: str) -> list[str]:
     return docs
 
 
+def parse_lines(text: str) -> list[str]:
+    """One paragraph per line -> one document per blank-line-separated block (its lines kept)."""
+    return ["\n".join(block) for block in (
+        [line.strip() for line in chunk.splitlines() if line.strip()] for chunk in text.split("\n\n")) if block]
+
+
 def detect_format(text: str) -> str:
     """``wikitext`` when the text has WikiText article headings (`` = Title = ``), else ``text``."""
     for line in text.splitlines()[:2000]:
-        if _WIKI_TITLE.match(line):
+        heading = wikitext_heading(line)
+        if heading is not None and heading[0] == 1:
             return "wikitext"
     return "text"
 
@@ -100,7 +92,7 @@ def read_corpus(path: str | Path, format: str = "auto") -> list[str]:
         raise ConfigError(f"unknown corpus format {format!r}", f"use one of {', '.join(FORMATS)}")
     text = read_text(path)
     fmt = detect_format(text) if format == "auto" else format
-    docs = parse_wikitext(text) if fmt == "wikitext" else parse_plain(text)
+    docs = {"wikitext": parse_wikitext, "lines": parse_lines}.get(fmt, parse_plain)(text)
     if not docs:
         raise DataError(f"corpus {path} has no documents", "give a file with text in it")
     return docs
@@ -146,6 +138,11 @@ def builtin_corpus() -> list[str]:
     for name in sorted(topics):
         docs.extend(_rst_documents(topics[name]))
     return docs
+
+
+def paragraphs(documents: Sequence[str], min_words: int = 3) -> list[str]:
+    """One text per paragraph (line) of ``documents``, those of at least ``min_words`` words."""
+    return [line.strip() for doc in documents for line in doc.splitlines() if len(line.split()) >= min_words]
 
 
 def split_documents(docs: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from .config import BertConfig
-from .errors import CheckpointError
-from .fileio import atomic_path
-from .model import MODEL_CLASSES, build_model
+from ..errors import CheckpointError
+from ..fileio import atomic_path
+from .bert import MODEL_CLASSES, build_model
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"

@@ -1,26 +1,26 @@
-"""Labelled examples -> token ids -> padded batches, for fine-tuning, task distillation and evaluation.
+"""Task data: a task's files -> token ids -> padded batches, for fine-tuning, distillation and evaluation.
 
-Examples are tokenized once (``encode_examples`` / ``encode_tagged``) into unpadded id arrays.
-Batches are padded only to their own longest row (dynamic padding), and training batches are drawn
-from a length-grouped stream (``LengthGroupedBatches``): each epoch's shuffled order is cut into
-mega-chunks of ``group_size`` batches and every chunk is sorted by length, so the rows of a batch have
-similar lengths. On SST-2 (mostly short phrases) that pads a batch of 32 to ~its real length instead
-of 64, which is most of the CPU time saved.
+``load_task_data`` reads and tokenizes a task's train (and dev) file into a ``TaskData``. Examples
+are tokenized once (``encode_examples`` / ``encode_tagged`` / ``encode_texts``) into unpadded id
+arrays; batches are padded only to their own longest row (dynamic padding). Training draws them
+from the engine's length-grouped stream (``edgebert.training.LengthGroupedBatches``), so the rows of
+a batch have similar lengths: on SST-2 (mostly short phrases) that pads a batch of 32 to ~its real
+length instead of 64, which is most of the CPU time saved.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from .errors import ConfigError, DataError
-from .glue import LabelledExample, TaggedSentence
-from .pretraining_data import IGNORE_INDEX
-from .training import ShuffledBatches
+from ..errors import ConfigError, DataError
+from ..model import IGNORE_INDEX
+from .tasks import TOKEN_TASKS, LabelledExample, TaggedSentence, read_tagged, read_task_tsv, spec_for_model
 
 
 @dataclass
@@ -77,6 +77,19 @@ def encode_examples(examples: Sequence[LabelledExample], tok: Tokenizer, max_seq
         input_ids=[np.asarray(e.ids, dtype=np.int32) for e in encodings],
         token_type_ids=[np.asarray(e.type_ids, dtype=np.int8) for e in encodings],
         labels=np.asarray([e.label for e in examples], dtype=np.int64),
+        truncated=sum(1 for e in encodings if e.overflowing),
+    )
+
+
+def encode_texts(texts: Sequence[str], tok: Tokenizer, max_seq_len: int) -> EncodedDataset:
+    """Unlabelled single texts -> ``[CLS] text [SEP]`` ids (labels -1), e.g. for embedding distillation."""
+    if not texts:
+        raise DataError("there are no texts to encode")
+    encodings = truncating_copy(tok, max_seq_len).encode_batch(list(texts), add_special_tokens=True)
+    return EncodedDataset(
+        input_ids=[np.asarray(e.ids, dtype=np.int32) for e in encodings],
+        token_type_ids=[np.asarray(e.type_ids, dtype=np.int8) for e in encodings],
+        labels=np.full(len(encodings), -1, dtype=np.int64),
         truncated=sum(1 for e in encodings if e.overflowing),
     )
 
@@ -141,24 +154,41 @@ def eval_batches(data: EncodedDataset, batch_size: int, pad_id: int
         yield idx, collate(data, idx, pad_id)
 
 
-class LengthGroupedBatches(ShuffledBatches):
-    """``ShuffledBatches`` whose per-epoch order puts examples of similar length next to each other.
+# =========================================================================== a task's files
+@dataclass
+class TaskData:
+    train: EncodedDataset
+    dev: EncodedDataset | None
+    labels: tuple[str, ...]            # label names in id order (-> id2label)
+    is_pair: bool
 
-    The epoch's permutation (seeded by seed and epoch, as the base class) is cut into chunks of
-    ``batch_size * group_size`` examples, each sorted by length (longest first). Still a pure
-    function of (seed, epoch), so the stream position remains the whole resume state.
+
+def _subset(items: list, n: int | None, seed: int) -> list:
+    """A seeded random subset of ``n`` items, in file order (all of them when ``n`` is None)."""
+    if n is None or n >= len(items):
+        return items
+    keep = np.sort(np.random.default_rng(seed).permutation(len(items))[:n])
+    return [items[i] for i in keep]
+
+
+def load_task_data(task: str, train_file: Path, dev_file: Path | None, tok: Tokenizer, max_seq_len: int,
+                   max_train_examples: int | None = None, max_eval_examples: int | None = None,
+                   seed: int = 0, labels: Sequence[str] | None = None) -> TaskData:
+    """Read and tokenize a task's train (and dev) file; the dev file uses the train file's labels.
+
+    ``labels`` (e.g. a teacher classifier's id2label) fixes the label order for ``tsv``/``conll``.
     """
+    def first(items: list | None) -> list | None:
+        return items[:max_eval_examples] if items and max_eval_examples else items
 
-    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, group_size: int = 50):
-        super().__init__(len(lengths), batch_size, seed)
-        self.lengths = np.asarray(lengths)
-        self.chunk = max(1, batch_size * group_size)
-
-    def _permutation(self, epoch: int) -> np.ndarray:
-        if epoch != self._perm_epoch:
-            perm = np.random.default_rng([self.seed, epoch]).permutation(self.num_examples)
-            for start in range(0, len(perm), self.chunk):
-                part = perm[start:start + self.chunk]
-                perm[start:start + self.chunk] = part[np.argsort(-self.lengths[part], kind="stable")]
-            self._perm, self._perm_epoch = perm, epoch
-        return self._perm
+    if task in TOKEN_TASKS:
+        train_rows, tags = read_tagged(train_file, labels)
+        dev_rows = first(read_tagged(dev_file, tags)[0] if dev_file else None)
+        train = encode_tagged(_subset(train_rows, max_train_examples, seed), tok, max_seq_len)
+        dev = encode_tagged(dev_rows, tok, max_seq_len) if dev_rows else None
+        return TaskData(train, dev, tags, False)
+    train_rows, spec = read_task_tsv(train_file, task, spec_for_model(task, train_file, labels))
+    dev_rows = first(read_task_tsv(dev_file, task, spec)[0] if dev_file else None)
+    train = encode_examples(_subset(train_rows, max_train_examples, seed), tok, max_seq_len)
+    dev = encode_examples(dev_rows, tok, max_seq_len) if dev_rows else None
+    return TaskData(train, dev, spec.label_names, spec.is_pair)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError
 
 # Architectures we can build, in Hugging Face naming (config.json "architectures").
 ARCHITECTURES = (
@@ -142,7 +142,7 @@ class BertConfig:
         return cls(**kwargs, architecture=arch, id2label=id2label, extra=extra)
 
     def save(self, path: str | Path) -> None:
-        from .fileio import write_json
+        from ..fileio import write_json
 
         write_json(path, self.to_hf_dict())
 

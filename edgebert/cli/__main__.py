@@ -1,0 +1,5 @@
+"""``python -m edgebert.cli ...`` (e.g. under ``torchrun``) runs the ``edgebert`` command."""
+
+from . import run
+
+run()

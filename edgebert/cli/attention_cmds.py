@@ -1,0 +1,27 @@
+"""``edgebert attention``: draw one layer/head's attention probabilities as a heat map."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .app import app, say
+
+
+@app.command("attention")
+def attention(
+    model_dir: Annotated[Path, typer.Argument(help="Model directory with config.json, weights, tokenizer.json.")],
+    text: Annotated[str, typer.Argument(help="The text to look at.")],
+    layer: Annotated[int, typer.Option("--layer", help="Layer index (0-based; negative counts from the end).")] = -1,
+    head: Annotated[Optional[int], typer.Option("--head", help="Head index (0-based); omit: mean over heads.")] = None,
+    out: o.OutFile = Path("attn.png"),
+    pair: Annotated[Optional[str], typer.Option("--pair", help="Optional second text (sentence-pair input).")] = None,
+) -> None:
+    """Draw the attention probabilities of one layer/head of a PyTorch model as a heat map."""
+    from ..attention_map import plot_attention
+
+    result = plot_attention(model_dir, text, out, layer=layer, head=head, pair=pair)
+    say(f"wrote {result.path} (layer {result.layer}, {result.head_label}, {len(result.tokens)} tokens)")

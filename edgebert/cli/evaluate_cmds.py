@@ -1,0 +1,40 @@
+"""``edgebert evaluate``: a model directory or an ONNX bundle, scored on labelled data or MLM text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .app import app, say
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    path: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
+                                         help="Model directory (config.json) or ONNX bundle (manifest.json).")],
+    task: o.task_option("sst2 | mrpc | tsv | conll | mlm", required=True),
+    data: Annotated[Path, typer.Option("--data", help="Labelled TSV (classifiers) or a text file (mlm).")],
+    max_seq_len: o.MaxSeqLen = None,
+    eval_batch_size: Annotated[Optional[int], typer.Option(
+        "--eval-batch-size", help="Examples per forward pass (default 64).")] = None,
+    max_eval_examples: o.MaxEvalExamples = None,
+    corpus_format: o.CorpusFormat = None,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Bundles: int8 | fp32 | fp16.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Accuracy/F1 of a classifier, or MLM accuracy/perplexity of a masked LM."""
+    from ..stages.evaluate import evaluate
+
+    result = evaluate(path, task, data, max_seq_len=max_seq_len, batch_size=eval_batch_size,
+                      max_examples=max_eval_examples, corpus_format=corpus_format, precision=precision)
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return
+    say(f"{result.path} ({result.kind}) on {result.data} [{result.task}], {result.num_examples} examples, "
+        f"{result.wall_s:.1f} s")
+    for key, value in result.metrics.items():
+        say(f"  {key}: {value:.4f}" if isinstance(value, float) else f"  {key}: {value}")

@@ -1,0 +1,114 @@
+"""Every option that more than one command takes, declared once (``Annotated`` aliases, as the Hugging
+Face CLI does): one flag name, one type and one meaning across ``pretrain``, ``finetune``, ``distill``,
+``evaluate`` and ``pipeline`` (and ``bench``/``export`` where they share one). ``None`` means "the
+recipe's value": a command passes what the user set and the library's config builder fills the rest.
+
+``tests/test_cli_options.py`` walks the app and fails when one option gets two spellings.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from pathlib import Path
+from typing import Annotated, Any, Callable, List, Optional
+
+import typer
+
+
+def preset_option(names: str) -> Any:
+    """``--preset``: the named recipe of a command (``names``: its choices, for the help)."""
+    return Annotated[Optional[str], typer.Option("--preset", help=f"Recipe: {names}.")]
+
+
+def task_option(names: str, required: bool = False) -> Any:
+    """``--task``: what is trained or scored (``names``: the command's choices, for the help)."""
+    if required:
+        return Annotated[str, typer.Option("--task", help=names)]
+    return Annotated[Optional[str], typer.Option("--task", help=names)]
+
+
+# --------------------------------------------------------------------------- where things go
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file.")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue the checkpoint in --out.")]
+Progress = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar (or log lines).")]
+
+# --------------------------------------------------------------------------- data
+Corpus = Annotated[Optional[List[Path]], typer.Option(
+    "--corpus", help="Training text (repeatable); default: the built-in corpus (Python's documentation).")]
+EvalCorpus = Annotated[Optional[List[Path]], typer.Option(
+    "--eval-corpus", help="Held-out text (repeatable); default: a held-out part of --corpus.")]
+CorpusFormat = Annotated[Optional[str], typer.Option("--corpus-format", help="auto | text | wikitext.")]
+TrainFile = Annotated[Optional[Path], typer.Option("--train", help="Training file (GLUE TSV, CoNLL for conll).")]
+DevFile = Annotated[Optional[Path], typer.Option("--dev", help="Dev file: accuracy/F1 at every evaluation.")]
+MaxSeqLen = Annotated[Optional[int], typer.Option("--max-seq-len", help="Tokens per sequence, specials included.")]
+MaxTrainExamples = Annotated[Optional[int], typer.Option(
+    "--max-train-examples", help="Train on a seeded random subset of this many examples.")]
+MaxEvalExamples = Annotated[Optional[int], typer.Option(
+    "--max-eval-examples", help="Evaluate on at most this many examples.")]
+FreezeWordEmbeddings = Annotated[Optional[bool], typer.Option(
+    "--freeze-word-embeddings/--train-word-embeddings",
+    help="Keep the word-embedding matrix fixed (faster on CPU).")]
+
+# --------------------------------------------------------------------------- the student
+Layers = Annotated[Optional[int], typer.Option("--layers", help="Student layers (default 4).")]
+
+# --------------------------------------------------------------------------- optimisation (TrainConfig)
+MaxSteps = Annotated[Optional[int], typer.Option("--max-steps", help="Optimizer steps (default: the recipe's).")]
+Epochs = Annotated[Optional[float], typer.Option("--epochs", help="Epochs over the training file "
+                                                 "(--max-steps overrides the recipe's epochs).")]
+EvalsPerEpoch = Annotated[Optional[int], typer.Option(
+    "--evals-per-epoch", help="With epochs: dev evaluations (and checkpoints) per epoch.")]
+BatchSize = Annotated[Optional[int], typer.Option("--batch-size", help="Global examples per optimizer step.")]
+Lr = Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate.")]
+WarmupRatio = Annotated[Optional[float], typer.Option(
+    "--warmup-ratio", help="Linear warmup over this fraction of the run (the default way).")]
+WarmupSteps = Annotated[Optional[int], typer.Option(
+    "--warmup-steps", help="Warmup over exactly this many steps instead (must be < --max-steps).")]
+WeightDecay = Annotated[Optional[float], typer.Option("--weight-decay", help="AdamW weight decay.")]
+GradAccum = Annotated[Optional[int], typer.Option("--grad-accum", help="Micro-batches per optimizer step.")]
+Bf16 = Annotated[Optional[bool], typer.Option("--bf16/--no-bf16", help="bfloat16 autocast.")]
+Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed of data order, masking and initialisation.")]
+Device = Annotated[Optional[str], typer.Option("--device", help="auto | cpu | cuda.")]
+EvalEvery = Annotated[Optional[int], typer.Option("--eval-every", help="Evaluate every N steps (0: at the end).")]
+SaveEvery = Annotated[Optional[int], typer.Option("--save-every", help="Checkpoint every N steps (0: at the end).")]
+LogEvery = Annotated[Optional[int], typer.Option("--log-every", help="Log a metrics line every N steps.")]
+
+# --------------------------------------------------------------------------- export and bench
+Threads = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime/torch intra-op threads.")]
+Calib = Annotated[Optional[Path], typer.Option(
+    "--calib", help="Text for INT8 calibration and the accuracy guard: one sentence per line, a TSV "
+                    "with a 'sentence' column, or WikiText raw.")]
+MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
+    "--max-accuracy-loss", help="INT8 budget vs fp32 on the calibration text (embed: 1 - mean cosine); "
+                                "sensitive MatMuls stay float until it is met.")]
+LengthsFrom = Annotated[Optional[Path], typer.Option(
+    "--lengths-from", help="Text or GLUE TSV whose real length mix the benchmark replays.")]
+
+
+# the engine's settings (TrainConfig fields), taken by every training command
+ENGINE_OPTIONS: dict[str, Any] = {
+    "max_steps": MaxSteps, "batch_size": BatchSize, "lr": Lr, "warmup_ratio": WarmupRatio,
+    "warmup_steps": WarmupSteps, "weight_decay": WeightDecay, "grad_accum": GradAccum, "bf16": Bf16,
+    "seed": Seed, "device": Device, "eval_every": EvalEvery, "save_every": SaveEvery, "log_every": LogEvery,
+    "progress": Progress,
+}
+
+
+def engine_options(command: Callable) -> Callable:
+    """Give a training command every ``ENGINE_OPTIONS`` flag; they reach it as one argument,
+    ``train``: the ``TrainConfig`` fields the user set (None: keep the recipe's)."""
+    signature = inspect.signature(command, eval_str=True)
+    kept = [p for p in signature.parameters.values() if p.name != "train"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
+             for name, alias in ENGINE_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def with_train(**values: Any) -> Any:
+        given = {name: values.pop(name) for name in ENGINE_OPTIONS}
+        return command(train={k: v for k, v in given.items() if v is not None}, **values)
+
+    with_train.__signature__ = signature.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+    with_train.__annotations__ = {p.name: p.annotation for p in [*kept, *added]}
+    return with_train

@@ -1,0 +1,111 @@
+"""Training a classifier on a task's data, as fine-tuning and task distillation both do: length-grouped
+batches, cross-entropy, dev accuracy/F1 at every evaluation, and the best checkpoint (by dev
+accuracy) kept as the output directory's model (``best_checkpoint.json`` says which step it is)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..data.task_data import TaskData, collate
+from ..data.tokenizer import SpecialIds, save_tokenizer
+from ..fileio import write_json
+from ..model import IGNORE_INDEX, load_model, save_model
+from ..training import LengthGroupedBatches, TrainingTask
+from .metrics import classifier_metrics
+
+BEST_FILE = "best_checkpoint.json"
+
+
+class BestCheckpoint:
+    """Remembers the weights of the best evaluation so far (by ``metric``, higher is better) and
+    writes those, not the latest, as the output directory's model."""
+
+    def __init__(self, metric: str = "accuracy"):
+        self.metric = metric
+        self.value: float | None = None
+        self.step: int | None = None
+        self.metrics: dict[str, float] = {}
+        self.state: dict[str, torch.Tensor] | None = None
+
+    def update(self, model: nn.Module, metrics: dict[str, float], step: int) -> bool:
+        value = metrics.get(self.metric)
+        if value is None or (self.value is not None and value <= self.value):
+            return False
+        self.value, self.step, self.metrics = float(value), step, dict(metrics)
+        self.state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        return True
+
+    def save(self, model: nn.Module, out_dir: Path) -> None:
+        """Write the best weights (or ``model`` as it is, before any evaluation) + best_checkpoint.json."""
+        if self.state is None:
+            save_model(model, out_dir)
+            return
+        best = copy.deepcopy(model).cpu()
+        best.load_state_dict(self.state)
+        save_model(best, out_dir)
+        write_json(out_dir / BEST_FILE, {"metric": self.metric, "value": self.value, "step": self.step,
+                                         "metrics": self.metrics})
+
+    def restore(self, out_dir: Path, model: nn.Module) -> None:
+        """On resume: the best so far is what the output directory holds."""
+        path = out_dir / BEST_FILE
+        if not path.is_file():
+            return
+        info = json.loads(path.read_text(encoding="utf-8"))
+        self.value, self.step, self.metrics = float(info["value"]), int(info["step"]), dict(info["metrics"])
+        best = load_model(out_dir, type(model).__name__)
+        self.state = {k: v.detach().cpu().clone() for k, v in best.state_dict().items()}
+
+
+class ClassificationTask(TrainingTask):
+    """Cross-entropy on a sequence or token classifier; dev accuracy/F1; best checkpoint kept."""
+
+    def __init__(self, model: nn.Module, tokenizer, data: TaskData, *, batch_size_hint: int,
+                 seed: int, eval_batch_size: int = 64, max_seq_len: int = 128):
+        self.model, self.tokenizer, self.data = model, tokenizer, data
+        self.pad_id = SpecialIds.of(tokenizer).pad
+        self.eval_batch_size, self.max_seq_len = eval_batch_size, max_seq_len
+        self.batch_size, self.seed = batch_size_hint, seed
+        self.best = BestCheckpoint("accuracy")
+        self._sampler: LengthGroupedBatches | None = None
+
+    def num_train_examples(self) -> int:
+        return len(self.data.train)
+
+    def sampler(self, batch_size: int, seed: int) -> LengthGroupedBatches:
+        self._sampler = LengthGroupedBatches(self.data.train.lengths, batch_size, seed)
+        self.batch_size = batch_size
+        return self._sampler
+
+    @property
+    def step(self) -> int:
+        return self._sampler.position // self.batch_size if self._sampler else 0
+
+    def make_batch(self, indices, keys):
+        return collate(self.data.train, indices, self.pad_id)
+
+    def loss(self, model, batch):
+        out = model(**batch)
+        with torch.no_grad():
+            labels = batch["labels"]
+            keep = labels != IGNORE_INDEX
+            acc = (out.logits.argmax(-1)[keep] == labels[keep]).float().mean()
+        return out.loss, {"accuracy": acc}
+
+    def evaluate(self, model):
+        if self.data.dev is None:
+            return {}
+        metrics = classifier_metrics(model, self.data.dev, len(self.data.labels), self.eval_batch_size,
+                                     self.pad_id)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        self.best.update(model, metrics, self.step)
+        return metrics
+
+    def save(self, out_dir: Path) -> None:
+        self.best.save(self.model, out_dir)
+        save_tokenizer(self.tokenizer, out_dir, model_max_length=self.max_seq_len)

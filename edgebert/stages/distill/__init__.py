@@ -1,0 +1,25 @@
+"""Distil a BERT teacher into a shallower student (DistilBERT style), on the shared training engine.
+
+Three modes, one ``DistillConfig`` (``config.py``):
+
+- **MLM (general) distillation** (``task="mlm"``): the teacher is any BERT with a masked-LM head
+  (``BertForPreTraining`` or ``BertForMaskedLM``). Text is cut into the same sentence-pair examples
+  as pretraining and masked dynamically. The loss is ``alpha_kd * KL(student/T || teacher/T) * T^2``
+  on the masked-token logits + ``alpha_mlm * MLM cross-entropy`` + ``alpha_cos * (1 - cos)`` of the
+  last hidden states over non-padding tokens, plus the optional TinyBERT terms ``alpha_hidden``
+  (hidden-state MSE per mapped layer, embeddings included) and ``alpha_attn`` (attention KL).
+- **Embedding distillation** (``task="embed"``): the teacher is any BERT encoder, e.g. the
+  sentence-embedding model all-MiniLM-L6-v2 (no MLM head). Single texts (paragraphs of the corpus);
+  the loss is on hidden states only: cosine, and optionally hidden MSE and attention KL. Evaluation
+  compares mean-pooled sentence embeddings of student and teacher on held-out text.
+- **Task distillation** (``task="sst2"|"mrpc"|"tsv"``): the teacher is a fine-tuned
+  ``BertForSequenceClassification``; the loss is ``alpha_kd * KD(logits)`` + ``alpha_ce *`` hard-label
+  cross-entropy (+ the optional terms); dev accuracy/F1 are reported next to the teacher's, and the
+  best student (by dev accuracy) is kept.
+
+``losses.py`` holds the loss terms, ``tasks.py`` one training task per mode, ``stage.py`` the run.
+"""
+
+from .config import DISTILL_PRESETS, DISTILL_TASKS, DistillConfig, build_distill_config  # noqa: F401
+from .stage import DistillResult, build_student, distill, load_teacher  # noqa: F401
+from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask  # noqa: F401

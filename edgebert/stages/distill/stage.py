@@ -1,0 +1,178 @@
+"""``distill``: one distillation run, from the teacher directory to the student directory.
+
+The student keeps the teacher's width and starts from the teacher's embeddings, the teacher layers in
+``layer_map`` (evenly spaced by default: 6 -> 4 gives [0, 2, 3, 5]), pooler and heads
+(``edgebert.model.make_student``); ``student_init="random"`` trains a same-size model from scratch on
+the same batches instead (the baseline distillation has to beat). ``distill_config.json`` in the
+output directory records the layer map, the loss weights and the teacher.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ...data.corpus import paragraphs
+from ...data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
+from ...data.task_data import encode_texts, load_task_data
+from ...data.tokenizer import load_tokenizer
+from ...errors import CheckpointError, ConfigError
+from ...fileio import write_json
+from ...model import (BertConfig, build_model, count_parameters, freeze_word_embeddings, load_model,
+                      make_student, parse_layer_map, read_state_dict)
+from ...training import Trainer, TrainingTask, check_out_dir, is_main_process
+from .config import MLM_ARCHITECTURES, DistillConfig
+from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
+
+DISTILL_CONFIG_FILE = "distill_config.json"
+
+
+def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
+    """The teacher in eval mode with frozen weights; a clear error when it cannot teach ``task``."""
+    if not teacher_dir.is_dir():
+        raise CheckpointError(f"teacher directory {teacher_dir} not found",
+                              "pass a model directory from edgebert pretrain/finetune/import-hf")
+    cfg = BertConfig.load(teacher_dir)
+    if task == "embed":        # any BERT: its encoder teaches
+        teacher = load_model(teacher_dir, "BertModel", allow_new_heads=True)
+    elif task == "mlm":
+        if cfg.architecture in MLM_ARCHITECTURES:
+            teacher = load_model(teacher_dir)
+        elif any(k.endswith("cls.predictions.transform.dense.weight") for k in read_state_dict(teacher_dir)):
+            teacher = load_model(teacher_dir, "BertForMaskedLM")
+        else:
+            raise CheckpointError(
+                f"the teacher {teacher_dir} is a {cfg.architecture} without a masked-LM head, so it "
+                "cannot teach MLM distillation",
+                "distil its hidden states with --task embed, use a BertForMaskedLM/BertForPreTraining "
+                "teacher (e.g. from edgebert pretrain), or fine-tune it and distil the classifier with --task")
+    else:
+        if cfg.architecture != "BertForSequenceClassification":
+            raise CheckpointError(f"the teacher {teacher_dir} is a {cfg.architecture}, not a fine-tuned "
+                                  "sequence classifier",
+                                  f"fine-tune it first: edgebert finetune {teacher_dir} --task {task} ...")
+        teacher = load_model(teacher_dir)
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
+def build_student(teacher: nn.Module, cfg: DistillConfig) -> tuple[nn.Module, list[int]]:
+    """The student and its layer map (validated against the teacher's depth)."""
+    depth = teacher.config.num_hidden_layers
+    layer_map = parse_layer_map(list(cfg.layer_map) if cfg.layer_map else None, depth, cfg.layers)
+    if cfg.student_init == "teacher":
+        student, layer_map = make_student(teacher, cfg.layers, layer_map)
+    else:
+        torch.manual_seed(cfg.train.seed)
+        student = build_model(teacher.config.replace(num_hidden_layers=cfg.layers), type(teacher).__name__)
+    student.train()
+    for p in student.parameters():
+        p.requires_grad_(True)
+    # parameters no loss term reaches stay as copied (unused ones would also break DDP): MLM
+    # distillation trains no NSP, embedding distillation no pooler
+    frozen = []
+    if cfg.mode == "mlm" and hasattr(student, "cls") and hasattr(student.cls, "seq_relationship"):
+        frozen = [*student.bert.pooler.parameters(), *student.cls.seq_relationship.parameters()]
+    elif cfg.mode == "embed" and getattr(student, "pooler", None) is not None:
+        frozen = list(student.pooler.parameters())
+    for p in frozen:
+        p.requires_grad_(False)
+    if cfg.freeze_word_embeddings:
+        freeze_word_embeddings(student)
+    return student, list(layer_map)
+
+
+def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer_map: list[int],
+          say) -> tuple[TrainingTask, int]:
+    """The mode's data and training task, and the number of training examples."""
+    if cfg.is_task:
+        labels = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] \
+            if teacher.config.id2label else None
+        data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
+                              cfg.max_train_examples, None, cfg.train.seed, labels)
+        if len(data.labels) != teacher.config.num_labels:
+            raise CheckpointError(f"the teacher has {teacher.config.num_labels} labels, the data "
+                                  f"{len(data.labels)}", "distil on the task the teacher was fine-tuned for")
+        task = TaskDistillationTask(student, teacher, tok, data, cfg, layer_map)
+        if cfg.cache_teacher_logits and task.logits_only and task.needs_teacher:
+            say(f"teacher logits: one pass over the {len(data.train)} training examples")
+        if cfg.resume:
+            task.best.restore(cfg.out, student)
+        return task, len(data.train)
+    train_docs, eval_docs = mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format, cfg.eval_fraction,
+                                          cfg.train.seed)
+    if cfg.mode == "embed":
+        held_out = paragraphs(eval_docs)[:cfg.max_eval_examples]
+        task = EmbeddingDistillationTask(student, teacher, tok, encode_texts(paragraphs(train_docs), tok, cfg.max_seq_len),
+                                         encode_texts(held_out, tok, cfg.max_seq_len) if held_out else None,
+                                         cfg, layer_map)
+        return task, len(task.train_data)
+    examples = mlm_examples(train_docs, tok, cfg.max_seq_len, seed=cfg.train.seed, dupe_factor=cfg.dupe_factor)
+    batches = mlm_eval_batches(eval_docs, tok, cfg.max_seq_len, cfg.max_eval_examples, cfg.eval_batch_size,
+                               cfg.mlm_probability)
+    return MlmDistillationTask(student, teacher, tok, examples, batches, cfg, layer_map), len(examples)
+
+
+@dataclass
+class DistillResult:
+    out_dir: Path
+    steps: int
+    layer_map: list[int]
+    eval_metrics: dict[str, float]        # the student at the last evaluation (teacher_* beside it)
+    best_metrics: dict[str, float]        # task mode: the kept (best dev accuracy) student
+    train_metrics: dict[str, float]
+    student_parameters: int
+    teacher_parameters: int
+    teacher_layers: int
+    num_train_examples: int
+    wall_s: float
+    tokens_per_s: float
+    resumed_from: int = 0
+    start_metrics: dict[str, float] = field(default_factory=dict)  # embed: the student before training
+
+
+def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None) -> DistillResult:
+    """Run one distillation stage into ``cfg.out``; see the module docstring."""
+    t0 = time.perf_counter()
+    teacher = load_teacher(cfg.teacher, cfg.task)
+    student, layer_map = build_student(teacher, cfg)
+    check_out_dir(cfg.out, cfg.resume)
+    if cfg.max_seq_len > teacher.config.max_position_embeddings:
+        raise ConfigError(f"max_seq_len={cfg.max_seq_len} is longer than the teacher's "
+                          f"max_position_embeddings={teacher.config.max_position_embeddings}")
+    tok = load_tokenizer(cfg.teacher)
+    main = is_main_process()
+
+    def say(line: str) -> None:
+        if console is not None and main:
+            console.print(line, highlight=False, soft_wrap=True)
+
+    how = f"teacher layers {layer_map}" if cfg.student_init == "teacher" else "random initialisation"
+    say(f"student: {cfg.layers} of the teacher's {teacher.config.num_hidden_layers} layers "
+        f"(width {teacher.config.hidden_size}), from {how}")
+    task, num_examples = _task(cfg, teacher, student, tok, layer_map, say)
+    train_cfg = cfg.train_config(num_examples)
+    start: dict[str, float] = {}
+    if cfg.mode == "embed" and main and not cfg.resume:
+        start = task.evaluate(student)       # the copied layers, before distillation
+        say("before distillation: " + "  ".join(f"{k} {v:.4f}" for k, v in start.items() if k != "texts"))
+    with Trainer(train_cfg, cfg.out, resume=cfg.resume, console=console) as trainer:
+        if trainer.is_main and not cfg.resume:
+            write_json(cfg.out / DISTILL_CONFIG_FILE, {
+                **cfg.to_dict(), "layer_map": layer_map, "train": train_cfg.to_dict(),
+                "teacher_layers": teacher.config.num_hidden_layers,
+                "teacher_architecture": type(teacher).__name__,
+                "teacher_parameters": count_parameters(teacher),
+                "student_parameters": count_parameters(student), "start_metrics": start})
+        result = trainer.fit(task, stop_at_step)
+    best = dict(task.best.metrics) if cfg.is_task else {}
+    return DistillResult(cfg.out, result.step, layer_map, dict(result.eval_metrics), best,
+                         dict(result.train_metrics), count_parameters(student), count_parameters(teacher),
+                         teacher.config.num_hidden_layers, num_examples, time.perf_counter() - t0,
+                         result.tokens_per_s, result.resumed_from, start)

@@ -1,0 +1,234 @@
+"""What each distillation mode trains on, as a ``TrainingTask``: the student is optimised, the teacher
+runs in eval mode under ``no_grad`` (and is never saved in checkpoints)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...data.mlm import MaskingCollator
+from ...data.task_data import EncodedDataset, TaskData, collate, eval_batches
+from ...data.tokenizer import SpecialIds, save_tokenizer
+from ...model import masked_positions_logits, save_model
+from ...training import LengthGroupedBatches, TrainingTask
+from ..classification import ClassificationTask
+from ..metrics import classifier_metrics, embedding_agreement, mean_pool, mlm_metrics, sentence_embeddings
+from .config import DistillConfig
+from .losses import ModelOutputs, distillation_loss
+
+
+class _DistillationTask(TrainingTask):
+    """The student/teacher pair; the model files saved are the student's, with the teacher's tokenizer."""
+
+    def __init__(self, student: nn.Module, teacher: nn.Module | None, tokenizer, cfg: DistillConfig,
+                 layer_map: list[int]):
+        self.student, self.teacher, self.tokenizer = student, teacher, tokenizer
+        self.model: nn.Module = student
+        self.cfg, self.layer_map = cfg, layer_map
+        self.pad_id = SpecialIds.of(tokenizer).pad
+        self.teacher_metrics: dict[str, float] | None = None
+
+    @property
+    def encoder_kwargs(self) -> dict[str, bool]:
+        return dict(output_hidden_states=self.cfg.needs_hidden_states, output_attentions=self.cfg.needs_attentions)
+
+    def to_device(self, device: torch.device) -> None:
+        self.model.to(device)
+        if self.teacher is not None:
+            self.teacher.to(device)
+
+    def save(self, out_dir: Path) -> None:
+        save_model(self.student, out_dir)
+        save_tokenizer(self.tokenizer, out_dir, model_max_length=self.cfg.max_seq_len)
+
+
+# =========================================================================== MLM distillation
+class StudentMLM(nn.Module):
+    """What the engine optimises in MLM distillation: the student, with its vocabulary projection
+    run only at masked positions (the (B, T, V) logits would dominate CPU time)."""
+
+    def __init__(self, student: nn.Module):
+        super().__init__()
+        self.student = student
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels, output_hidden_states=False,
+                output_attentions=False):
+        return masked_positions_logits(self.student, input_ids, attention_mask, token_type_ids, labels,
+                                       output_hidden_states=output_hidden_states,
+                                       output_attentions=output_attentions)
+
+
+class MlmDistillationTask(_DistillationTask):
+    """Masked sentence-pair examples: KD on the masked-token logits + MLM + the hidden-state terms."""
+
+    def __init__(self, student: nn.Module, teacher: nn.Module | None, tokenizer, train_examples, eval_batches_,
+                 cfg: DistillConfig, layer_map: list[int]):
+        super().__init__(student, teacher, tokenizer, cfg, layer_map)
+        self.model = StudentMLM(student)
+        self.train_examples, self.eval_batches = train_examples, eval_batches_
+        self.collator = MaskingCollator(SpecialIds.of(tokenizer), student.config.vocab_size,
+                                        seed=cfg.train.seed, mlm_probability=cfg.mlm_probability)
+
+    def num_train_examples(self) -> int:
+        return len(self.train_examples)
+
+    def make_batch(self, indices, keys):
+        batch = self.collator(self.train_examples, indices, keys)
+        batch.pop("next_sentence_label")
+        return batch
+
+    @property
+    def needs_teacher(self) -> bool:
+        """False for the MLM-only baseline: then the teacher is not run during training."""
+        c = self.cfg
+        return bool(c.alpha_kd or c.alpha_cos or c.alpha_hidden or c.alpha_attn)
+
+    def loss(self, model, batch):
+        s_enc, s_logits, targets = model(**batch, **self.encoder_kwargs)
+        if not self.needs_teacher:
+            loss = F.cross_entropy(s_logits.float(), targets)
+            with torch.no_grad():
+                acc = (s_logits.argmax(-1) == targets).float().mean()
+            return self.cfg.alpha_mlm * loss, {"loss_mlm": loss.detach(), "mlm_accuracy": acc}
+        with torch.no_grad():
+            t_enc, t_logits, _ = masked_positions_logits(self.teacher, **batch, **self.encoder_kwargs)
+        total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s_enc, s_logits), ModelOutputs.of(t_enc, t_logits),
+                                           batch["attention_mask"], targets, self.layer_map)
+        with torch.no_grad():
+            s_pred = s_logits.argmax(-1)
+            metrics["mlm_accuracy"] = (s_pred == targets).float().mean()
+            metrics["teacher_agreement"] = (s_pred == t_logits.argmax(-1)).float().mean()
+        return total, metrics
+
+    def evaluate(self, model):
+        if not self.eval_batches:
+            return {}
+        if self.teacher_metrics is None:
+            self.teacher_metrics = {f"teacher_{k}": v for k, v in mlm_metrics(self.teacher, self.eval_batches).items()
+                                    if k != "masked_tokens"}
+        return {**mlm_metrics(model.student, self.eval_batches), **self.teacher_metrics}
+
+
+# =========================================================================== embedding distillation
+class EmbeddingDistillationTask(_DistillationTask):
+    """Single texts in length-grouped batches; the loss is on hidden states only (no head needed):
+    cosine of the last hidden states over real tokens (+ hidden MSE / attention KL per mapped layer).
+    Evaluation: how closely the student's mean-pooled sentence embeddings follow the teacher's on the
+    held-out texts (cosine mean/min, nearest-neighbour agreement)."""
+
+    def __init__(self, student: nn.Module, teacher: nn.Module, tokenizer, train: EncodedDataset,
+                 held_out: EncodedDataset | None, cfg: DistillConfig, layer_map: list[int]):
+        super().__init__(student, teacher, tokenizer, cfg, layer_map)
+        self.train_data, self.held_out = train, held_out
+        self.teacher_embeddings: torch.Tensor | None = None
+
+    def num_train_examples(self) -> int:
+        return len(self.train_data)
+
+    def sampler(self, batch_size: int, seed: int) -> LengthGroupedBatches:
+        return LengthGroupedBatches(self.train_data.lengths, batch_size, seed)
+
+    def make_batch(self, indices, keys):
+        return collate(self.train_data, indices, self.pad_id, with_labels=False)
+
+    def loss(self, model, batch):
+        s = model(**batch, **self.encoder_kwargs)
+        with torch.no_grad():
+            t = self.teacher(**batch, **self.encoder_kwargs)
+        total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s), ModelOutputs.of(t),
+                                           batch["attention_mask"], None, self.layer_map)
+        with torch.no_grad():
+            mask = batch["attention_mask"]
+            cos = F.cosine_similarity(mean_pool(s.last_hidden_state.float(), mask),
+                                      mean_pool(t.last_hidden_state.float(), mask), dim=-1)
+            metrics["embedding_cosine"] = cos.mean()
+        return total, metrics
+
+    def evaluate(self, model):
+        if self.held_out is None:
+            return {}
+        bs = self.cfg.eval_batch_size
+        if self.teacher_embeddings is None:
+            self.teacher_embeddings = sentence_embeddings(self.teacher, self.held_out, bs, self.pad_id)
+        student = sentence_embeddings(model, self.held_out, bs, self.pad_id)
+        figures = embedding_agreement(student, self.teacher_embeddings)
+        return {("embedding_" + k if k.startswith("cosine") else k): v for k, v in figures.items()}
+
+
+# =========================================================================== task distillation
+class TaskDistillationTask(ClassificationTask):
+    """Classifier -> classifier: KD on the logits (+ hard-label CE and the optional terms); the dev
+    evaluation, length-grouped batches and best-checkpoint keeping are ``ClassificationTask``'s."""
+
+    def __init__(self, student: nn.Module, teacher: nn.Module, tokenizer, data: TaskData,
+                 cfg: DistillConfig, layer_map: list[int]):
+        super().__init__(student, tokenizer, data, batch_size_hint=cfg.train.batch_size, seed=cfg.train.seed,
+                         eval_batch_size=cfg.eval_batch_size, max_seq_len=cfg.max_seq_len)
+        self.teacher, self.cfg, self.layer_map = teacher, cfg, layer_map
+        self.teacher_metrics: dict[str, float] | None = None
+        self.logit_cache: torch.Tensor | None = None   # (N, C) teacher logits of the training set
+        self.logits_only = not (cfg.alpha_cos or cfg.alpha_hidden or cfg.alpha_attn)
+        # hard labels only (the no-distillation baseline): the teacher is not run during training
+        self.needs_teacher = bool(cfg.alpha_kd) or not self.logits_only
+
+    def to_device(self, device: torch.device) -> None:
+        self.model.to(device)
+        self.teacher.to(device)
+        if (self.cfg.cache_teacher_logits and self.needs_teacher and self.logits_only
+                and self.logit_cache is None):
+            self.logit_cache = self._teacher_logits(device)
+
+    @torch.no_grad()
+    def _teacher_logits(self, device: torch.device) -> torch.Tensor:
+        """The teacher's logits for every training example (eval mode: deterministic), in one pass
+        over length-sorted batches: cheaper than recomputing them every epoch."""
+        out = torch.zeros(len(self.data.train), len(self.data.labels))
+        for idx, batch in eval_batches(self.data.train, self.eval_batch_size, self.pad_id):
+            batch.pop("labels")
+            out[torch.as_tensor(idx)] = self.teacher(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+        return out
+
+    def make_batch(self, indices, keys):
+        batch = collate(self.data.train, indices, self.pad_id)
+        if self.logit_cache is not None:
+            batch["teacher_logits"] = self.logit_cache[list(indices)]
+        return batch
+
+    def loss(self, model, batch):
+        labels = batch["labels"]
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        kwargs = dict(output_hidden_states=self.cfg.needs_hidden_states,
+                      output_attentions=self.cfg.needs_attentions)
+        if "teacher_logits" in batch:
+            t_out = ModelOutputs(batch["teacher_logits"], None)
+        elif not self.needs_teacher:
+            s = model(**inputs)
+            loss = F.cross_entropy(s.logits.float(), labels)
+            with torch.no_grad():
+                acc = (s.logits.argmax(-1) == labels).float().mean()
+            return self.cfg.alpha_ce * loss, {"loss_ce": loss.detach(), "accuracy": acc}
+        else:
+            with torch.no_grad():
+                t = self.teacher(**inputs, **kwargs)
+            t_out = ModelOutputs.of(t.encoder, t.logits)
+        s = model(**inputs, **kwargs)
+        total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s.encoder, s.logits), t_out,
+                                           inputs["attention_mask"], labels, self.layer_map)
+        with torch.no_grad():
+            pred = s.logits.argmax(-1)
+            metrics["accuracy"] = (pred == labels).float().mean()
+            metrics["teacher_agreement"] = (pred == t_out.logits.argmax(-1)).float().mean()
+        return total, metrics
+
+    def evaluate(self, model):
+        metrics = super().evaluate(model)
+        if not metrics:
+            return metrics
+        if self.teacher_metrics is None:
+            m = classifier_metrics(self.teacher, self.data.dev, len(self.data.labels), self.eval_batch_size,
+                                   self.pad_id)
+            self.teacher_metrics = {"teacher_accuracy": float(m["accuracy"]), "teacher_f1": float(m["f1"])}
+        return {**metrics, **self.teacher_metrics}

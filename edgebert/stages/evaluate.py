@@ -1,0 +1,172 @@
+"""Evaluate a model directory or an exported ONNX bundle on labelled data or on masked-LM text.
+
+``evaluate(path, task, data)`` returns an ``EvaluationResult``:
+
+- classifiers (``sst2``, ``mrpc``, ``tsv``, ``conll``): accuracy and F1 (positive-class F1 for two
+  labels, as GLUE reports MRPC; macro F1 otherwise; token accuracy / F1 over words for ``conll``);
+- masked LM (``mlm``, a text file): MLM accuracy and perplexity (exp of the mean cross-entropy on the
+  masked tokens), on sentence-pair examples masked with a fixed seed: the same examples and masks
+  as ``edgebert pretrain``'s evaluation (``edgebert.data.mlm.mlm_eval_batches``), so numbers from
+  pretraining, distillation and this command are directly comparable.
+
+``path`` is either a model directory (``config.json`` + ``model.safetensors``, run in PyTorch) or a
+bundle directory (``manifest.json``, run with ``edgebert.runtime.EdgeSession`` on onnxruntime).
+
+Every figure is counted by ``edgebert.stages.metrics``, as fine-tuning and distillation count theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..bundle import read_manifest
+from ..data.corpus import read_corpus
+from ..data.mlm import mlm_eval_batches
+from ..data.task_data import EncodedDataset, encode_examples, encode_tagged
+from ..data.tasks import SEQUENCE_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
+from ..data.tokenizer import SpecialIds, load_tokenizer
+from ..errors import CheckpointError, ConfigError, DataError
+from ..model import IGNORE_INDEX, BertConfig, load_model
+from .metrics import MlmCounts, classification_metrics, classifier_metrics, mlm_metrics
+
+EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, "mlm")
+
+
+@dataclass
+class EvaluationResult:
+    path: Path
+    kind: str                       # "model" (PyTorch) or "bundle" (onnxruntime)
+    task: str
+    data: Path
+    metrics: dict[str, float]
+    num_examples: int
+    wall_s: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"], d["data"] = str(self.path), str(self.data)
+        return d
+
+
+def is_bundle(path: str | Path) -> bool:
+    return (Path(path) / "manifest.json").is_file()
+
+
+def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int | None = None,
+             batch_size: int | None = None, max_examples: int | None = None, mlm_probability: float = 0.15,
+             corpus_format: str | None = None, precision: str | None = None, device: str = "cpu") -> EvaluationResult:
+    """Score the model (or bundle) at ``path`` on ``data``; see the module docstring. ``None`` settings
+    take the defaults: 128 tokens (at most the model's), batches of 64, corpus format ``auto``."""
+    max_seq_len, batch_size, corpus_format = max_seq_len or 128, batch_size or 64, corpus_format or "auto"
+    if task not in EVAL_TASKS:
+        raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(EVAL_TASKS)}")
+    if not 8 <= max_seq_len <= 4096:
+        raise ConfigError(f"max_seq_len={max_seq_len} must be between 8 and 4096")
+    if batch_size < 1 or (max_examples is not None and max_examples < 1):
+        raise ConfigError("batch_size and max_examples must be >= 1")
+    path, data = Path(path), Path(data)
+    if not path.is_dir():
+        raise CheckpointError(f"model directory {path} not found",
+                              "pass a model directory (config.json) or an exported bundle (manifest.json)")
+    if not data.is_file():
+        raise DataError(f"{data} not found", "pass an existing data file")
+    t0 = time.perf_counter()
+    if is_bundle(path):
+        metrics, n, details = _evaluate_bundle(path, task, data, max_seq_len, batch_size, max_examples,
+                                               mlm_probability, corpus_format, precision)
+        kind = "bundle"
+    else:
+        metrics, n, details = _evaluate_model(path, task, data, max_seq_len, batch_size, max_examples,
+                                              mlm_probability, corpus_format, device)
+        kind = "model"
+    return EvaluationResult(path, kind, task, data, metrics, n, time.perf_counter() - t0, details)
+
+
+def _labels_of(config_id2label: dict[int, str] | None, num_labels: int) -> tuple[str, ...]:
+    return tuple(config_id2label[i] for i in range(num_labels)) if config_id2label else ()
+
+
+def _load_classifier_data(task: str, data: Path, tok, max_seq_len: int, max_examples: int | None,
+                          model_labels: tuple[str, ...]) -> tuple[EncodedDataset, int]:
+    if task in TOKEN_TASKS:
+        sentences, tags = read_tagged(data, model_labels or None)
+        sentences = sentences[:max_examples] if max_examples else sentences
+        return encode_tagged(sentences, tok, max_seq_len), len(tags)
+    examples, spec = read_task_tsv(data, task, spec_for_model(task, data, model_labels))
+    examples = examples[:max_examples] if max_examples else examples
+    return encode_examples(examples, tok, max_seq_len), len(spec.labels)
+
+
+def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_size: int,
+                    max_examples: int | None, mlm_probability: float, corpus_format: str, device: str):
+    cfg = BertConfig.load(path)
+    tok = load_tokenizer(path)
+    max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
+    if task == "mlm":
+        if cfg.architecture not in ("BertForMaskedLM", "BertForPreTraining"):
+            raise CheckpointError(f"{path} is a {cfg.architecture}, which has no masked-LM head",
+                                  "--task mlm needs a BertForMaskedLM or BertForPreTraining model")
+        model = load_model(path).to(device)
+        batches = mlm_eval_batches(read_corpus(data, corpus_format), tok, max_seq_len, max_examples or 2000,
+                                   batch_size, mlm_probability)
+        n = sum(len(b["input_ids"]) for b in batches)
+        return mlm_metrics(model, batches), n, {"architecture": cfg.architecture}
+    wanted = "BertForTokenClassification" if task in TOKEN_TASKS else "BertForSequenceClassification"
+    if cfg.architecture != wanted:
+        raise CheckpointError(f"{path} is a {cfg.architecture}, not a {wanted}",
+                              f"fine-tune it first: edgebert finetune {path} --task {task} ...")
+    model = load_model(path).to(device)
+    labels = _labels_of(cfg.id2label, cfg.num_labels)
+    encoded, num_labels = _load_classifier_data(task, data, tok, max_seq_len, max_examples, labels)
+    metrics = classifier_metrics(model, encoded, num_labels, batch_size, SpecialIds.of(tok).pad)
+    return metrics, len(encoded), {"architecture": cfg.architecture, "labels": list(labels)}
+
+
+def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_size: int,
+                     max_examples: int | None, mlm_probability: float, corpus_format: str,
+                     precision: str | None):
+    from ..runtime import EdgeSession
+
+    manifest = read_manifest(path)
+    if precision is None:
+        models = manifest.get("models") or {}
+        precision = "int8" if "int8" in models else "fp32"
+    cfg = manifest["config"]
+    limit = int(min(manifest.get("max_sequence_length") or cfg["max_position_embeddings"],
+                    cfg["max_position_embeddings"]))
+    session = EdgeSession(path, provider="cpu", precision=precision, batch_size=batch_size,
+                          max_length=min(max_seq_len, limit))
+    details = {"precision": precision, "provider": session.provider, "bundle_task": session.task}
+    if task == "mlm":
+        if session.task != "mlm":
+            raise ConfigError(f"{path} is a '{session.task}' bundle; --task mlm needs an 'mlm' bundle",
+                              "export the model with --task mlm")
+        batches = mlm_eval_batches(read_corpus(data, corpus_format), load_tokenizer(path), session.max_length,
+                                   max_examples or 2000, batch_size, mlm_probability)
+        counts, n = MlmCounts(), 0
+        for batch in batches:
+            feeds = {k: v.numpy() for k, v in batch.items() if k in session.input_names}
+            logits = torch.from_numpy(session.run(feeds, ["logits"])["logits"])
+            selected = batch["labels"] != IGNORE_INDEX
+            counts.add(logits[selected], batch["labels"][selected])
+            n += len(batch["input_ids"])
+        return counts.summary(), n, details
+    if task in TOKEN_TASKS:
+        raise ConfigError(f"--task {task} is not supported for ONNX bundles yet",
+                          "evaluate the model directory instead")
+    if session.task != "cls":
+        raise ConfigError(f"{path} is a '{session.task}' bundle; --task {task} needs a 'cls' bundle",
+                          "export the fine-tuned classifier with --task cls")
+    examples, spec = read_task_tsv(data, task, spec_for_model(task, data, tuple(session.label_names)))
+    examples = examples[:max_examples] if max_examples else examples
+    inputs = [(e.text_a, e.text_b) for e in examples] if spec.is_pair else [e.text_a for e in examples]
+    logits = session.logits(inputs, batch_size=batch_size, truncate=True)
+    preds = logits.argmax(axis=1).tolist()
+    metrics = classification_metrics(preds, [e.label for e in examples], len(spec.labels))
+    return metrics, len(examples), details

@@ -1,0 +1,49 @@
+"""Progress of a run on the terminal: a rich progress bar, or plain log lines when not a terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import TrainConfig
+
+
+class Progress:
+    """A rich progress bar on a terminal; plain log lines otherwise (e.g. under nohup)."""
+
+    def __init__(self, console, cfg: TrainConfig, enabled: bool, start: int):
+        self.console, self.cfg, self.enabled, self.start = console, cfg, enabled, start
+        self.bar = None
+        if enabled and console.is_terminal:
+            from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+            from rich.progress import Progress as Bar
+
+            self.bar = Bar(TextColumn("step"), MofNCompleteColumn(), BarColumn(),
+                           TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                           TimeRemainingColumn(), console=console, transient=False)
+            self.task_id = self.bar.add_task("train", total=cfg.max_steps, completed=start, info="")
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def update(self, step: int, record: dict[str, Any] | None) -> None:
+        record = record or {}
+        train_info = (f"loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
+                      f"{record['tokens_per_s']:.0f} tok/s") if "loss" in record else None
+        eval_info = "  ".join(f"{k} {v:.4f}" for k, v in record.items()
+                              if k.startswith("eval_") and isinstance(v, float))
+        if self.bar is not None:
+            self.bar.update(self.task_id, completed=step,
+                            **({"info": train_info} if train_info else {}))
+            if eval_info:  # printed above the bar, which keeps to one terminal line
+                self.bar.console.print(f"step {step}  {eval_info}", highlight=False, soft_wrap=True)
+        elif self.enabled and (train_info or eval_info):
+            line = "  ".join(x for x in (train_info, eval_info) if x)
+            self.console.print(f"step {step}/{self.cfg.max_steps}  {line}", highlight=False,
+                               soft_wrap=True)

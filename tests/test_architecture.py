@@ -1,0 +1,79 @@
+"""The import structure of edgebert/: the training stages are siblings that never import each other,
+the engine knows nothing of the stages, data knows nothing of the engine, and the runtime stays
+torch-free. Read from the source (every import, lazy ones included), so a new import that breaks a
+rule fails here before it is drawn anywhere."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PACKAGE = REPO / "edgebert"
+STAGES = ("pretrain", "finetune", "evaluate", "distill")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute names; relative imports resolved), at any depth."""
+    module = _module(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[:len(base) - node.level + 1] if node.level else []
+            name = ".".join([*base, node.module] if node.module else base)
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _files(*parts: str) -> list[Path]:
+    root = PACKAGE.joinpath(*parts)
+    return [root] if root.suffix == ".py" else sorted(root.rglob("*.py"))
+
+
+def _stage_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["edgebert", "stages"] and parts[2] in STAGES else None
+
+
+def test_the_reader_sees_lazy_and_relative_imports():
+    imports = _imports(PACKAGE / "stages" / "distill" / "stage.py")
+    assert {"edgebert.stages.distill.tasks", "edgebert.training", "edgebert.model"} <= imports
+    assert "edgebert.runtime" in _imports(PACKAGE / "stages" / "evaluate.py")      # imported inside a function
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_never_imports_another_stage(stage):
+    files = _files("stages", stage if stage == "distill" else f"{stage}.py")
+    assert files
+    for path in files:
+        others = {_stage_of(m) for m in _imports(path)} - {None, stage}
+        assert not others, f"{path.relative_to(REPO)} imports the {others} stage"
+
+
+@pytest.mark.parametrize("lower, upper", [("training", "edgebert.stages"), ("data", "edgebert.stages"),
+                                          ("data", "edgebert.training"), ("model", "edgebert.stages"),
+                                          ("model", "edgebert.training"), ("model", "edgebert.data"),
+                                          ("stages", "edgebert.pipeline"), ("stages", "edgebert.cli")])
+def test_nothing_imports_upward(lower, upper):
+    for path in _files(lower):
+        bad = sorted(m for m in _imports(path) if m == upper or m.startswith(upper + "."))
+        assert not bad, f"{path.relative_to(REPO)} imports {bad}"
+
+
+def test_the_runtime_and_the_base_modules_import_no_torch():
+    for path in [*_files("runtime"), *(PACKAGE / f for f in ("errors.py", "fileio.py", "textfiles.py",
+                                                              "bundle.py", "environment.py"))]:
+        assert not {m for m in _imports(path) if m.split(".")[0] == "torch"}, path
