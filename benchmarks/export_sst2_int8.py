@@ -54,7 +54,7 @@ def main() -> int:
 
     from edgebert.model import load_model, save_model
     from edgebert.fileio import write_json
-    from edgebert.glue import read_task_tsv
+    from edgebert.data.tasks import read_task_tsv
     from quantization import encode_batch, prepared_tokenizer
 
     torch.manual_seed(args.seed)
@@ -127,7 +127,7 @@ def evaluate(args, model, ckpt: Path, training: dict | None, dev) -> int:
 
     from edgebert.environment import describe
     from edgebert.fileio import write_json, write_text
-    from edgebert.glue import accuracy
+    from edgebert.stages.metrics import accuracy
     from exporters import ExportConfig, export_bundle
     from quantization import DynamicInt8Quantizer, Int8Config, encode_batch, prepared_tokenizer
 
