@@ -97,7 +97,7 @@ def test_shared_options_are_the_declared_ones():
     assert len(declared) > 25
     for command, p in _options():
         for flag in _long(p):
-            if flag in declared and command != "export":       # export adopts options.py after the merge
+            if flag in declared:
                 assert p.help in declared[flag], (command, flag)
 
 

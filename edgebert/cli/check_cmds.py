@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
+from . import options as o
 from .app import app, console
 
 EXIT_CHECK_FAILED = 1
@@ -16,16 +17,15 @@ EXIT_CHECK_FAILED = 1
 
 @app.command("check")
 def check(
-    bundle_dir: Path = typer.Argument(..., help="Bundle directory written by `edgebert export`."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Texts to measure on (text, TSV or WikiText; "
-                                        "default: the built-in held-out text the export gated on)."),
-    max_texts: int = typer.Option(256, "--max-texts", min=1, help="Measure on at most this many texts."),
-    max_accuracy_loss: Optional[float] = typer.Option(None, "--max-accuracy-loss",
-                                                      help="Budget (default: the one the export gated with)."),
-    target: Optional[str] = typer.Option(None, "--target", help="Check the INT8 graph made for this target "
-                                         "instead of the one the runtime picks here."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="onnxruntime intra-op threads."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    bundle_dir: Annotated[Path, typer.Argument(help="Bundle directory written by `edgebert export`.")],
+    data: Annotated[Optional[Path], typer.Option(
+        "--data", help="Texts to measure on (text, TSV or WikiText; default: the built-in held-out text the "
+                       "export gated on).")] = None,
+    max_texts: Annotated[int, typer.Option("--max-texts", min=1, help="Measure on at most this many texts.")] = 256,
+    max_accuracy_loss: o.MaxAccuracyLoss = None,
+    target: o.Target = None,
+    threads: o.Threads = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Check a bundle on this device: file hashes, this CPU's INT8 kernels vs the bundle's targets, and
     INT8 accuracy re-measured against fp32 here. Exit 0 on pass, 1 on fail (with the reason)."""
