@@ -21,6 +21,12 @@ Version 2 gives every model entry a ``precision``, and every INT8 entry its ``ta
 ``requires`` (what a host needs to run it exactly: ``u8s8_exact``, see ``edgebert.runtime.hostcpu``).
 Version 1 bundles are still read: their one INT8 graph has 8-bit int8 weights, so it is treated as
 needing exact U8S8 products (``LEGACY_INT8``).
+
+GPU graphs are further entries (``edgebert.runtime.graphs``): ``fp32-trt`` / ``int8-trt``
+(``model.trt.onnx`` / ``model.int8.trt.onnx``: standard ONNX ops only, QDQ S8S8 for INT8, with a
+TensorRT min/opt/max profile for every input) and ``fp32-cuda`` / ``fp16-cuda`` (``model.cuda.onnx`` /
+``model.fp16.cuda.onnx``: fused with the 1-D mask index). Every entry names its ``graph`` kind and the
+``providers`` it is made for; entries written before that carry neither (``entry_providers``).
 """
 
 from __future__ import annotations
@@ -34,8 +40,8 @@ from .errors import BundleError
 from .fileio import sha256_file  # stdlib only, like this module
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
-           "INPUT_NAMES", "sha256_file", "read_manifest", "verify_files", "model_path", "tokenizer_path",
-           "open_bundle"]
+           "INPUT_NAMES", "sha256_file", "read_manifest", "entry_providers", "int8_graphs", "verify_files",
+           "model_path", "tokenizer_path", "open_bundle"]
 
 MANIFEST_NAME = "manifest.json"
 BUNDLE_FORMAT = "edgebert-bundle"
@@ -123,12 +129,23 @@ def model_precision(key: str, entry: dict[str, Any]) -> str:
     return str(entry.get("precision") or key.split("-", 1)[0])
 
 
+def entry_providers(key: str, entry: dict[str, Any]) -> tuple[str, ...]:
+    """The providers a model entry is made for (entries written before GPU graphs: by their kind)."""
+    if entry.get("providers"):
+        return tuple(entry["providers"])
+    if model_precision(key, entry) == "fp16":
+        return ("cuda",)
+    if (entry.get("quantization") or {}).get("format") == "QDQ":
+        return ("cpu",)
+    return ("cpu", "cuda")
+
+
 def int8_graphs(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{model key: entry}`` of every INT8 graph, the default (``int8``) first; version 1 entries get
-    ``LEGACY_INT8``'s target and requirements."""
+    """``{model key: entry}`` of every CPU INT8 graph, the default (``int8``) first; version 1 entries get
+    ``LEGACY_INT8``'s target and requirements. The TensorRT INT8 graph (``int8-trt``) is not one of them."""
     out = {}
     for key, entry in manifest["models"].items():
-        if model_precision(key, entry) == "int8":
+        if model_precision(key, entry) == "int8" and "cpu" in entry_providers(key, entry):
             out[key] = entry if "requires" in entry else {**LEGACY_INT8, **entry}
     return dict(sorted(out.items(), key=lambda kv: kv[0] != "int8"))
 

@@ -48,6 +48,19 @@ def weight_node_inputs(model: str | Path | onnx.ModelProto, op_types: tuple[str,
     return list(dict.fromkeys(n.input[0] for n in graph.node if n.name in wanted))
 
 
+def op_domains(model: str | Path | onnx.ModelProto) -> list[str]:
+    """Operator domains the main graph uses (``ai.onnx`` for the default domain), sorted."""
+    return sorted({n.domain or "ai.onnx" for n in load(model).graph.node})
+
+
+def quantized_biases(model: str | Path | onnx.ModelProto) -> list[str]:
+    """DequantizeLinear nodes that read an int32 initializer: biases quantized to int32 (TensorRT rejects
+    them)."""
+    graph = load(model).graph
+    int32 = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.INT32}
+    return [n.name for n in graph.node if n.op_type == "DequantizeLinear" and n.input and n.input[0] in int32]
+
+
 def activation_matmuls(model: str | Path | onnx.ModelProto) -> list[str]:
     """MatMul nodes whose inputs are both activations (attention scores QK^T and context PV)."""
     graph = load(model).graph

@@ -11,6 +11,7 @@ from edgebert.bundle import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, MANIFES
                              model_path, read_manifest, tokenizer_path, verify_files)
 from edgebert.model import BertConfig
 from edgebert.fileio import sha256_file, write_json
+from edgebert.runtime.trt_profile import TrtProfile
 
 __all__ = ["MANIFEST_NAME", "read_manifest", "verify_bundle", "verify_files", "model_path",
            "tokenizer_path", "build_manifest", "write_manifest", "MODEL_FILES", "int8_file"]
@@ -54,13 +55,11 @@ def io_spec(task: str, cfg: BertConfig) -> tuple[list[dict], list[dict]]:
     return inputs, outputs
 
 
-def tensorrt_profile(max_len: int) -> dict[str, list[int]]:
-    return {"min": [1, 1], "opt": [8, min(128, max_len)], "max": [32, max_len]}
-
-
 def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, architecture: str, max_len: int,
-                   tokenizer: dict, opset: int, models: dict[str, dict], extra: dict | None = None) -> dict:
-    """The manifest without ``files`` (``write_manifest`` hashes the files and adds it)."""
+                   tokenizer: dict, opset: int, models: dict[str, dict], extra: dict | None = None,
+                   trt_profile: TrtProfile | None = None) -> dict:
+    """The manifest without ``files`` (``write_manifest`` hashes the files and adds it). The top-level
+    ``tensorrt_profile`` (batch x sequence, every input) is the export's; TensorRT graphs carry it per input."""
     inputs, outputs = io_spec(task, cfg)
     labels = {str(k): v for k, v in cfg.id2label.items()} if task == "cls" and cfg.id2label else None
     manifest = {
@@ -78,7 +77,7 @@ def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, architecture:
         "opset": opset,
         "versions": versions(),
         "models": models,
-        "tensorrt_profile": tensorrt_profile(max_len),
+        "tensorrt_profile": (trt_profile or TrtProfile.default(max_len)).as_dict(),
     }
     manifest.update(extra or {})
     return manifest

@@ -9,6 +9,7 @@ from typing import Any
 
 from edgebert.bundle import TASKS
 from edgebert.errors import ConfigError
+from edgebert.runtime.trt_profile import TrtProfile
 from quantization.config import INT8_MODES, Fp16Config, Int8Config
 
 MIN_OPSET, MAX_OPSET = 14, 20   # 14: Trilu/etc.; 17: native LayerNormalization; 20: TorchScript max
@@ -33,7 +34,14 @@ def default_task(architecture: str) -> str:
 
 @dataclass(frozen=True)
 class ExportConfig:
-    """One ONNX bundle export. ``task=None`` takes the task from the checkpoint's architecture."""
+    """One ONNX bundle export. ``task=None`` takes the task from the checkpoint's architecture.
+
+    GPU graphs: ``tensorrt`` adds the standard-op TensorRT graph (``fp32-trt``; with ``int8`` also its
+    static QDQ S8S8 form, ``int8-trt``), each with the min/opt/max ``trt_profile`` (default
+    1x1 / 8x128 / 32xmax_len). ``int8_mode="static"`` means INT8 for TensorRT only: it implies
+    ``tensorrt`` and skips the CPU INT8 targets. ``cuda`` adds ``fp32-cuda`` and ``fp16-cuda`` (fused
+    with the 1-D mask index for CUDA's flash / memory-efficient attention).
+    """
 
     model_dir: Path
     out_dir: Path
@@ -55,6 +63,10 @@ class ExportConfig:
     # FP16
     fp16: bool = False
     fp16_tolerance: float = 2e-2
+    # GPU graphs
+    tensorrt: bool = False                     # standard-op TensorRT graph(s), with trt_profile
+    trt_profile: TrtProfile | str | None = None   # "min=1x1,opt=8x128,max=32x512"; None: TrtProfile.default
+    cuda: bool = False                         # fused-gpu CUDA graphs (fp32 + fp16, 1-D mask index)
     # validation of every graph against the PyTorch reference
     fp32_tolerance: float = 1e-4
     validation_batch_sizes: tuple[int, ...] = (1, 3, 8)
@@ -78,6 +90,16 @@ class ExportConfig:
                     or self.int8_targets != ("portable",)):
                 raise ConfigError("--int8-mode, --target, --calib and --max-accuracy-loss need --int8",
                                   "add --int8")
+        if self.int8 and self.int8_mode == "static":
+            object.__setattr__(self, "tensorrt", True)       # static QDQ INT8 is TensorRT's graph
+        if isinstance(self.trt_profile, str):
+            object.__setattr__(self, "trt_profile", TrtProfile.parse(self.trt_profile))
+        if self.trt_profile is not None and not self.tensorrt:
+            raise ConfigError("--trt-profile shapes the TensorRT graphs, which need --tensorrt", "add --tensorrt")
+        if self.trt_profile is not None and self.max_sequence_length is not None and \
+                self.trt_profile.max[1] > self.max_sequence_length:
+            raise ConfigError(f"the TensorRT profile's max sequence {self.trt_profile.max[1]} exceeds the max "
+                              f"sequence length {self.max_sequence_length}", "lower --trt-profile max")
         if self.max_sequence_length is not None and (
                 not isinstance(self.max_sequence_length, int) or self.max_sequence_length < 8):
             raise ConfigError(f"max_sequence_length={self.max_sequence_length!r} must be an integer >= 8")
@@ -104,6 +126,14 @@ class ExportConfig:
     def fp16_config(self) -> Fp16Config:
         return Fp16Config(tolerance=self.fp16_tolerance)
 
+    def tensorrt_profile(self, max_len: int) -> TrtProfile:
+        """The TensorRT profile of this export (``ConfigError`` if it does not fit ``max_len``)."""
+        profile = self.trt_profile or TrtProfile.default(max_len)
+        if profile.max[1] > max_len:
+            raise ConfigError(f"the TensorRT profile's max sequence {profile.max[1]} exceeds the model's max "
+                              f"sequence length {max_len}", f"use --trt-profile with a max sequence <= {max_len}")
+        return profile
+
     def replace(self, **changes: Any) -> "ExportConfig":
         return dataclasses.replace(self, **changes)
 
@@ -119,6 +149,8 @@ EXPORT_PRESETS: dict[str, dict[str, Any]] = {
     "cpu-int8": dict(int8=True, int8_mode="dynamic"),
     "cpu-fleet": dict(int8=True, int8_mode="dynamic", int8_targets=("portable", "x86-vnni")),
     "gpu-fp16": dict(fp16=True),
-    # static QDQ S8S8 for TensorRT, plus fp16 for the TensorRT fallback layers
-    "tensorrt": dict(int8=True, int8_mode="static", fp16=True),
+    # TensorRT only: the standard-op graph and its static QDQ S8S8 INT8 form (no CPU INT8 graphs)
+    "tensorrt": dict(int8=True, int8_mode="static", tensorrt=True),
+    # every provider: CPU INT8 (portable), TensorRT fp32 + QDQ INT8, CUDA fp32 + fp16
+    "gpu": dict(int8=True, tensorrt=True, cuda=True),
 }

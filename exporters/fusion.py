@@ -5,9 +5,15 @@ one fused GELU per layer (``BiasGelu``/``Gelu``/``FastGelu``), and ``EmbedLayerN
 anything less means the model code drifted from the pattern the optimizer knows, and export stops.
 
 ORT basic graph optimizations (level 1, provider independent) run first, then the Python fusions.
-The attention mask stays a raw 2-D mask (``AttentionMaskFormat.AttentionMask``) rather than the
-bert default 1-D "mask index" (sequence lengths): same speed on CPU (measured, MiniLM), and correct
-for any padding side, not only right padding.
+The CPU graph keeps a raw 2-D mask (``AttentionMaskFormat.AttentionMask``) rather than the bert default
+1-D "mask index" (sequence lengths): same speed on CPU (measured, MiniLM), and correct for any padding
+side, not only right padding. The CUDA graph (``mask="index"``) takes the 1-D mask index: with a raw
+mask onnxruntime's CUDA Attention cannot use its flash / memory-efficient kernels. The mask index is
+only right for right padding, which the runtime always uses (``runtime.text.pad_batch``).
+
+The level-1 ORT pass runs on the CPU provider for the GPU graph too (``use_gpu=False``): basic
+optimizations are provider-independent, and running them on a CUDA session would make the saved graph
+depend on the export host (onnxruntime can insert Memcpy nodes for nodes it places on the CPU).
 """
 
 from __future__ import annotations
@@ -22,13 +28,20 @@ GELU_OPS = ("BiasGelu", "Gelu", "FastGelu")
 SKIP_LN_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 
 
-def fuse_bert(raw_path: str | Path, out_path: str | Path, cfg: BertConfig) -> dict[str, int]:
-    """Write the fused graph of ``raw_path`` to ``out_path``; return the fused-operator counts."""
+MASK_FORMATS = {"raw": "raw 2-D mask (any padding side)",
+                "index": "1-D mask index (sequence lengths: right padding only)"}
+
+
+def fuse_bert(raw_path: str | Path, out_path: str | Path, cfg: BertConfig, mask: str = "raw") -> dict[str, int]:
+    """Write the fused graph of ``raw_path`` to ``out_path``; return the fused-operator counts.
+    ``mask``: ``raw`` (CPU graph) or ``index`` (CUDA graph), see the module docstring."""
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
+    if mask not in MASK_FORMATS:
+        raise ValueError(f"mask must be one of {', '.join(MASK_FORMATS)}")
     options = FusionOptions("bert")
-    options.use_raw_attention_mask(True)
+    options.use_raw_attention_mask(mask == "raw")
     with quiet_logging():
         model = optimize_model(str(raw_path), model_type="bert", num_heads=cfg.num_attention_heads,
                                hidden_size=cfg.hidden_size, optimization_options=options)

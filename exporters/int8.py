@@ -1,4 +1,4 @@
-"""INT8 graphs of a bundle: one per deployment target (CPU), or one static QDQ graph (TensorRT).
+"""INT8 graphs of a bundle: one per deployment target (CPU), and the static QDQ graph for TensorRT.
 
 Per target (``quantization.targets``): channel ranges on calibration text (once), the outlier split
 (validated against PyTorch: exact in fp32), the target's quantization with calibrated activation
@@ -12,18 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from edgebert.errors import ValidationError
 from edgebert.runtime.hostcpu import detect_host
+from edgebert.runtime.trt_profile import TrtProfile
 from quantization.accuracy import AccuracyProbe, batch_invariance, quantize_with_guard
 from quantization.activations import ChannelStats
 from quantization.calibration import TextBatches, calibration_split, encode_batch, prepared_tokenizer
 from quantization.config import Int8Config
 from quantization.dynamic import DynamicInt8Quantizer
-from edgebert.onnx_graph import op_type_counts, weight_node_inputs
+from edgebert.onnx_graph import op_type_counts, quantized_biases, weight_node_inputs
 from quantization.outliers import split_outliers
 from quantization.static import StaticQdqInt8Quantizer
 from quantization.targets import Int8Recipe
 
-from .bundle import MODEL_FILES, int8_file
+from .bundle import int8_file
+from .gpu_graphs import GPU_FILES, tensorrt_fields
 from .validate import Case, validate_graph
 
 Say = Callable[..., None]
@@ -99,17 +102,23 @@ class Int8Export:
         return self._entry(out, recipe.target, quant, guard, recipe.requirements(), recipe.as_dict())
 
     # ------------------------------------------------------------------ TensorRT (static QDQ)
-    def static_graph(self, out: Path) -> dict:
+    def static_graph(self, out: Path, profile: TrtProfile, input_names: list[str]) -> dict:
+        """The TensorRT INT8 graph: QDQ S8S8 on the standard-op graph, biases float, with its profile."""
         padded = self._batches(self.split.calibration, pad_to=self.qcfg.calib_seq_len)
         quantizer = StaticQdqInt8Quantizer(self.raw, self.qcfg, padded, self.work)
         candidates = quantizer.candidates()
         self.say(f"quantizing INT8 (static QDQ, {len(candidates)} nodes)")
         guard = quantize_with_guard(quantizer, out, self.probe, self.budget, self.qcfg.sensitivity_size, self.say)
+        biases = quantized_biases(out)
+        if biases:
+            raise ValidationError(f"int8 tensorrt: {len(biases)} bias(es) quantized to int32 ({biases[0]} ...); "
+                                  "TensorRT rejects them", figures={"stage": "int8 tensorrt", "nodes": biases})
         quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
                  "quantized_nodes": len(candidates) - len(guard.excluded), "excluded_nodes": guard.excluded,
-                 "op_counts": op_type_counts(out), "calibration": self.calibration()}
-        needs = {"arch": ["any"], "u8s8_exact": False, "exact_on": ["TensorRT (QDQ S8S8)", "any CPU (QDQ)"]}
-        return self._entry(out, "tensorrt", quant, guard, needs, None)
+                 "op_counts": op_type_counts(out), "quantized_biases": 0, "calibration": self.calibration()}
+        needs = {"arch": ["any"], "u8s8_exact": False, "exact_on": ["TensorRT (QDQ S8S8, trt_int8_enable)"]}
+        entry = self._entry(out, "tensorrt", quant, guard, needs, None)
+        return {**entry, **tensorrt_fields(out, profile, input_names, "int8 tensorrt")}
 
     # ------------------------------------------------------------------ shared
     def _entry(self, out: Path, target: str, quant: dict, guard, requires: dict, recipe: dict | None) -> dict:
@@ -135,17 +144,21 @@ class Int8Export:
         return encode_batch(self.tok, longest, self.qcfg.calib_seq_len, pad_id=self.pad_id)
 
 
-def export_int8(qcfg: Int8Config, staging: Path, shared: Int8Export, say: Say) -> dict[str, dict]:
-    """The bundle's INT8 manifest entries: ``{"int8": default target's, "int8-<target>": ...}``."""
-    if qcfg.mode == "static":
-        return {"int8": shared.static_graph(staging / MODEL_FILES["int8"])}
-    recipes, notes = qcfg.recipes()
-    for note in notes:
-        say(note)
+def export_int8(qcfg: Int8Config, staging: Path, shared: Int8Export, say: Say,
+                tensorrt: TrtProfile | None = None, input_names: list[str] | None = None) -> dict[str, dict]:
+    """The bundle's INT8 manifest entries: ``{"int8": default CPU target's, "int8-<target>": ...}`` (dynamic
+    mode), and ``"int8-trt"`` (static QDQ) when a TensorRT profile is given (static mode: only that one)."""
     entries = {}
-    for i, recipe in enumerate(recipes):
-        key = "int8" if i == 0 else f"int8-{recipe.target}"
-        entries[key] = shared.target_graph(recipe, staging / int8_file(recipe.target, default=i == 0))
+    if qcfg.mode == "dynamic":
+        recipes, notes = qcfg.recipes()
+        for note in notes:
+            say(note)
+        for i, recipe in enumerate(recipes):
+            key = "int8" if i == 0 else f"int8-{recipe.target}"
+            entries[key] = {**shared.target_graph(recipe, staging / int8_file(recipe.target, default=i == 0)),
+                            "providers": ["cpu"]}
+    if tensorrt is not None:
+        entries["int8-trt"] = shared.static_graph(staging / GPU_FILES["int8-trt"], tensorrt, list(input_names or []))
     return entries
 
 

@@ -1,8 +1,9 @@
-"""``export_bundle``: checkpoint -> validated, fused ONNX (+ INT8, + FP16) bundle, written atomically.
+"""``export_bundle``: checkpoint -> validated, fused ONNX (+ INT8, + FP16, + GPU graphs) bundle, written
+atomically.
 
 Every graph is checked against the PyTorch model right after it is made (raw export, fusion, INT8,
-FP16); any miss raises a typed error and leaves no bundle behind (an existing bundle at ``out_dir``
-stays until the new one is complete).
+FP16, the TensorRT and CUDA graphs); any miss raises a typed error and leaves no bundle behind (an
+existing bundle at ``out_dir`` stays until the new one is complete).
 """
 
 from __future__ import annotations
@@ -16,20 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgebert.bundle import TASK_OUTPUTS
+from edgebert.bundle import INPUT_NAMES, TASK_OUTPUTS
 from edgebert.model import CONFIG_NAME, load_model
 from edgebert.model import BertConfig
-from edgebert.errors import CheckpointError, ConfigError, ValidationError
+from edgebert.errors import CheckpointError, ConfigError
 from edgebert.fileio import atomic_dir, write_text
-from quantization.fp16 import check_fp16_structure, convert_to_fp16
 
 from .bundle import MODEL_FILES, build_manifest, verify_bundle, write_manifest
 from .config import TASK_ARCHITECTURES, ExportConfig, default_task
-from .fusion import check_fusion, fuse_bert
+from .fusion import MASK_FORMATS, check_fusion, fuse_bert
+from .gpu_graphs import GpuGraphs
 from .int8 import Int8Export, export_host, export_int8
 from .onnx_export import export_onnx, prepare
 from .tokenizer_info import find_tokenizer, tokenizer_metadata
-from .validate import Case, cpu_session, make_cases, torch_reference, validate_graph
+from .validate import make_cases, torch_reference, validate_graph
 
 LOG_NAME = "export_log.jsonl"
 
@@ -51,13 +52,27 @@ class ExportResult:
         for key, q in m["models"].items():
             if q.get("precision") == "int8":
                 lines.append(_int8_line(q))
-        if "fp16" in m["models"]:
-            v = m["models"]["fp16"]["validation"]
-            if v.get("mode") == "structural":
-                lines.append(f"fp16 model.fp16.onnx: checked structurally ({v['reason']})")
-            else:
-                lines.append(f"fp16 model.fp16.onnx: max |onnx - torch| = {v['max_abs_diff']:.2g} on CPU")
+        for key in ("fp16", "fp16-cuda"):
+            if key in m["models"]:
+                e = m["models"][key]
+                v = e["validation"]
+                if v.get("mode") == "structural":
+                    lines.append(f"{key} {e['file']}: checked structurally ({v['reason']})")
+                else:
+                    lines.append(f"{key} {e['file']}: max |onnx - torch| = {v['max_abs_diff']:.2g} on CPU")
+        for key in ("fp32-trt", "fp32-cuda"):
+            if key in m["models"]:
+                e = m["models"][key]
+                lines.append(f"{key} {e['file']} ({e['graph']}, for {', '.join(e['providers'])}): max |onnx - torch| "
+                             f"= {e['validation']['max_abs_diff']:.2g}"
+                             + (f"; TensorRT profile {_profile_text(e['tensorrt_profile'])}"
+                                if e.get("tensorrt_profile") else f"; {e.get('attention_mask', '')}"))
         return lines
+
+
+def _profile_text(per_input: dict) -> str:
+    first = next(iter(per_input.values()))
+    return ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in first.items()) + f" (every input: {len(per_input)})"
 
 
 def _int8_line(q: dict) -> str:
@@ -142,22 +157,29 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         check_fusion(counts, model_cfg, task)
         fused_val = validate_graph(fused, cases, refs, names, cfg.fp32_tolerance, "fusion")
         say("validated fused graph", fused_ops=counts, max_abs_diff=fused_val["max_abs_diff"])
-        models = {"fp32": {"file": MODEL_FILES["fp32"], "precision": "fp32", "graph": "fused", "fused_ops": counts,
+        models = {"fp32": {"file": MODEL_FILES["fp32"], "precision": "fp32", "graph": "fused",
+                           "providers": ["cpu", "cuda"], "attention_mask": MASK_FORMATS["raw"], "fused_ops": counts,
                            "validation": fused_val,
                            "unfused_validation": {k: raw_val[k] for k in ("max_abs_diff", "tolerance")}}}
+        profile = cfg.tensorrt_profile(max_len) if cfg.tensorrt else None
+        gpu = GpuGraphs(raw, staging, cases, refs, names, cfg.fp32_tolerance, cfg.fp16_config(), say)
+        if cfg.tensorrt:
+            models["fp32-trt"] = gpu.tensorrt_fp32(profile, list(INPUT_NAMES))
         if cfg.int8:
             qcfg = cfg.int8_config()
             shared = Int8Export(qcfg, task, raw, fused, work, tok_file, tok_meta["pad_id"], cases, refs, names,
                                 cfg.fp32_tolerance, say)
-            models.update(export_int8(qcfg, staging, shared, say))
+            models.update(export_int8(qcfg, staging, shared, say, profile, list(INPUT_NAMES)))
         if cfg.fp16:
-            models["fp16"] = _export_fp16(cfg, fused, staging, cases, refs, names, say)
+            models["fp16"] = gpu.fp16_graph(fused, MODEL_FILES["fp16"])
+        if cfg.cuda:
+            models.update(gpu.cuda(model_cfg, task))
 
         shutil.copyfile(tok_file, staging / tok_meta["file"])
         shutil.copyfile(cfg.model_dir / CONFIG_NAME, staging / CONFIG_NAME)
         manifest = build_manifest(task=task, cfg=model_cfg, model_dir=cfg.model_dir,
                                   architecture=model_cfg.architecture, max_len=max_len,
-                                  tokenizer=tok_meta, opset=cfg.opset, models=models,
+                                  tokenizer=tok_meta, opset=cfg.opset, models=models, trt_profile=profile,
                                   extra={"attention_mask": "raw 2-D mask (any padding side)",
                                          "export_host": export_host()})
         manifest = write_manifest(staging, manifest)
@@ -175,26 +197,3 @@ def _make_readable(folder: Path) -> None:
     os.chmod(folder, 0o777 & ~umask)
     for path in folder.iterdir():
         os.chmod(path, 0o666 & ~umask)
-
-
-def _export_fp16(cfg: ExportConfig, fused: Path, staging: Path, cases: list[Case], refs: list,
-                 names: tuple[str, ...], say: _Steps) -> dict:
-    fcfg = cfg.fp16_config()
-    out = staging / MODEL_FILES["fp16"]
-    say("converting to FP16")
-    convert_to_fp16(fused, out, fcfg)
-    structure = check_fp16_structure(out)
-    if not structure["ok"]:
-        raise ValidationError(f"fp16: {structure['fp16_weight_matrices']} of {structure['weight_matrices']} "
-                              "weight matrices are fp16, or graph inputs/outputs are not fp32",
-                              figures={"stage": "fp16", **structure})
-    try:
-        cpu_session(out)
-    except Exception as exc:  # the CPU provider lacks an fp16 kernel: check the structure only
-        validation = {"mode": "structural", "reason": f"CPU provider cannot run it: {str(exc)[:200]}"}
-    else:
-        validation = {"mode": "cpu", **validate_graph(out, cases, refs, names, fcfg.tolerance, "fp16",
-                                                      relative=True)}
-    say("FP16 done", max_abs_diff=validation.get("max_abs_diff"))
-    return {"file": MODEL_FILES["fp16"], "precision": "fp16", "graph": "fused", "op_block_list": list(fcfg.op_block_list),
-            "keep_io_types": True, "structure": structure, "validation": validation}

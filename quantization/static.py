@@ -1,5 +1,8 @@
 """Static INT8, QDQ format, symmetric S8S8, on the standard-op (unfused) graph: what TensorRT reads.
 
+Biases stay float (``QuantizeBias: False``): a bias quantized to an int32 DequantizeLinear is rejected
+by TensorRT (onnxruntime issue #14229), which fuses the float bias into the INT8 GEMM itself.
+
 Calibration runs once (ranges cached in the work folder); every later quantization (with nodes
 excluded by the accuracy guard) reuses the cached ranges. Calibration batches are padded to a fixed
 length so ORT's histogram calibrators (percentile, entropy) can stack them.
@@ -44,7 +47,7 @@ class StaticQdqInt8Quantizer:
 
     def quantize(self, out_path: str | Path, exclude: list[str] | tuple[str, ...] = (),
                  only: str | None = None) -> Path:
-        extra = {"ActivationSymmetric": True, "WeightSymmetric": True}
+        extra = {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False}
         if self.cfg.calibrate_method == "percentile":
             extra["CalibPercentile"] = 99.999
         with quiet_logging():
@@ -66,6 +69,6 @@ class StaticQdqInt8Quantizer:
     def describe(self) -> dict:
         return {"mode": "static", "format": self.format, "graph": self.graph,
                 "per_channel": self.cfg.static_per_channel, "weight_type": "int8", "activation_type": "int8",
-                "symmetric": True, "op_types": list(self.op_types),
+                "symmetric": True, "bias": "float (not quantized)", "op_types": list(self.op_types),
                 "calibrate_method": self.cfg.calibrate_method,
                 "float_by_design": {"activation_matmuls": len(self.float_matmuls)}}

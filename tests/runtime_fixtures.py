@@ -91,3 +91,24 @@ def _export(model_dir: Path, bundle_dir: Path, task: str) -> None:
 
     export_bundle(ExportConfig(model_dir=model_dir, out_dir=bundle_dir, task=task, int8=True,
                                validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+
+
+GPU_PROFILE = "min=1x1,opt=4x32,max=16x128"
+
+
+def tiny_gpu_bundle(root: Path) -> tuple[Path, Path]:
+    """(model_dir, bundle_dir) of a tiny BertModel with every graph: fused fp32, CPU INT8 (portable),
+    the TensorRT graphs (standard ops fp32 + QDQ INT8, profile ``GPU_PROFILE``) and the CUDA graphs
+    (fp32 + fp16, 1-D mask index); built once per ``root``."""
+    from exporters import ExportConfig, export_bundle
+    from export_fixtures import make_calib_text
+
+    model_dir = Path(root) / "tiny_gpu_model"
+    bundle_dir = Path(root) / "tiny_gpu_bundle"
+    if not (bundle_dir / "manifest.json").is_file():
+        make_tiny_model_dir(model_dir, "BertModel", seed=3)
+        calib = make_calib_text(Path(root) / "tiny_gpu_calib.txt", n=80)
+        export_bundle(ExportConfig(model_dir=model_dir, out_dir=bundle_dir, int8=True, tensorrt=True, cuda=True,
+                                   calib=calib, calib_size=40, gate_size=40, trt_profile=GPU_PROFILE,
+                                   validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    return model_dir, bundle_dir

@@ -30,6 +30,12 @@ class BenchConfig:
     measured side by side) and used for accuracy deltas where its outputs are comparable.
     lengths_from: a text/TSV file whose real length mix is replayed (dynamic vs padded-to-max).
     max_seconds: per measured shape, stop early once the timed loop has run this long (>= 3 iters).
+    torch_gpu: when a GPU provider is benchmarked and torch sees a GPU, also time the reference with
+    PyTorch on CUDA in fp32 and fp16 (the GPU baseline); otherwise say why it was not measured.
+    cold_start: time session creation and the first call of every path; TensorRT twice, with an empty
+    engine cache (the engine build) and with the cache it filled (reported apart from latency). The
+    caches live in a fresh temporary folder per run, so "empty" really builds. TensorRT sessions get a
+    profile covering every shape of the run.
     """
 
     bundle_dir: Path
@@ -49,6 +55,8 @@ class BenchConfig:
     eval_texts: int = 64                  # inputs of the accuracy comparison
     seed: int = 0
     progress: bool = True
+    torch_gpu: bool = True
+    cold_start: bool = True
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -87,7 +95,8 @@ class BenchConfig:
 
     @classmethod
     def preset(cls, name: str, bundle_dir: str | Path, **overrides: Any) -> "BenchConfig":
-        """``quick`` (smoke run, seconds), ``default`` (the CLI defaults), ``full`` (more shapes)."""
+        """``quick`` (smoke run, seconds), ``default`` (the CLI defaults), ``full`` (more shapes), ``gpu``
+        (CUDA and TensorRT x fp32/fp16/int8, batch to 128, sequence to 512)."""
         if name not in PRESETS:
             raise ConfigError(f"unknown bench preset {name!r}", f"use one of {', '.join(PRESETS)}")
         return cls(bundle_dir=bundle_dir, **{**PRESETS[name], **overrides})
@@ -105,4 +114,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": dict(batches=(1, 8), seqs=(16, 64), warmup=2, iters=10, max_seconds=2.0, calibration_size=512),
     "default": {},
     "full": dict(batches=(1, 8, 32), seqs=(16, 32, 64, 128, 256), iters=100, max_seconds=20.0),
+    # GPU: the sweep a GPU needs to fill (the bundle's max length must be >= 512 for the last column)
+    "gpu": dict(providers=("cuda", "tensorrt"), precisions=("fp32", "fp16", "int8"), batches=(1, 8, 32, 128),
+                seqs=(16, 64, 128, 256, 512), warmup=10, iters=100, max_seconds=10.0),
 }

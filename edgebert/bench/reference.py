@@ -16,13 +16,22 @@ TASK_ARCHITECTURE = {"embed": "BertModel", "cls": "BertForSequenceClassification
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
+def torch_cuda_status() -> tuple[bool, str]:
+    """(torch sees a CUDA GPU, why not)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, (f"torch {torch.__version__} sees no CUDA device"
+                       + (" (a CPU-only build)" if torch.version.cuda is None else ""))
+    return True, ""
+
+
 class TorchReference:
-    """A model directory loaded with ``edgebert.model.load_model``, run under inference_mode."""
+    """A model directory loaded with ``edgebert.model.load_model``, run under inference_mode; on the CPU
+    in fp32 (the reference), or on CUDA in fp32 / fp16 (provider ``torch-cuda``: the GPU baseline)."""
 
-    provider = "torch"
-    precision = "fp32"
-
-    def __init__(self, model_dir: str | Path, task: str, threads: int | None = None):
+    def __init__(self, model_dir: str | Path, task: str, threads: int | None = None, device: str = "cpu",
+                 precision: str = "fp32"):
         import torch
 
         from ..errors import CheckpointError
@@ -45,6 +54,12 @@ class TorchReference:
             self.notes.append(f"{self.model_dir} has no {task} head ({exc.message}); it is timed as a "
                               "bare encoder and its outputs are not compared")
         self.model.eval()
+        self.device, self.precision = device, precision
+        self.provider = "torch" if device == "cpu" else "torch-cuda"
+        if device != "cpu":
+            self.model.to(device=device, dtype=torch.float16 if precision == "fp16" else torch.float32)
+            torch.backends.cuda.matmul.allow_tf32 = False   # fp32 means fp32, as for onnxruntime's CUDA
+            torch.backends.cudnn.allow_tf32 = False
         self.parameters = count_parameters(self.model)
         weights = self.model_dir / WEIGHTS_NAME
         self.size_bytes = weights.stat().st_size if weights.exists() else 4 * self.parameters
@@ -52,17 +67,20 @@ class TorchReference:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = self._torch
-        args = [torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask", "token_type_ids")]
+        args = [torch.from_numpy(feeds[k]).to(self.device) for k in ("input_ids", "attention_mask", "token_type_ids")]
         with torch.inference_mode():
             out = self.model(*args)
+
+        def host(t):   # .cpu() waits for the GPU, so a timed call includes the work
+            return t.float().cpu().numpy()
         if self.task in ("embed", "encoder"):
-            return {"last_hidden_state": out.last_hidden_state.numpy(),
-                    "pooler_output": out.pooler_output.numpy()}
-        return {"logits": out.logits.numpy()}
+            return {"last_hidden_state": host(out.last_hidden_state), "pooler_output": host(out.pooler_output)}
+        return {"logits": host(out.logits)}
 
     def describe(self) -> dict[str, Any]:
-        return {"dir": str(self.model_dir), "architecture": type(self.model).__name__,
-                "task": self.task, "parameters": self.parameters, "size_bytes": self.size_bytes,
+        return {"dir": str(self.model_dir), "architecture": type(self.model).__name__, "device": self.device,
+                "precision": self.precision, "task": self.task, "parameters": self.parameters,
+                "size_bytes": self.size_bytes,
                 "config": {k: getattr(self.config, k) for k in SIZE_KEYS}, "torch_threads": self.threads,
                 "notes": list(self.notes)}
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_path, write_json, write_text
+from .gpu import gpu_summary
 
 
 def _mb(value: float | None) -> str:
@@ -37,13 +38,23 @@ def provider_lines(report: dict) -> list[tuple[str, str, str]]:
         for p in paths:
             if not p["available"]:
                 lines.append((name, f"{p['precision']}: NOT MEASURED", p["reason"]))
-            elif p.get("int8_graph"):
+                continue
+            if p.get("failed"):
+                lines.append((name, f"{p['precision']}: FAILED", p["failed"]))
+            if p.get("placement") and name != "cpu":
+                lines.append((name, f"{p['precision']}: graph {p.get('model')}", _placement_text(p["placement"])))
+            if p.get("int8_graph"):
                 g = p["int8_graph"]
                 lines.append((name, f"int8 graph: {g['target']}", g["reason"]))
     if report.get("reference"):
         threads = report["reference"]["torch_threads"]
         lines.append(("torch", "measured (reference)", f"PyTorch fp32 on CPU, {threads} thread{'s' if threads != 1 else ''}"))
     return lines
+
+
+def _placement_text(placement: dict) -> str:
+    nodes = ", ".join(f"{k} {v}" for k, v in sorted(placement["nodes"].items(), key=lambda kv: -kv[1]))
+    return f"nodes {nodes} of {placement['total']}" if placement["total"] else f"registered: {nodes}"
 
 
 def _accuracy_cells(acc: dict | None) -> tuple[str, str]:
@@ -68,6 +79,7 @@ def to_markdown(report: dict) -> str:
            f"- INT8 kernels here: {(env.get('int8_host') or {}).get('summary', 'not probed')}",
            f"- versions: onnxruntime {env.get('onnxruntime')}, torch {env.get('torch')}, "
            f"tokenizers {env.get('tokenizers')}, python {env.get('python')}",
+           f"- GPU: {gpu_summary(env.get('gpu'))}",
            f"- threads: {threads if threads else 'library defaults (onnxruntime: one per physical core)'}",
            f"- other processes used {_fmt(_pct(env.get('cpu_share_used_by_other_processes')), '.1f', '%')} "
            f"of the CPUs during the run (load average at start {env.get('load_average_at_start')}, at end "
@@ -92,18 +104,28 @@ def to_markdown(report: dict) -> str:
         out += ["", "**Not measured:** " + "; ".join(
             f"{u['provider']}{' ' + u['precision'] if u['precision'] else ''}: {u['reason']}"
             for u in report["unavailable"]) + ". No figures are reported for these paths."]
+    for gap in report.get("not_measured", []):
+        out.append(f"\n**Not measured: {gap['what']}** ({gap['reason']}).")
+    if report.get("startup"):
+        out += ["", "## Start-up (apart from latency)", "",
+                "| path | graph | engine cache | session s | first run s | cold start s | engine build s |",
+                "|---|---|---|---:|---:|---:|---:|"]
+        for r in report["startup"]:
+            out.append(f"| {r['path']} | {r['model']} | {r['engine_cache'] or '-'} | {r['session_s']:.3f} | "
+                       f"{r['first_run_s']:.3f} | {r['cold_start_s']:.3f} | {_fmt(r.get('engine_build_s'), '.2f')} |")
     sizes = _path_sizes(report)
     out += ["", "## Latency and throughput (fixed shapes, no padding)", "",
             "| path | batch | seq | p50 ms | p90 ms | p99 ms | seq/s | tokens/s | peak RSS MB | model MB | "
-            "GFLOP | GFLOP/s | % of peak | speedup vs torch |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "GFLOP | GFLOP/s | % of peak | speedup vs torch | GPU MB | vs torch cuda |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(report["results"], key=lambda r: (r["batch"], r["seq"], r["path"])):
         lat = r["latency_ms"]
         out.append(f"| {r['path']} | {r['batch']} | {r['seq']} | {lat['p50']:.2f} | {lat['p90']:.2f} | "
                    f"{lat['p99']:.2f} | {r['sequences_per_s']:.1f} | {r['tokens_per_s']:.0f} | "
                    f"{_fmt(r['peak_rss_mb'], '.0f')} | {_mb(sizes.get(r['path']))} | {r['gflop']:.3g} | "
                    f"{r['achieved_gflops']:.3g} | {_fmt(_pct(r['fraction_of_peak']), '.1f', '%')} | "
-                   f"{_fmt(r['speedup_vs_reference'], '.2f', 'x')} |")
+                   f"{_fmt(r['speedup_vs_reference'], '.2f', 'x')} | {_fmt(r.get('gpu_mem_mb'), '.0f')} | "
+                   f"{_fmt(r.get('speedup_vs_torch_cuda'), '.2f', 'x')} |")
     mix = report.get("length_mix")
     if mix:
         out += ["", f"## Real length mix: `{mix['file']}`", "",
@@ -264,6 +286,15 @@ def print_report(report: dict, console) -> None:
                 acc.add_row(p["path"], *_accuracy_cells(p.get("accuracy")))
         console.print(acc)
         console.print(report["reference"]["note"], highlight=False)
+    if report.get("startup"):
+        st = _table("start-up (not in the latency figures)", ("path", "cache", "session s", "first run s",
+                                                              "cold start s"), left=("path", "cache"))
+        for r in report["startup"]:
+            st.add_row(r["path"], r["engine_cache"] or "-", f"{r['session_s']:.3f}", f"{r['first_run_s']:.3f}",
+                       f"{r['cold_start_s']:.3f}")
+        console.print(st)
     for u in report["unavailable"]:
         what = u["provider"] + (f" {u['precision']}" if u["precision"] else "")
         console.print(f"[red]not measured[/red] {what}: {u['reason']}", highlight=False)
+    for gap in report.get("not_measured", []):
+        console.print(f"[red]not measured[/red] {gap['what']}: {gap['reason']}", highlight=False)

@@ -1,10 +1,13 @@
 """``run_bench``: every provider x precision x batch x seq of a bundle, beside the PyTorch reference.
 
 Order of work: calibrate the matmul peak; load the reference (if any) and measure it first, keeping
-its outputs on the accuracy inputs; then each ONNX path (provider x precision): load, compare with
-the reference, time every shape smallest first, replay the length mix. An unavailable provider or a
-path that cannot run here is recorded with its reason and the run goes on. Speedups and roofline
-fractions are filled in at the end from the measured figures.
+its outputs on the accuracy inputs, then (GPU providers requested, torch sees a GPU) the reference on
+CUDA in fp32 and fp16; then each ONNX path (provider x precision): open it (cold start timed; TensorRT
+with an empty, then a warm engine cache), compare with the reference, time every shape smallest first
+(GPU memory through NVML where it works), replay the length mix. An unavailable provider, a path that
+cannot run here or one that fails at run time is recorded with its reason and the run goes on; so is
+every figure that could not be measured (``not_measured``). Speedups and roofline fractions are filled
+in at the end from the measured figures.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +29,17 @@ from ..errors import ConfigError, EdgebertError
 from .accuracy import AccuracyTracker
 from .config import BenchConfig
 from .flops import ModelShape, forward_flops
+from .gpu import GPU_MEMORY_METHOD, Nvml, gpu_environment
 from .measure import (MEMORY_METHOD, Latency, OtherCpuLoad, peak_rss_mb, release_memory, reset_peak_rss, rss_mb,
                       time_calls)
 from .peak import calibrate, peak_for
+from .startup import STARTUP_METHOD, open_path
 from .workloads import LengthMix, read_texts, synthetic_feeds
 
 REPORT_SCHEMA = "edgebert-bench"
-REPORT_VERSION = 1
+REPORT_VERSION = 2          # 2: startup, not_measured, environment.gpu, GPU memory, torch on CUDA
 REFERENCE_PATH = "torch fp32"
+GPU_PROVIDERS = ("cuda", "tensorrt")
 
 
 def _bundle_hf_config(bundle_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +116,8 @@ def _eval_batches(config: BenchConfig, manifest: dict[str, Any], encoder, pad_id
     return [pad_batch(rows[i:i + 8], pad_id) for i in range(0, len(rows), 8)]
 
 
-def _time_shapes(path, name: str, config: BenchConfig, manifest: dict, shapes, before_mb, log) -> list[dict]:
+def _time_shapes(path, name: str, config: BenchConfig, manifest: dict, shapes, before_mb, log,
+                 gpu: tuple[Nvml, float | None] | None = None) -> list[dict]:
     rows = []
     for batch, seq in shapes:
         feeds = synthetic_feeds(batch, seq, manifest, config.seed)
@@ -117,11 +125,13 @@ def _time_shapes(path, name: str, config: BenchConfig, manifest: dict, shapes, b
         reset_peak_rss()
         lat = time_calls(lambda: path.run(feeds), config.warmup, config.iters, config.max_seconds)
         peak = peak_rss_mb()
+        used = gpu[0].used_mb() if gpu else None
         row = {"path": name, "provider": path.provider, "precision": path.precision, "batch": batch,
                "seq": seq, "iters": lat.iters, "latency_ms": lat.ms(),
                "sequences_per_s": round(batch / lat.mean_s, 3),
                "tokens_per_s": round(batch * seq / lat.mean_s, 1),
-               "peak_rss_mb": None if peak is None or before_mb is None else round(peak - before_mb, 1)}
+               "peak_rss_mb": None if peak is None or before_mb is None else round(peak - before_mb, 1),
+               "gpu_mem_mb": None if used is None or gpu[1] is None else round(used - gpu[1], 1)}
         rows.append(row)
         log.step(f"{name} b={batch} s={seq}", row)
     return rows
@@ -181,6 +191,8 @@ class _Run:
     pad_id: int
     report: dict[str, Any]
     log: _Log
+    nvml: Nvml | None = None
+    cache_root: Path | None = None
     ref_outputs: list[dict[str, np.ndarray]] | None = None
     comparison: dict[str, Any] | None = None
 
@@ -188,20 +200,26 @@ class _Run:
     def steps_per_path(self) -> int:
         return len(self.shapes) + (2 * len(self.config.batches) if self.mix else 0)
 
-    def measure(self, path, name: str, before_mb: float | None) -> None:
+    def measure(self, path, name: str, before_mb: float | None, gpu_before: float | None = None) -> None:
         """Time every fixed shape (smallest first), then replay the length mix."""
+        gpu = (self.nvml, gpu_before) if self.nvml is not None and path.provider not in ("cpu", "torch") else None
         self.report["results"] += _time_shapes(path, name, self.config, self.manifest, self.shapes,
-                                               before_mb, self.log)
+                                               before_mb, self.log, gpu)
         if self.mix:
             self.report["length_mix"]["results"] += _replay(path, name, self.config, self.mix,
                                                             self.pad_id, self.log)
 
+    def not_measured(self, what: str, reason: str) -> None:
+        self.report["not_measured"].append({"what": what, "reason": reason})
 
-def _header(config: BenchConfig, manifest: dict, hf_config: dict, max_len: int) -> dict[str, Any]:
-    """The report skeleton: config, machine, bundle, how things are measured."""
+
+def _header(config: BenchConfig, manifest: dict, hf_config: dict, max_len: int,
+            nvml: Nvml | None) -> dict[str, Any]:
+    """The report skeleton: config, machine, GPU, bundle, how things are measured."""
     from ..runtime.hostcpu import detect_host
 
     environment = describe()
+    environment["gpu"] = gpu_environment(nvml) if nvml is not None else None
     environment["int8_host"] = {**detect_host().as_dict(), "summary": detect_host().summary()}
     environment["threads_requested"] = config.threads
     environment["onnxruntime_intra_op_threads"] = (config.threads
@@ -224,9 +242,10 @@ def _header(config: BenchConfig, manifest: dict, hf_config: dict, max_len: int) 
                     "flops": "analytic count from the config (edgebert.bench.flops): matmuls 2*M*N*K plus "
                              "element-wise work; roofline fraction = FLOPs / p50 latency / measured peak",
                     "inputs": "fixed shapes: random token ids, no padding; length mix: file order, dynamic "
-                              "= each batch padded to its longest row, padded = every batch padded to pad_to"},
+                              "= each batch padded to its longest row, padded = every batch padded to pad_to",
+                    "gpu_memory": GPU_MEMORY_METHOD, "startup": STARTUP_METHOD},
         "calibration": {}, "providers": [], "paths": [], "reference": None, "results": [],
-        "length_mix": None, "unavailable": [],
+        "length_mix": None, "unavailable": [], "startup": [], "not_measured": [],
     }
 
 
@@ -255,17 +274,47 @@ def _measure_reference(run: _Run, hf_config: dict, num_labels: int) -> None:
     release_memory()
 
 
+def _measure_reference_gpu(run: _Run) -> None:
+    """The reference with PyTorch on CUDA, fp32 and fp16 (the GPU baseline), or why it was not measured."""
+    from .reference import TorchReference, torch_cuda_status
+
+    ok, why = torch_cuda_status()
+    if not ok:
+        run.not_measured("PyTorch reference on CUDA (fp32, fp16)", why)
+        return
+    for precision in ("fp32", "fp16"):
+        name = f"torch cuda {precision}"
+        run.log.say(f"loading {name}")
+        gpu_before = run.nvml.used_mb() if run.nvml is not None else None
+        try:
+            ref = TorchReference(run.config.reference, run.task, run.config.threads, "cuda", precision)
+        except Exception as exc:  # noqa: BLE001  (a CUDA error is a finding, not a crash)
+            run.not_measured(f"PyTorch reference on CUDA {precision}", " ".join(str(exc).split())[:300])
+            continue
+        accuracy = None
+        if run.ref_outputs is not None:
+            tracker = AccuracyTracker(run.task)
+            for feeds, ref_out in zip(run.eval_feeds, run.ref_outputs):
+                tracker.add(feeds, ref.run(feeds), ref_out)
+            accuracy = tracker.result()
+        run.report["paths"].append({"path": name, "provider": "torch-cuda", "precision": precision,
+                                    "available": True, "model_bytes": ref.size_bytes, "load_rss_mb": None,
+                                    "providers": ["torch (CUDA)"], "notes": ref.notes, "accuracy": accuracy,
+                                    "reference": False})
+        run.measure(ref, name, None, gpu_before)
+        del ref
+        release_memory()
+
+
 def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
     """Load one provider x precision; record it as unavailable (with the reason) if it cannot run."""
-    from ..runtime import EdgeSession
-
     name = f"onnx {provider} {precision}"
     release_memory()
     before = rss_mb()
+    gpu_before = run.nvml.used_mb() if run.nvml is not None and provider != "cpu" else None
     run.log.say(f"loading {name}")
     try:
-        session = EdgeSession(run.config.bundle_dir, provider=provider, precision=precision,
-                              threads=run.config.threads, verify=False)
+        session, startup = open_path(run.config, run.manifest, provider, precision, run.cache_root)
     except EdgebertError as exc:
         reason = exc.one_line()
         run.report["paths"].append({"path": name, "provider": provider, "precision": precision,
@@ -274,6 +323,7 @@ def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
         for _ in range(run.steps_per_path):
             run.log.step(f"{name}: unavailable")
         return
+    run.report["startup"] += startup
     path = _OnnxPath(session)
     loaded = rss_mb()
     accuracy = None
@@ -288,9 +338,16 @@ def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
                                 "available": True, "model_file": session.model_file.name,
                                 "model_bytes": path.size_bytes, "load_rss_mb": _delta(loaded, before),
                                 "providers": session.providers, "notes": session.provider_notes,
+                                "model": session.model_key, "placement": session.placement.as_dict(),
+                                "trt_profile": session.trt_profile.as_dict() if session.trt_profile else None,
                                 "int8_graph": session.int8_choice.as_dict() if session.int8_choice else None,
                                 "accuracy": accuracy, "reference": False})
-    run.measure(path, name, before)
+    try:
+        run.measure(path, name, before, gpu_before)
+    except EdgebertError as exc:   # e.g. a run-time provider failure: recorded, never rerouted
+        reason = f"failed while timing: {exc.one_line()}"
+        run.report["paths"][-1]["failed"] = reason
+        run.report["unavailable"].append({"provider": provider, "precision": precision, "reason": reason})
     del session, path
     release_memory()
 
@@ -315,9 +372,11 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
                           "pass a directory written by edgebert or a Hugging Face BERT directory")
     pad_id = int(manifest["tokenizer"].get("pad_id", 0))
     encoder = TextEncoder(tokenizer_path(config.bundle_dir, manifest), max_len, pad_id)
-    report = _header(config, manifest, hf_config, max_len)
+    gpu_requested = any(p in GPU_PROVIDERS for p in config.providers)
+    nvml = Nvml() if gpu_requested else None
+    report = _header(config, manifest, hf_config, max_len, nvml)
     others = OtherCpuLoad()
-    with _Log(config) as log:
+    with _Log(config) as log, tempfile.TemporaryDirectory(prefix="edgebert-trt-") as cache_root:
         log.say("calibrating matmul peak")
         report["calibration"] = calibrate(config.calibration_size, config.threads)
         mix = None
@@ -327,16 +386,20 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         shapes = sorted(((b, s) for b in config.batches for s in config.seqs),
                         key=lambda bs: (bs[0] * bs[1], bs))             # smallest first: see measure.py
         run = _Run(config, manifest, task, shapes, mix, _eval_batches(config, manifest, encoder, pad_id),
-                   pad_id, report, log)
+                   pad_id, report, log, nvml, Path(cache_root))
         statuses = {p: probe(p) for p in config.providers}
         for p, status in statuses.items():
             report["providers"].append(status.as_dict())
             if not status.available:
                 report["unavailable"].append({"provider": p, "precision": None, "reason": status.reason})
         runnable = [(p, q) for p in config.providers if statuses[p].available for q in config.precisions]
-        log.plan(run.steps_per_path * (len(runnable) + (config.reference is not None)))
+        torch_gpu = config.reference is not None and config.torch_gpu and gpu_requested
+        log.plan(run.steps_per_path * (len(runnable) + (config.reference is not None) + 2 * torch_gpu))
+        _record_gpu_gaps(run, gpu_requested, statuses)
         if config.reference is not None:
             _measure_reference(run, hf_config, len(labels) or 2)
+            if torch_gpu:
+                _measure_reference_gpu(run)
         for provider, precision in runnable:
             _measure_onnx(run, provider, precision)
     report["environment"]["load_average_at_end"] = _load_average()
@@ -347,6 +410,23 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
 
         write_reports(report, config.report_dir)
     return report
+
+
+def _record_gpu_gaps(run: _Run, gpu_requested: bool, statuses: dict) -> None:
+    """GPU figures this run cannot produce, with the reason (before anything is timed)."""
+    if not gpu_requested:
+        return
+    gpu = run.report["environment"]["gpu"] or {}
+    if not gpu.get("gpus"):
+        run.not_measured("GPU name, driver and library versions", gpu.get("reason") or "no GPU")
+    if run.nvml is not None and not run.nvml.ok:
+        run.not_measured("GPU memory", run.nvml.reason)
+    if "tensorrt" in statuses and not statuses["tensorrt"].available:
+        run.not_measured("TensorRT engine build and cold start", statuses["tensorrt"].reason)
+    if not run.config.cold_start:
+        run.not_measured("cold start and engine build", "cold_start=False")
+    if run.config.reference is None:
+        run.not_measured("PyTorch reference (CPU and CUDA)", "no --reference given")
 
 
 def _load_average() -> list[float] | None:
@@ -375,9 +455,11 @@ def _derive(report: dict[str, Any], shape: ModelShape, task: str) -> None:
 
     def shape_of(provider: str) -> tuple[ModelShape, str]:
         """The torch rows time the reference model, which may be deeper than the bundle's."""
-        return (ref_shape, ref_task) if provider == "torch" else (shape, task)
+        return (ref_shape, ref_task) if provider in ("torch", "torch-cuda") else (shape, task)
     ref_p50 = {(r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in report["results"]
                if r["provider"] == "torch"}
+    cuda_p50 = {(r["precision"], r["batch"], r["seq"]): r["latency_ms"]["p50"] for r in report["results"]
+                if r["provider"] == "torch-cuda"}
     for r in report["results"]:
         path_shape, path_task = shape_of(r["provider"])
         flops = forward_flops(path_shape, r["batch"], r["seq"], path_task)["total"]
@@ -389,6 +471,9 @@ def _derive(report: dict[str, Any], shape: ModelShape, task: str) -> None:
         r["fraction_of_peak"] = _sig(achieved / peak) if peak else None
         ref = ref_p50.get((r["batch"], r["seq"]))
         r["speedup_vs_reference"] = round(ref / r["latency_ms"]["p50"], 3) if ref else None
+        if r["provider"] in GPU_PROVIDERS:   # against PyTorch on the same GPU: fp32 vs fp32, else vs fp16
+            base = cuda_p50.get(("fp32" if r["precision"] == "fp32" else "fp16", r["batch"], r["seq"]))
+            r["speedup_vs_torch_cuda"] = round(base / r["latency_ms"]["p50"], 3) if base else None
     mix = report.get("length_mix")
     if mix:
         totals = {(r["path"], r["batch"], r["mode"]): r["total_s"] for r in mix["results"]}

@@ -1,22 +1,26 @@
-"""Which onnxruntime execution provider a session really gets, and why.
+"""Execution provider names, the options each one gets per precision, and what ``auto`` will try.
 
-``onnxruntime-gpu`` lists TensorRT and CUDA as *available* on any Linux x86-64 machine, GPU or not;
-asking for them there makes onnxruntime log errors and quietly fall back to the CPU. So before a
-session is built each GPU provider is probed (driver present? does the provider's shared library
-load, i.e. are its CUDA/cuDNN/TensorRT dependencies installed?), and after it is built
-``session.get_providers()`` is checked: what a caller is told is what onnxruntime actually runs.
+Availability is probed in ``gpu_probe`` (driver, devices, CUDA version, provider libraries); session
+creation, one attempt per provider, lives in ``attempts``. Here:
+
+* ``provider_options``: TensorRT gets its precision flags (``trt_fp16_enable`` for fp16,
+  ``trt_int8_enable`` for the QDQ INT8 graph: without it the builder refuses Q/DQ layers, onnxruntime
+  issue #13381), an engine cache and a timing cache, and a min/opt/max profile for *every* input.
+  CUDA gets ``use_tf32=0``: "fp32" means fp32 (TF32 rounds GEMM inputs to 10 mantissa bits).
+* ``plan_providers``: ``auto`` lists every usable one of TensorRT -> CUDA -> CPU; an explicit provider
+  is that one alone (``ProviderUnavailable`` with the reason if the probe says no).
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import ConfigError
+from .gpu_probe import ProviderStatus, probe_gpu_provider
+from .trt_profile import TrtProfile
 
 ORT_NAMES = {
     "cpu": "CPUExecutionProvider",
@@ -27,17 +31,8 @@ SHORT_NAMES = {v: k for k, v in ORT_NAMES.items()}
 PROVIDERS = tuple(ORT_NAMES)               # what a user may ask for, besides "auto"
 AUTO_ORDER = ("tensorrt", "cuda", "cpu")   # what "auto" tries, best first
 
-
-@dataclass(frozen=True)
-class ProviderStatus:
-    """Whether ``name`` can be used here; ``reason`` says why not (empty when usable)."""
-
-    name: str
-    available: bool
-    reason: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"provider": self.name, "available": self.available, "reason": self.reason or None}
+__all__ = ["ORT_NAMES", "SHORT_NAMES", "PROVIDERS", "AUTO_ORDER", "ProviderStatus", "probe", "short_name",
+           "check_provider_name", "trt_cache_dirs", "provider_options", "ProviderPlan", "plan_providers"]
 
 
 def short_name(ort_name: str) -> str:
@@ -53,115 +48,66 @@ def check_provider_name(name: str, allow_auto: bool = True) -> str:
     return name
 
 
-def _load_error(library: str) -> str | None:
-    """None if ``library`` loads; else the loader's message (e.g. which dependency is missing)."""
-    try:
-        ctypes.CDLL(library)
-    except OSError as exc:
-        return str(exc)
-    return None
-
-
-def _ort_capi_dir() -> Path:
-    import onnxruntime
-
-    return Path(onnxruntime.__file__).resolve().parent / "capi"
-
-
-@functools.lru_cache(maxsize=None)
 def probe(name: str) -> ProviderStatus:
-    """Can provider ``name`` (cpu / cuda / tensorrt) run on this machine? Cached per process.
-
-    Only definite answers count as "unavailable": the provider is not in this onnxruntime build,
-    there is no NVIDIA driver, or the provider library cannot find one of its shared libraries.
-    Anything inconclusive is left to the session itself (``resolve_session`` checks what it got).
-    """
-    import onnxruntime as ort
-
+    """Can provider ``name`` (cpu / cuda / tensorrt) run on this machine? (``gpu_probe``; cached.)"""
     name = check_provider_name(name, allow_auto=False)
-    if name == "cpu":
-        return ProviderStatus("cpu", True)
-    if ORT_NAMES[name] not in ort.get_available_providers():
-        return ProviderStatus(name, False, f"this onnxruntime build ({ort.__version__}) has no "
-                                           f"{ORT_NAMES[name]}; install onnxruntime-gpu")
-    reasons = []
-    driver = _load_error("libcuda.so.1")
-    if driver is not None:
-        reasons.append("no NVIDIA GPU driver (libcuda.so.1 cannot be loaded)")
-    lib = _ort_capi_dir() / f"libonnxruntime_providers_{name}.so"
-    if lib.exists():
-        # The shared provider library must be loaded (globally) first, as onnxruntime does.
-        _load_error_global(_ort_capi_dir() / "libonnxruntime_providers_shared.so")
-        error = _load_error(str(lib))
-        if error is not None and "cannot open shared object file" in error:
-            missing = error.split(":", 1)[0].strip()
-            need = {"cuda": "CUDA and cuDNN", "tensorrt": "TensorRT, CUDA and cuDNN"}[name]
-            reasons.append(f"onnxruntime's {name} provider library needs {missing}, which is not "
-                           f"installed ({need} libraries are missing)")
-    if reasons:
-        return ProviderStatus(name, False, "; ".join(reasons))
-    return ProviderStatus(name, True)
+    return ProviderStatus("cpu", True) if name == "cpu" else probe_gpu_provider(name)
 
 
-def _load_error_global(library: Path) -> None:
-    try:
-        ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
-    except OSError:
-        pass
+def cache_root() -> Path:
+    return Path(os.environ.get("EDGEBERT_CACHE", Path.home() / ".cache" / "edgebert"))
 
 
-def default_trt_cache_dir(model_file: Path) -> Path:
-    """Engines depend on the model file, GPU and TensorRT version: one folder per model file hash."""
+def trt_cache_dirs(model_file: Path, precision: str, profile: TrtProfile,
+                   root: Path | None = None) -> tuple[Path, Path]:
+    """(engine cache, timing cache) folders. An engine depends on the model file, the precision flags and
+    the profile (and the GPU and TensorRT version, which onnxruntime checks itself), so each combination
+    gets its own engine folder; the timing cache (kernel timings per GPU) is shared."""
     from ..bundle import sha256_file
 
-    root = Path(os.environ.get("EDGEBERT_CACHE", Path.home() / ".cache" / "edgebert"))
-    return root / "tensorrt" / sha256_file(model_file)[:16]
+    root = Path(root) if root is not None else cache_root() / "tensorrt"
+    engines = root / f"{sha256_file(model_file)[:16]}-{precision}-{profile.key()}"
+    return engines, root / "timing"
 
 
-def _shapes(input_names: list[str], dims: list[int]) -> str:
-    """TensorRT profile string: ``input_ids:1x1,attention_mask:1x1,...``."""
-    return ",".join(f"{n}:{'x'.join(str(int(d)) for d in dims)}" for n in input_names)
-
-
-def provider_options(name: str, manifest: dict[str, Any], input_names: list[str], *,
-                     precision: str, trt_cache_dir: Path | None) -> dict[str, Any]:
-    """Options for one provider: TensorRT gets an engine cache and the manifest's shape profiles."""
+def provider_options(name: str, precision: str, input_names: Sequence[str], *,
+                     profile: TrtProfile | None = None, engine_cache: Path | None = None,
+                     timing_cache: Path | None = None) -> dict[str, Any]:
+    """onnxruntime options for provider ``name`` running ``precision`` (see the module docstring)."""
     if name == "tensorrt":
-        profile = manifest.get("tensorrt_profile") or {}
-        max_len = int(manifest.get("max_sequence_length") or 512)
-        mins, opts, maxs = (profile.get("min", [1, 1]), profile.get("opt", [8, min(128, max_len)]),
-                            profile.get("max", [32, max_len]))
+        if profile is None or engine_cache is None or timing_cache is None:
+            raise ConfigError("TensorRT needs a shape profile, an engine cache and a timing cache folder")
         options: dict[str, Any] = {
             "device_id": 0,
+            "trt_fp16_enable": precision == "fp16",
+            "trt_int8_enable": precision == "int8",
             "trt_engine_cache_enable": True,
-            "trt_engine_cache_path": str(trt_cache_dir),
+            "trt_engine_cache_path": str(engine_cache),
             "trt_timing_cache_enable": True,
-            "trt_timing_cache_path": str(trt_cache_dir),
-            "trt_profile_min_shapes": _shapes(input_names, mins),
-            "trt_profile_opt_shapes": _shapes(input_names, opts),
-            "trt_profile_max_shapes": _shapes(input_names, maxs),
+            "trt_timing_cache_path": str(timing_cache),
+            **profile.provider_options(input_names),
         }
         if precision == "fp16":
-            options["trt_fp16_enable"] = True
+            options["trt_layer_norm_fp32_fallback"] = True   # LayerNorm's variance overflows in fp16
         return options
     if name == "cuda":
-        return {"device_id": 0, "arena_extend_strategy": "kSameAsRequested",
+        return {"device_id": 0, "use_tf32": 0, "arena_extend_strategy": "kSameAsRequested",
                 "cudnn_conv_algo_search": "HEURISTIC"}
     return {}
 
 
 @dataclass(frozen=True)
 class ProviderPlan:
-    """What to ask onnxruntime for, and notes on every provider left out and why."""
+    """Providers to try, one session attempt each, best first; notes on every one left out and why."""
 
     requested: str
-    wanted: tuple[str, ...]              # short names, in preference order (always ends with cpu)
+    wanted: tuple[str, ...]              # short names, in preference order
     notes: tuple[str, ...]
 
 
 def plan_providers(requested: str) -> ProviderPlan:
-    """``auto``: every usable one of TensorRT -> CUDA -> CPU. Explicit: that one (+ fallbacks
-    onnxruntime needs for unsupported nodes), or ``ProviderUnavailable`` with the reason."""
+    """``auto``: every usable one of TensorRT -> CUDA -> CPU. Explicit: that one, or
+    ``ProviderUnavailable`` with the probe's reason."""
     from ..errors import ProviderUnavailable
 
     requested = check_provider_name(requested)
@@ -179,6 +125,4 @@ def plan_providers(requested: str) -> ProviderPlan:
     if not status.available:
         raise ProviderUnavailable(f"provider {requested!r} is unavailable on this machine: {status.reason}",
                                   "use provider='cpu' or 'auto' (auto reports what it got)")
-    chain = {"tensorrt": ("tensorrt", "cuda", "cpu"), "cuda": ("cuda", "cpu"), "cpu": ("cpu",)}[requested]
-    wanted = tuple(p for p in chain if p == requested or probe(p).available)
-    return ProviderPlan(requested, wanted, ())
+    return ProviderPlan(requested, (requested,), ())

@@ -13,13 +13,14 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..bundle import PRECISIONS, model_path, open_bundle, tokenizer_path
+from ..bundle import PRECISIONS, open_bundle, tokenizer_path
 from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable
+from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host
-from .int8_choice import choose_int8
-from .providers import ORT_NAMES, plan_providers, provider_options, short_name
+from .providers import short_name
 from .results import ClassificationResult, MaskPrediction
 from .text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_batch
+from .trt_profile import TrtProfile
 
 POOLINGS = ("mean", "cls")
 
@@ -27,9 +28,11 @@ POOLINGS = ("mean", "cls")
 class EdgeSession:
     """Load a bundle (hash-checked) and run it on the best provider that really works here.
 
-    provider: ``auto`` (TensorRT -> CUDA -> CPU, whatever this machine can really run), or
-    ``cpu`` / ``cuda`` / ``tensorrt`` (``ProviderUnavailable`` with the reason if it cannot be had).
-    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``).
+    provider: ``auto`` (TensorRT -> CUDA -> CPU, one attempt each with the graph made for it, every
+    failure kept in ``provider_notes``), or ``cpu`` / ``cuda`` / ``tensorrt`` (``ProviderUnavailable``
+    with the reason if it cannot be had). ``placement`` says where the nodes really run.
+    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``); on TensorRT fp16 and
+    int8 are engine build flags on the standard-op graphs (see ``runtime.graphs``).
     threads: onnxruntime intra-op threads (None: onnxruntime's default, one per physical core).
     max_length: token limit per input (default and ceiling: the bundle's ``max_sequence_length``).
     truncate: cut over-long inputs to ``max_length`` (default) or raise ``DataError``.
@@ -40,12 +43,17 @@ class EdgeSession:
     8-bit weights would saturate this CPU's kernel is loaded with exact products or refused.
     allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several
     sessions in one process: an idle session's spinning threads steal the running one's cores).
+    trt_profile: TensorRT min/opt/max (batch, sequence), a ``TrtProfile`` or ``"min=1x1,opt=8x128,max=32x512"``
+    (default: the bundle's); it must hold ``max_length``, ``batch_size`` is lowered to its max batch, and a
+    call outside it is refused (never rerouted).
+    trt_cache_dir: root of the TensorRT engine and timing caches (default ``~/.cache/edgebert/tensorrt``).
     """
 
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str = "int8",
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
                  batch_size: int = 32, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
-                 int8_target: str | None = None, allow_spinning: bool = True):
+                 int8_target: str | None = None, allow_spinning: bool = True,
+                 trt_profile: TrtProfile | str | None = None):
         if precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
@@ -61,9 +69,7 @@ class EdgeSession:
         self.truncate = bool(truncate)
         self.batch_size = batch_size
         self.host = detect_host()
-        self.int8_choice = choose_int8(self.manifest, self.host, int8_target) if precision == "int8" else None
-        self.model_file = model_path(self.bundle_dir, precision, self.manifest,
-                                     key=self.int8_choice.key if self.int8_choice else None)
+        self.int8_target = int8_target
         cfg = self.manifest["config"]
         self.hidden_size = int(cfg["hidden_size"])
         limit = int(min(self.manifest.get("max_sequence_length") or cfg["max_position_embeddings"],
@@ -78,17 +84,31 @@ class EdgeSession:
         self.encoder = TextEncoder(tokenizer_path(self.bundle_dir, self.manifest), self.max_length, self.pad_id)
         labels = self.manifest.get("labels") or {}
         self.label_names = [labels[k] for k in sorted(labels, key=int)] if labels else []
-        self._session, self.providers, self.provider_notes = self._create(provider, trt_cache_dir)
+        self._session, self.providers, self.provider_notes = self._create(provider, trt_cache_dir, trt_profile)
         self.provider = short_name(self.providers[0])
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
         self._bind_io = self.provider == "cuda"  # see _run_bound
 
     # ------------------------------------------------------------------ session creation
-    def _create(self, requested: str, trt_cache_dir) -> tuple[Any, list[str], list[str]]:
+    def _create(self, requested: str, trt_cache_dir, trt_profile) -> tuple[Any, list[str], list[str]]:
+        """One session attempt per provider (``attempts.open_session``); sets the graph, profile and
+        placement of the one that opened."""
+        profile = TrtProfile.parse(trt_profile) if isinstance(trt_profile, str) else trt_profile
+        request = SessionRequest(self.bundle_dir, self.manifest, requested, self.precision, self.host,
+                                 self.batch_size, self.max_length, self.int8_target, profile,
+                                 Path(trt_cache_dir) if trt_cache_dir else None)
+        opened = open_session(request, self._session_options)
+        self.model_file, self.model_key = opened.model_file, opened.choice.key
+        self.int8_choice = opened.choice.int8
+        self.placement, self.attempts = opened.placement, opened.attempts
+        self.trt_profile, self.engine_cache = opened.trt_profile, opened.engine_cache
+        self.batch_size = opened.batch_size   # TensorRT: at most the profile's max batch
+        return opened.session, list(opened.session.get_providers()), opened.notes
+
+    def _session_options(self):
         import onnxruntime as ort
 
-        plan = plan_providers(requested)
         opts = ort.SessionOptions()
         opts.log_severity_level = 3  # our notes say what happened; keep onnxruntime's warnings out
         if self.threads:
@@ -97,49 +117,7 @@ class EdgeSession:
         if not self.allow_spinning:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        for key, value in (self.int8_choice.session_config if self.int8_choice else {}).items():
-            opts.add_session_config_entry(key, value)
-        input_names = [i["name"] for i in self.manifest["inputs"]]
-        cache = None
-        if "tensorrt" in plan.wanted:
-            from .providers import default_trt_cache_dir
-
-            cache = Path(trt_cache_dir) if trt_cache_dir else default_trt_cache_dir(self.model_file)
-            cache.mkdir(parents=True, exist_ok=True)
-        chain = [(ORT_NAMES[p], provider_options(p, self.manifest, input_names, precision=self.precision,
-                                                 trt_cache_dir=cache)) for p in plan.wanted]
-        notes = list(plan.notes)
-        if self.int8_choice is not None:
-            notes.append(f"int8: {self.int8_choice.reason}")
-        try:
-            session = ort.InferenceSession(str(self.model_file), sess_options=opts, providers=chain)
-        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented types
-            text = " ".join(str(exc).split())
-            if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text:
-                raise ConfigError(f"{self.model_file.name} ({self.precision}) cannot run on "
-                                  f"{plan.wanted[0]}: {text[:300]}",
-                                  "fp16 models need cuda/tensorrt; on a CPU use int8 or fp32") from exc
-            raise BundleError(f"onnxruntime cannot load {self.model_file}: {text[:300]}",
-                              "re-export the bundle") from exc
-        got = list(session.get_providers())
-        primary = short_name(got[0])
-        if primary != plan.wanted[0]:
-            why = (f"{plan.wanted[0]}: onnxruntime could not create it at session creation and fell "
-                   f"back to {primary} (its dependencies or the GPU are missing)")
-            if requested != "auto":
-                raise ProviderUnavailable(f"provider {requested!r} is unavailable: {why}",
-                                          "use provider='cpu' or 'auto'")
-            notes.append(why)
-        if primary in ("tensorrt", "cuda") and self.precision == "int8":
-            mode = (self.int8_choice.entry.get("quantization") or {}).get("format", "QOperator")
-            if mode != "QDQ":
-                notes.append(f"{primary} + int8: the {self.int8_choice.target} INT8 graph uses integer CPU "
-                             "ops (QAttention / MatMulInteger), a CPU-oriented format; onnxruntime runs the "
-                             "nodes the GPU provider lacks on the CPU")
-        if primary == "tensorrt":
-            notes.append(f"tensorrt engine cache: {cache}")
-        notes.append(f"running on {primary} ({', '.join(got)})")
-        return session, got, notes
+        return opts
 
     def __repr__(self) -> str:
         return (f"EdgeSession({str(self.bundle_dir)!r}, task={self.task!r}, precision={self.precision!r}, "
@@ -149,8 +127,10 @@ class EdgeSession:
         """What runs: for logs and reports."""
         return {"bundle": str(self.bundle_dir), "task": self.task, "precision": self.precision,
                 "model_file": self.model_file.name, "model_bytes": self.model_file.stat().st_size,
-                "provider": self.provider, "providers": list(self.providers),
-                "provider_notes": list(self.provider_notes), "threads": self.threads,
+                "model": self.model_key, "provider": self.provider, "providers": list(self.providers),
+                "provider_notes": list(self.provider_notes), "placement": self.placement.as_dict(),
+                "attempts": [a.as_dict() for a in self.attempts],
+                "trt_profile": self.trt_profile.as_dict() if self.trt_profile else None, "threads": self.threads,
                 "max_length": self.max_length, "host": self.host.summary(), "host_cpu": self.host.as_dict(),
                 "int8": self.int8_choice.as_dict() if self.int8_choice else None}
 
@@ -167,21 +147,35 @@ class EdgeSession:
         if missing:
             raise DataError(f"run() needs inputs {', '.join(missing)}")
         feeds = {n: np.ascontiguousarray(feeds[n], dtype=np.int64) for n in self.input_names}
-        arrays = self._run_bound(feeds, names) if self._bind_io else self._session.run(names, feeds)
+        arrays = self._run_bound(feeds, names)
         return {n: np.asarray(a, dtype=np.float32) for n, a in zip(names, arrays)}
 
     def _run_bound(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
-        """CUDA: copy inputs to the GPU once, let outputs be allocated on the GPU and copy only the
-        requested ones back (skips onnxruntime's per-call host staging buffers)."""
+        """One onnxruntime call on the session's provider, never another: TensorRT refuses a shape outside
+        its profile, and a run-time provider failure raises (fallback is disabled) instead of rerouting.
+        CUDA: inputs copied to the GPU once, outputs allocated there and only the requested ones copied
+        back (skips onnxruntime's per-call host staging buffers)."""
         import onnxruntime as ort
 
-        binding = self._session.io_binding()
-        for name, array in feeds.items():
-            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0))
-        for name in names:
-            binding.bind_output(name, "cuda", 0)
-        self._session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()
+        if self.trt_profile is not None:
+            batch, seq = feeds["input_ids"].shape
+            self.trt_profile.check(int(batch), int(seq))
+        try:
+            if not self._bind_io:
+                return self._session.run(names, feeds)
+            binding = self._session.io_binding()
+            for name, array in feeds.items():
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0))
+            for name in names:
+                binding.bind_output(name, "cuda", 0)
+            self._session.run_with_iobinding(binding)
+            return binding.copy_outputs_to_cpu()
+        except Exception as exc:
+            if type(exc).__name__ != "EPFail":
+                raise
+            raise ProviderUnavailable(f"provider {self.provider!r} failed at run time ({' '.join(str(exc).split())[:300]}); "
+                                      "the call is not rerouted to another provider",
+                                      "open the session with provider='cpu' or another precision") from exc
 
     def _truncate(self, truncate: bool | None) -> bool:
         return self.truncate if truncate is None else bool(truncate)

@@ -1,0 +1,224 @@
+"""Build an onnxruntime session: one attempt per provider, each with the graph made for it.
+
+``auto`` tries TensorRT, then CUDA, then the CPU; an explicit provider is tried alone. Every attempt:
+
+1. picks the provider's graph (``graphs.choose_model``; TensorRT: standard ONNX ops only, and a shape
+   profile that holds the session's max length; the session's batch size is lowered to the profile's
+   max batch, with a note);
+2. creates ``onnxruntime.InferenceSession`` with that provider (+ the CPU for nodes it has no kernel
+   for) and ``enable_fallback=0``, so onnxruntime raises instead of printing "EP Error ... Falling
+   back" to stdout and retrying on other providers; then ``disable_fallback()``, so a run-time
+   ``EPFail`` raises too instead of rebuilding the session on CUDA/CPU behind the caller's back;
+3. reads where the nodes were really assigned (``placement``): a provider given no node failed,
+   even if onnxruntime did not raise (a CUDA provider whose libraries do not load, say).
+
+Every failure is kept with its kind and onnxruntime's message, and ``auto`` goes on to the next
+provider; the notes of the session that opens say what was tried and why each one failed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
+from .graphs import ModelChoice, choose_model
+from .hostcpu import HostCpu
+from .placement import RECORD_CONFIG, Placement, read_placement
+from .providers import ORT_NAMES, ProviderPlan, plan_providers, provider_options, trt_cache_dirs
+from .trt_profile import TrtProfile
+
+# error kinds, in the words the notes use
+EP_FAIL, CUDA_FAILURE, MISSING_LIBRARY, NO_PROFILE, NOT_IMPLEMENTED, NO_GRAPH, NO_NODES, OTHER = (
+    "EPFail", "CUDA failure", "missing library", "no shape profile", "no kernel", "no graph", "no node assigned",
+    "error")
+_CUDA_TEXT = re.compile(r"CUDA failure \d+|CUDA error|cudaError|CUDNN failure|CUBLAS failure|CUDA driver", re.I)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One provider tried: the graph it got, and why it failed (``kind`` empty on success)."""
+
+    provider: str
+    model: str | None
+    kind: str = ""
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.kind
+
+    def note(self) -> str:
+        graph = f" ({self.model})" if self.model else ""
+        return f"{self.provider}{graph}: failed [{self.kind}]: {self.message}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"provider": self.provider, "model": self.model, "ok": self.ok, "kind": self.kind or None,
+                "message": self.message or None}
+
+
+@dataclass
+class OpenedSession:
+    """The session that opened, the graph and profile it runs, where its nodes are, and every attempt."""
+
+    session: Any
+    provider: str
+    choice: ModelChoice
+    model_file: Path
+    placement: Placement
+    notes: list[str]
+    attempts: list[Attempt] = field(default_factory=list)
+    trt_profile: TrtProfile | None = None
+    engine_cache: Path | None = None
+    batch_size: int = 32
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(kind, one-line message) of an onnxruntime session-creation error."""
+    text = " ".join(str(exc).split())
+    if "has no associated shape profiles" in text:      # an EPFail, but this one names its cause
+        return NO_PROFILE, text
+    if type(exc).__name__ == "EPFail":
+        return EP_FAIL, text
+    if "cannot open shared object file" in text or "Failed to load library" in text or \
+            "Please install TensorRT libraries" in text:
+        return MISSING_LIBRARY, text
+    if _CUDA_TEXT.search(text):
+        return CUDA_FAILURE, text
+    if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text:
+        return NOT_IMPLEMENTED, text
+    return OTHER, text
+
+
+@dataclass(frozen=True)
+class SessionRequest:
+    """What the caller asks for: provider, precision, and the limits the session must hold."""
+
+    bundle_dir: Path
+    manifest: dict[str, Any]
+    provider: str
+    precision: str
+    host: HostCpu
+    batch_size: int
+    max_length: int
+    int8_target: str | None = None
+    trt_profile: TrtProfile | None = None
+    trt_cache_dir: Path | None = None
+
+
+def trt_profile_for(request: SessionRequest, choice: ModelChoice) -> TrtProfile:
+    """The caller's profile, else the graph's (export-time) one; it must hold max_length tokens, from one
+    text of one token up."""
+    if request.trt_profile is not None:
+        profile = request.trt_profile
+    elif choice.entry.get("tensorrt_profile"):
+        profile = TrtProfile.from_manifest(choice.entry["tensorrt_profile"])
+    else:
+        profile = TrtProfile.default(request.max_length)
+    if request.max_length > profile.max[1] or profile.min != (1, 1):
+        raise ConfigError(f"the TensorRT profile ({profile.describe()}) does not hold batches of 1 to "
+                          f"{request.batch_size} texts of 1 to {request.max_length} tokens",
+                          f"pass max_length <= {profile.max[1]}, or trt_profile='min=1x1,opt=8x128,max=BxS'")
+    return profile
+
+
+def _check_standard_ops(choice: ModelChoice) -> None:
+    domains = choice.entry.get("op_domains") or []
+    if not choice.standard_ops or "com.microsoft" in domains:
+        raise BundleError(f"{choice.file} is not a standard-op graph (graph {choice.entry.get('graph')!r}, "
+                          f"domains {domains}); TensorRT is only given graphs without com.microsoft ops",
+                          "re-export with --tensorrt")
+
+
+def open_session(request: SessionRequest, options_factory: Callable[[], Any]) -> OpenedSession:
+    """Try the planned providers in order (see the module docstring); raise if none opens."""
+    plan = plan_providers(request.provider)
+    attempts: list[Attempt] = []
+    last_error: EdgebertError | None = None
+    for provider in plan.wanted:
+        try:
+            return _attempt(request, plan, provider, options_factory, attempts)
+        except _Failed as failed:
+            attempts.append(failed.attempt)
+            last_error = failed.error
+            if plan.requested != "auto":
+                raise failed.error from failed.__cause__
+    tried = "; ".join([*plan.notes, *(a.note() for a in attempts)])
+    if last_error is None:
+        raise ProviderUnavailable(f"no provider could be tried: {tried}")
+    raise type(last_error)(f"{last_error.message} [auto tried: {tried}]", last_error.hint)
+
+
+class _Failed(Exception):
+    def __init__(self, attempt: Attempt, error: EdgebertError):
+        super().__init__(attempt.note())
+        self.attempt, self.error = attempt, error
+
+
+def _error_for(provider: str, kind: str, message: str, file: str) -> EdgebertError:
+    """The error an explicit request raises: GPU trouble is ProviderUnavailable, not a bundle defect."""
+    if provider != "cpu":
+        return ProviderUnavailable(f"provider {provider!r} is unavailable: {file}: [{kind}] {message[:400]}",
+                                   "use provider='cpu' or 'auto' (auto reports what it got)")
+    if kind == NOT_IMPLEMENTED:
+        return ConfigError(f"{file} cannot run on cpu: {message[:300]}",
+                           "fp16 models need cuda/tensorrt; on a CPU use int8 or fp32")
+    return BundleError(f"onnxruntime cannot load {file}: {message[:300]}", "re-export the bundle")
+
+
+def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options_factory: Callable[[], Any],
+             attempts: list[Attempt]) -> OpenedSession:
+    import onnxruntime as ort
+
+    try:
+        choice = choose_model(request.manifest, provider, request.precision, request.host, request.int8_target)
+        profile = engine = timing = None
+        if provider == "tensorrt":
+            _check_standard_ops(choice)
+            profile = trt_profile_for(request, choice)
+    except EdgebertError as exc:
+        raise _Failed(Attempt(provider, None, NO_GRAPH, exc.one_line()), exc) from exc
+    model_file = request.bundle_dir / choice.file
+    if not model_file.is_file():
+        error = BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
+        raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error)
+    input_names = [i["name"] for i in request.manifest["inputs"]]
+    if profile is not None:
+        engine, timing = trt_cache_dirs(model_file, request.precision, profile, request.trt_cache_dir)
+        engine.mkdir(parents=True, exist_ok=True)
+        timing.mkdir(parents=True, exist_ok=True)
+    chain = [(ORT_NAMES[provider], provider_options(provider, request.precision, input_names, profile=profile,
+                                                    engine_cache=engine, timing_cache=timing))]
+    if provider != "cpu":
+        chain.append(("CPUExecutionProvider", {}))
+    opts = options_factory()
+    for key, value in (choice.int8.session_config if choice.int8 else {}).items():
+        opts.add_session_config_entry(key, value)
+    opts.add_session_config_entry(RECORD_CONFIG, "1")
+    try:
+        session = ort.InferenceSession(str(model_file), sess_options=opts, providers=chain, enable_fallback=0)
+    except Exception as exc:  # noqa: BLE001  (onnxruntime raises Fail / EPFail / RuntimeError / ...)
+        kind, message = classify(exc)
+        raise _Failed(Attempt(provider, choice.key, kind, message),
+                      _error_for(provider, kind, message, model_file.name)) from exc
+    session.disable_fallback()   # a run-time EPFail raises; onnxruntime must not reroute the session
+    placement = read_placement(session)
+    if not placement.runs_on(provider):
+        message = (f"onnxruntime built the session but assigned no node to {provider} ({placement.describe()}; "
+                   f"registered: {', '.join(session.get_providers())}): its libraries or the GPU are unusable")
+        raise _Failed(Attempt(provider, choice.key, NO_NODES, message),
+                      _error_for(provider, NO_NODES, message, model_file.name))
+    notes = list(plan.notes) + [a.note() for a in attempts] + list(choice.notes)
+    batch_size = request.batch_size
+    if profile is not None:
+        notes.append(f"tensorrt profile {profile.describe()}; engine cache {engine}; timing cache {timing}")
+        if batch_size > profile.max[0]:
+            batch_size = profile.max[0]
+            notes.append(f"batch_size {request.batch_size} lowered to {batch_size}, the TensorRT profile's max "
+                         "batch (a larger batch passed to run() is refused)")
+    notes.append(f"{placement.describe()} ({placement.method})")
+    notes.append(f"running on {provider} ({', '.join(session.get_providers())}), graph {choice.key} ({choice.file})")
+    return OpenedSession(session, provider, choice, model_file, placement, notes,
+                         attempts + [Attempt(provider, choice.key)], profile, engine, batch_size)

@@ -1,0 +1,115 @@
+"""Which of a bundle's graphs a provider gets for a precision, or why it gets none.
+
+A bundle holds graphs made for different providers (manifest ``models``; ``graph`` and ``providers``
+per entry):
+
+==========  ================================  ===========================================================
+key         graph                             for
+==========  ================================  ===========================================================
+fp32        fused (ORT contrib ops, 2-D mask)  CPU; CUDA when the bundle has no ``fp32-cuda``
+int8[-t]    fused, dynamic-format INT8         CPU (one per target, chosen by ``int8_choice``); CUDA runs
+                                              it with the nodes it lacks on the CPU (placement reported)
+fp16        fused fp16, 2-D mask               CUDA when the bundle has no ``fp16-cuda``
+fp32-cuda   fused-gpu: 1-D mask index          CUDA fp32 (flash / memory-efficient attention kernels)
+fp16-cuda   fused-gpu, fp16, fp32 I/O          CUDA fp16
+fp32-trt    standard ONNX ops only             TensorRT fp32, and fp16 (``trt_fp16_enable``)
+int8-trt    standard ops, QDQ S8S8             TensorRT int8 (``trt_int8_enable``)
+==========  ================================  ===========================================================
+
+TensorRT never gets a graph with ``com.microsoft`` ops: onnxruntime would split it around them and hand
+TensorRT subgraphs whose inputs have no shape profile. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..bundle import entry_providers
+from ..errors import BundleError
+from .hostcpu import HostCpu
+from .int8_choice import GraphChoice, choose_int8
+
+# (provider, precision) -> model keys, best first
+CANDIDATES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("tensorrt", "fp32"): ("fp32-trt",), ("tensorrt", "fp16"): ("fp32-trt",), ("tensorrt", "int8"): ("int8-trt",),
+    ("cuda", "fp32"): ("fp32-cuda", "fp32"), ("cuda", "fp16"): ("fp16-cuda", "fp16"),
+    ("cpu", "fp32"): ("fp32",), ("cpu", "fp16"): ("fp16",),
+}
+EXPORT_FLAG = {"fp32-trt": "--tensorrt", "int8-trt": "--tensorrt --int8", "fp32-cuda": "--cuda",
+               "fp16-cuda": "--cuda", "fp16": "--fp16 (or --cuda)", "fp32": ""}
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model entry ``provider`` loads for ``precision``, and notes on the choice."""
+
+    provider: str
+    precision: str
+    key: str
+    entry: dict[str, Any]
+    notes: tuple[str, ...] = ()
+    int8: GraphChoice | None = None       # the CPU INT8 graph choice, when one was made
+
+    @property
+    def file(self) -> str:
+        return str(self.entry["file"])
+
+    @property
+    def standard_ops(self) -> bool:
+        return self.entry.get("graph") == "standard-ops"
+
+
+def _int8_note(provider: str, choice: GraphChoice) -> str:
+    quant = choice.entry.get("quantization") or {}
+    if quant.get("mode") == "static" or quant.get("format") == "QDQ":
+        kind = "a static QDQ S8S8 graph (QuantizeLinear / DequantizeLinear around float MatMuls)"
+    else:
+        kind = ("a dynamic-format INT8 graph (QAttention / MatMulInteger with uint8 activations, made for "
+                "CPU kernels)")
+    return (f"{provider} + int8: the {choice.target} INT8 graph is {kind}; nodes the {provider} provider has "
+            "no kernel for run on the CPU (see the node placement)")
+
+
+def choose_model(manifest: dict[str, Any], provider: str, precision: str, host: HostCpu,
+                 int8_target: str | None = None) -> ModelChoice:
+    """The graph ``provider`` runs for ``precision``; ``BundleError`` saying why if there is none."""
+    models = manifest["models"]
+    if precision == "int8" and provider in ("cpu", "cuda"):
+        choice = choose_int8(manifest, host, int8_target)
+        notes = (f"int8: {choice.reason}",) + ((_int8_note(provider, choice),) if provider == "cuda" else ())
+        return ModelChoice(provider, precision, choice.key, choice.entry, notes, choice)
+    if precision == "int8" and int8_target is not None:
+        raise BundleError(f"int8_target={int8_target!r} chooses a CPU INT8 graph; {provider} runs the bundle's "
+                          "TensorRT INT8 graph", "leave int8_target out for tensorrt")
+    keys = CANDIDATES[(provider, precision)]
+    usable = [k for k in keys if k in models and provider in entry_providers(k, models[k])]
+    if not usable:
+        raise BundleError(_missing(manifest, provider, precision, keys), _hint(keys))
+    key = usable[0]
+    notes = []
+    if provider == "cuda" and key in ("fp32", "fp16"):
+        notes.append(f"cuda + {precision}: the bundle has no {keys[0]} graph, so CUDA runs the CPU-fused graph "
+                     "(raw 2-D attention mask: no flash / memory-efficient attention); re-export with --cuda")
+    if provider == "tensorrt" and precision == "fp16":
+        notes.append("tensorrt + fp16: the fp32 standard-op graph, built by TensorRT with fp16 kernels "
+                     "(trt_fp16_enable, LayerNorm kept fp32)")
+    return ModelChoice(provider, precision, key, models[key], tuple(notes))
+
+
+def _missing(manifest: dict[str, Any], provider: str, precision: str, keys: tuple[str, ...]) -> str:
+    have = ", ".join(manifest["models"])
+    if provider == "tensorrt" and precision == "int8":
+        cpu_int8 = [k for k, e in manifest["models"].items() if str(e.get("precision")) == "int8"]
+        why = ("its INT8 graphs are dynamic-format (QAttention / MatMulInteger / DynamicQuantizeLinear are "
+               "onnxruntime CPU ops, not TensorRT layers)" if cpu_int8 else "it has no INT8 graph")
+        return f"tensorrt + int8 needs the bundle's static QDQ TensorRT graph (int8-trt); {why} (it has: {have})"
+    if provider == "tensorrt":
+        return (f"tensorrt + {precision} needs the bundle's standard-op TensorRT graph (fp32-trt); the fused "
+                f"graphs hold onnxruntime contrib ops TensorRT cannot build (it has: {have})")
+    return f"the bundle has no {precision} model for {provider} (it has: {have})"
+
+
+def _hint(keys: tuple[str, ...]) -> str:
+    flag = EXPORT_FLAG.get(keys[0], "")
+    return f"re-export with {flag}" if flag else "re-export the bundle"
