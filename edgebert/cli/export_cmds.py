@@ -46,8 +46,7 @@ def export(
     cuda: Annotated[bool, typer.Option(
         "--cuda", help="Also write the CUDA graphs model.cuda.onnx and model.fp16.cuda.onnx (1-D mask "
                        "index: flash / memory-efficient attention).")] = False,
-    max_length: Annotated[Optional[int], typer.Option(
-        "--max-length", help="Max sequence length (default: the model's max_position_embeddings).")] = None,
+    max_seq_len: o.MaxSeqLen = None,
 ) -> None:
     """Export MODEL_DIR to an ONNX bundle: fused fp32 model.onnx, INT8 graphs per deployment target (gated
     on held-out text), optional FP16, TensorRT and CUDA graphs, tokenizer, manifest with hashes. Every graph
@@ -58,7 +57,7 @@ def export(
     cfg = ExportConfig(model_dir=model_dir, out_dir=out, task=task, opset=opset, int8=int8, int8_mode=int8_mode,
                        int8_targets=targets, per_channel=per_channel, calib=calib, calib_size=calib_size,
                        gate_size=gate_size, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
-                       activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_length,
+                       activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda)
     with console.status("exporting", spinner="dots") as status:
         result = export_bundle(cfg, on_step=lambda msg: status.update(msg))
