@@ -211,17 +211,20 @@ def test_providers_report_what_they_really_got(embed_bundle):
 
 def test_provider_that_probes_fine_but_falls_back_is_caught(embed_bundle, monkeypatch):
     """If the pre-check is fooled (libraries load, GPU unusable), the session's own provider list
-    still decides: an explicit request fails, auto says what happened and reports the CPU."""
+    still decides (onnxruntime's node placement): an explicit request fails, auto says what happened and
+    reports the CPU."""
     from edgebert.runtime import providers
 
     if probe("cuda").available:
         pytest.skip("this machine really has CUDA")
     monkeypatch.setattr(providers, "probe", lambda name: providers.ProviderStatus(name, True))
-    with pytest.raises(ProviderUnavailable, match="fell back to cpu"):
+    with pytest.raises(ProviderUnavailable, match=r"assigned no node to cuda \(nodes: cpu \d+ of \d+"):
         EdgeSession(embed_bundle[1], provider="cuda", precision="fp32")
     auto = EdgeSession(embed_bundle[1], provider="auto", precision="fp32")
     assert auto.providers == ["CPUExecutionProvider"] and auto.provider == "cpu"
-    assert any("could not create it at session creation and fell back to cpu" in n for n in auto.provider_notes)
+    assert auto.placement.nodes == {"cpu": auto.placement.total} and auto.placement.total > 0
+    assert any(n.startswith("cuda (fp32): failed [no node assigned]") for n in auto.provider_notes)
+    assert any(n.startswith("tensorrt: failed [no graph]") for n in auto.provider_notes)   # no fp32-trt graph
 
 
 def test_classify_texts_and_pairs_match_pytorch(tmp_path_factory):
