@@ -207,3 +207,95 @@ def test_deeper_reference_gets_its_own_flops_and_speedup(bundle, tmp_path):
     assert data["reference"]["same_model"] is False
     assert rows["cpu"]["speedup_vs_reference"] == pytest.approx(
         rows["torch"]["latency_ms"]["p50"] / rows["cpu"]["latency_ms"]["p50"], rel=1e-2)
+
+
+# --------------------------------------------------------------------------- GPU side, proven without a GPU
+def test_gpu_figures_are_not_measured_with_their_reason_never_invented(report):
+    data, out = report
+    if probe("cuda").available:
+        pytest.skip("this machine has a usable GPU")
+    assert data["version"] == 2
+    gpu = data["environment"]["gpu"]
+    assert gpu["gpus"] == [] and gpu["device_count"] is None and gpu["reason"]
+    gaps = {g["what"]: g["reason"] for g in data["not_measured"]}
+    assert gaps["GPU name, driver and library versions"] == gpu["reason"]
+    assert gaps["TensorRT engine build and cold start"] == probe("tensorrt").reason
+    assert "sees no CUDA device" in gaps["PyTorch reference on CUDA (fp32, fp16)"]
+    if gpu["nvml"] != "ok":
+        assert gaps["GPU memory"] == gpu["nvml"]
+    assert all(r["gpu_mem_mb"] is None for r in data["results"])          # CPU paths: no GPU figure
+    assert not [r for r in data["results"] if r["provider"] in ("cuda", "tensorrt", "torch-cuda")]
+    assert all(r.get("speedup_vs_torch_cuda") is None for r in data["results"])
+    # start-up: one row per measured ONNX path, no engine cache off TensorRT, parts add up
+    assert sorted(r["path"] for r in data["startup"]) == ["onnx cpu fp32", "onnx cpu int8"]
+    for row in data["startup"]:
+        assert row["engine_cache"] is None and row.get("engine_build_s") is None and row["provider"] == "cpu"
+        assert row["session_s"] > 0 and row["first_run_s"] > 0
+        assert row["cold_start_s"] == pytest.approx(row["session_s"] + row["first_run_s"], abs=2e-4)
+    md = (out / "report.md").read_text()
+    assert f"- GPU: none: {gpu['reason']}" in md and "## Start-up (apart from latency)" in md
+    assert f"**Not measured: PyTorch reference on CUDA (fp32, fp16)** ({gaps['PyTorch reference on CUDA (fp32, fp16)']})" in md
+    paths = {p["path"]: p for p in data["paths"]}
+    assert paths["onnx cpu fp32"]["model"] == "fp32" and paths["onnx cpu fp32"]["placement"]["nodes"]["cpu"] > 0
+
+
+def test_gpu_bench_preset_sweeps_batch_to_128_and_sequence_to_512(tmp_path):
+    gpu = BenchConfig.preset("gpu", tmp_path)
+    assert gpu.providers == ("cuda", "tensorrt") and gpu.precisions == ("fp32", "fp16", "int8")
+    assert max(gpu.batches) == 128 and max(gpu.seqs) == 512 and gpu.torch_gpu and gpu.cold_start
+    assert BenchConfig.preset("gpu", tmp_path, providers=("cpu", "cuda")).providers == ("cpu", "cuda")
+
+
+def test_tensorrt_start_up_is_timed_with_an_empty_then_a_filled_engine_cache(monkeypatch, tmp_path):
+    import edgebert.runtime as runtime
+    from edgebert.bench import startup
+    from edgebert.runtime.trt_profile import TrtProfile
+
+    opened = []
+
+    class FakeSession:
+        provider, precision, model_key = "tensorrt", "fp16", "fp32-trt"
+
+        def __init__(self, bundle_dir, **kwargs):
+            opened.append(kwargs)
+
+        def run(self, feeds):
+            assert feeds["input_ids"].shape == (1, 8)
+            return {}
+
+    monkeypatch.setattr(runtime, "EdgeSession", FakeSession)
+    manifest = {"inputs": [{"name": n} for n in ("input_ids", "attention_mask", "token_type_ids")],
+                "config": {"vocab_size": 50},
+                "tokenizer": {"pad_id": 0, "cls_id": 1, "sep_id": 2}}
+    config = BenchConfig(tmp_path, providers=("tensorrt",), precisions=("fp16",), batches=(1, 64),
+                         seqs=(8, 256), progress=False)
+    session, rows = startup.open_path(config, manifest, "tensorrt", "fp16", tmp_path / "caches")
+    assert isinstance(session, FakeSession) and len(opened) == 2
+    for kwargs in opened:   # the profile covers every shape the bench will time, caches in the run's folder
+        assert kwargs["trt_profile"] == TrtProfile((1, 1), (8, 128), (64, 256))
+        assert kwargs["trt_cache_dir"] == tmp_path / "caches" and kwargs["batch_size"] == 64
+    assert [r["engine_cache"] for r in rows] == ["empty", "warm"]
+    assert rows[0]["engine_build_s"] == rows[1]["engine_build_s"] == round(
+        rows[0]["cold_start_s"] - rows[1]["cold_start_s"], 4)
+    assert all(r["path"] == "onnx tensorrt fp16" and r["model"] == "fp32-trt" for r in rows)
+    opened.clear()
+    _, rows = startup.open_path(config, manifest, "cuda", "fp16", tmp_path / "caches")
+    assert len(opened) == 1 and "trt_profile" not in opened[0] and rows[0]["engine_cache"] is None
+
+
+def test_gpu_summary_and_nvml_without_its_package(monkeypatch):
+    import sys
+
+    from edgebert.bench.gpu import Nvml, gpu_summary
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)           # nvidia-ml-py not installed
+    nvml = Nvml()
+    assert not nvml.ok and nvml.used_mb() is None and nvml.facts() == {}
+    assert nvml.reason == "nvidia-ml-py is not installed (pip install 'edgebert[gpu]')"
+    env = {"gpus": ["NVIDIA H100 80GB HBM3"], "driver_cuda": "13.0", "onnxruntime_cuda_build": "13.0",
+           "cudnn": "9.10.2", "tensorrt": None, "nvml_driver": "580.65.06", "nvml": "ok"}
+    assert gpu_summary(env) == ("NVIDIA H100 80GB HBM3; driver 580.65.06 (CUDA 13.0); onnxruntime built for CUDA "
+                                "13.0; cuDNN 9.10.2; TensorRT not loaded")
+    assert gpu_summary({"gpus": [], "reason": "no NVIDIA GPU driver (libcuda.so.1: cannot open)"}) == \
+        "none: no NVIDIA GPU driver (libcuda.so.1: cannot open)"
+    assert gpu_summary(None) == "not probed (no GPU provider requested)"
