@@ -51,7 +51,8 @@ def bench(
     iters: _opt("--iters", "Timed runs per shape (default: 50).", int) = None,
     max_seconds: _opt("--max-seconds", "Stop a shape's timed runs after this long, at least 3 runs "
                                        "(default: 10).", float) = None,
-    preset: o.preset_option("quick | default | full | gpu (cuda+tensorrt x fp32/fp16/int8, batch to 128, seq to 512; options override it; default default)") = None,
+    preset: o.preset_option("quick | default | full | gpu (cuda, tensorrt x fp32/fp16/int8, batch to 128, "
+                            "seq to 512); options override it; default default") = None,
     report: _opt("--report", "Write report.json, report.md, latency.png and bench.jsonl into this "
                              "directory.", Path) = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
