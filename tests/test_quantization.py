@@ -90,7 +90,8 @@ def test_static_int8_is_symmetric_s8s8_qdq_on_standard_ops(work, calib):
     manifest = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "static", int8=True,
                                           int8_mode="static", calib=calib, calib_size=32,
                                           validation_batch_sizes=(1, 3), validation_seq_lens=(7, 64))).manifest
-    model = onnx.load(str(work / "static" / "model.int8.onnx"))
+    model = onnx.load(str(work / "static" / "model.int8.trt.onnx"))   # static QDQ: the TensorRT INT8 graph
+    assert set(manifest["models"]) == {"fp32", "fp32-trt", "int8-trt"}        # and no CPU INT8 graph
     counts = op_type_counts(model)
     weight_matmuls = 6 * LAYERS + 1                            # Q, K, V, out, FFN1, FFN2 per layer + pooler
     assert counts["DequantizeLinear"] >= 2 * weight_matmuls     # weight DQ + activation DQ
@@ -100,15 +101,14 @@ def test_static_int8_is_symmetric_s8s8_qdq_on_standard_ops(work, calib):
     zero_points = [inits[n.input[2]] for n in model.graph.node
                    if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2]
     activation_zps = [inits[n.input[2]] for n in model.graph.node if n.op_type == "QuantizeLinear"]
-    int8_zps = [z for z in zero_points if z.data_type != onnx.TensorProto.INT32]   # int32: biases
     assert activation_zps and all(z.data_type == onnx.TensorProto.INT8 for z in activation_zps)
-    assert len(int8_zps) > len(activation_zps)                                      # weights too
-    assert all(z.data_type == onnx.TensorProto.INT8 for z in int8_zps)             # S8S8, no U8
+    assert len(zero_points) > len(activation_zps)                                   # weights too
+    assert all(z.data_type == onnx.TensorProto.INT8 for z in zero_points)          # S8S8, no U8, no int32 bias
     assert all(not onnx.numpy_helper.to_array(z).any() for z in zero_points)     # symmetric
-    q = manifest["models"]["int8"]["quantization"]
+    q = manifest["models"]["int8-trt"]["quantization"]
     assert q["format"] == "QDQ" and q["graph"] == "standard-ops" and q["symmetric"] is True
     assert q["candidate_nodes"] == weight_matmuls and q["calibration"]["calibration"]["texts"] == 32
-    assert manifest["models"]["int8"]["accuracy"]["mean"] > 0.99
+    assert manifest["models"]["int8-trt"]["accuracy"]["mean"] > 0.99
 
 
 # --------------------------------------------------------------------------- accuracy guard

@@ -209,6 +209,15 @@ class _Run:
             self.report["length_mix"]["results"] += _replay(path, name, self.config, self.mix,
                                                             self.pad_id, self.log)
 
+    def accuracy(self, run_fn) -> dict[str, Any] | None:
+        """Outputs of ``run_fn`` on the evaluation batches against the reference's (None: no reference)."""
+        if self.ref_outputs is None:
+            return None
+        tracker = AccuracyTracker(self.task)
+        for feeds, ref_out in zip(self.eval_feeds, self.ref_outputs):
+            tracker.add(feeds, run_fn(feeds), ref_out)
+        return tracker.result()
+
     def not_measured(self, what: str, reason: str) -> None:
         self.report["not_measured"].append({"what": what, "reason": reason})
 
@@ -291,12 +300,7 @@ def _measure_reference_gpu(run: _Run) -> None:
         except Exception as exc:  # noqa: BLE001  (a CUDA error is a finding, not a crash)
             run.not_measured(f"PyTorch reference on CUDA {precision}", " ".join(str(exc).split())[:300])
             continue
-        accuracy = None
-        if run.ref_outputs is not None:
-            tracker = AccuracyTracker(run.task)
-            for feeds, ref_out in zip(run.eval_feeds, run.ref_outputs):
-                tracker.add(feeds, ref.run(feeds), ref_out)
-            accuracy = tracker.result()
+        accuracy = run.accuracy(ref.run)
         run.report["paths"].append({"path": name, "provider": "torch-cuda", "precision": precision,
                                     "available": True, "model_bytes": ref.size_bytes, "load_rss_mb": None,
                                     "providers": ["torch (CUDA)"], "notes": ref.notes, "accuracy": accuracy,
@@ -326,13 +330,8 @@ def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
     run.report["startup"] += startup
     path = _OnnxPath(session)
     loaded = rss_mb()
-    accuracy = None
-    if run.ref_outputs is not None:
-        tracker = AccuracyTracker(run.task)
-        for feeds, ref_out in zip(run.eval_feeds, run.ref_outputs):
-            tracker.add(feeds, session.run(feeds), ref_out)
-        accuracy = tracker.result()
-    elif run.comparison is not None:
+    accuracy = run.accuracy(session.run)
+    if accuracy is None and run.comparison is not None:
         accuracy = {"comparable": False, "reason": run.comparison["note"]}
     run.report["paths"].append({"path": name, "provider": provider, "precision": precision,
                                 "available": True, "model_file": session.model_file.name,
