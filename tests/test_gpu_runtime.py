@@ -204,7 +204,8 @@ class GpuLikeSession:
         return [self._ep, "CPUExecutionProvider"]
 
     def get_provider_graph_assignment_info(self):
-        return [FakeSubgraph(self._ep, self._real.get_provider_graph_assignment_info()[0].get_nodes())]
+        return [FakeSubgraph(self._ep, [node for sub in self._real.get_provider_graph_assignment_info()
+                                        for node in sub.get_nodes()])]
 
     def disable_fallback(self):
         self.fallback_disabled = True
