@@ -22,6 +22,7 @@ import numpy as np
 from ..bundle import open_bundle, tokenizer_path
 from ..environment import describe
 from ..errors import ConfigError, EdgebertError
+from ..outdirs import OutputDir
 from .accuracy import AccuracyTracker
 from .config import BenchConfig
 from .flops import ModelShape, forward_flops
@@ -30,6 +31,7 @@ from .measure import (MEMORY_METHOD, Latency, OtherCpuLoad, peak_rss_mb, release
 from .peak import calibrate, peak_for
 from .workloads import LengthMix, read_texts, synthetic_feeds
 
+REPORT_FILES = ("report.json", "report.md", "latency.png", "bench.jsonl")
 REPORT_SCHEMA = "edgebert-bench"
 REPORT_VERSION = 1
 REFERENCE_PATH = "torch fp32"
@@ -49,10 +51,10 @@ def _bundle_hf_config(bundle_dir: Path, manifest: dict[str, Any]) -> dict[str, A
 class _Log:
     """Progress bar (stderr) + one JSON line per measured row (``bench.jsonl`` in the report dir)."""
 
-    def __init__(self, config: BenchConfig):
+    def __init__(self, config: BenchConfig, out: OutputDir | None):
         self.path = config.report_dir / "bench.jsonl" if config.report_dir else None
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if out is not None:
+            out.create()
             self.path.write_text("", encoding="utf-8")
         self.progress = None
         self.task = None
@@ -300,6 +302,9 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     from ..runtime.providers import probe
     from ..runtime.text import TextEncoder
 
+    # --report: a new or empty folder, or an earlier report (whose files are replaced): edgebert.outdirs
+    out = (OutputDir(config.report_dir, "bench", names=REPORT_FILES, overwrite=True, signature="report.json")
+           if config.report_dir is not None else None)
     manifest = open_bundle(config.bundle_dir, verify=True)
     task = manifest["task"]
     hf_config = _bundle_hf_config(config.bundle_dir, manifest)
@@ -317,7 +322,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     encoder = TextEncoder(tokenizer_path(config.bundle_dir, manifest), max_len, pad_id)
     report = _header(config, manifest, hf_config, max_len)
     others = OtherCpuLoad()
-    with _Log(config) as log:
+    with _Log(config, out) as log:
         log.say("calibrating matmul peak")
         report["calibration"] = calibrate(config.calibration_size, config.threads)
         mix = None

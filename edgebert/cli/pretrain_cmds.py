@@ -28,13 +28,14 @@ def pretrain_cmd(
     lowercase: Annotated[Optional[bool], typer.Option("--lowercase/--cased", help="Lower-case text (default).")] = None,
     max_seq_len: o.MaxSeqLen = None,
     resume: o.Resume = False,
+    overwrite: o.Overwrite = False,
     *,
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Pretrain a BERT (MLM + NSP) on text; prints where the checkpoint is and its eval metrics."""
     from ..stages.pretrain import build_pretrain_config, pretrain
 
-    cfg = build_pretrain_config(out, preset, resume=resume, train=train, corpus=tuple(corpus or ()) or None,
+    cfg = build_pretrain_config(out, preset, resume=resume, overwrite=overwrite, train=train, corpus=tuple(corpus or ()) or None,
                                 eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,
                                 model_size=model_size, model_config=config, vocab_size=vocab_size, vocab=vocab,
                                 lowercase=lowercase, max_seq_len=max_seq_len)

@@ -21,6 +21,7 @@ from .bert import MODEL_CLASSES, build_model
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+MODEL_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME)   # what save_model writes
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # Keys some checkpoints carry that are buffers or tied copies, never real weights.
 IGNORED_KEYS = ("embeddings.position_ids",)
