@@ -30,4 +30,4 @@ def missing_extra(exc: ModuleNotFoundError, command: str) -> MissingExtra | None
     if top not in PROVIDED_BY:
         return None
     what, hint = PROVIDED_BY[top]
-    return MissingExtra(f"{command} needs {what}, which is not installed", hint)
+    return MissingExtra(f"{command} needs {what}", hint)
