@@ -29,7 +29,7 @@ from torch import nn
 from .errors import CheckpointError, ConfigError, EdgebertError, ValidationError
 from .fileio import copy_file, write_text
 from .model.bert import build_model, count_parameters
-from .model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, load_model, map_state_dict,
+from .model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, check_weights, load_model, map_state_dict,
                          model_state_dict, read_state_dict, save_model)
 from .model.config import ARCHITECTURES, BertConfig
 from .outdirs import OutputDir
@@ -100,6 +100,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     target_of = _source_to_target(sd, model)
     dropped = _explain_dropped(sd, target_of, arch, src)
     _check_missing_and_shapes(sd, target_of, model, src)
+    check_weights({key: sd[key] for key in target_of}, src / weights_file)
     with torch.no_grad():
         params = model.state_dict()
         for key, target in target_of.items():

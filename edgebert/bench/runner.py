@@ -21,7 +21,7 @@ import numpy as np
 
 from ..bundle import open_bundle, tokenizer_path
 from ..environment import describe
-from ..errors import ConfigError, EdgebertError
+from ..errors import BundleError, ConfigError, EdgebertError
 from ..outdirs import OutputDir
 from .accuracy import AccuracyTracker
 from .config import BenchConfig
@@ -257,6 +257,17 @@ def _measure_reference(run: _Run, hf_config: dict, num_labels: int) -> None:
     release_memory()
 
 
+def _same_as_checked(session, manifest: dict[str, Any]) -> None:
+    """The graph the session loaded (with ``verify=False``) still has the hash ``run_bench`` checked when
+    it opened the bundle: bench measures exactly the files it hash-checked, or refuses."""
+    from ..bundle import sha256_file
+
+    name = session.model_file.name
+    if sha256_file(session.model_file) != manifest["files"].get(name):
+        raise BundleError(f"{session.model_file} changed after its hash was checked",
+                          "do not modify a bundle while it is benchmarked")
+
+
 def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
     """Load one provider x precision; record it as unavailable (with the reason) if it cannot run."""
     from ..runtime import EdgeSession
@@ -276,6 +287,7 @@ def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
         for _ in range(run.steps_per_path):
             run.log.step(f"{name}: unavailable")
         return
+    _same_as_checked(session, run.manifest)
     path = _OnnxPath(session)
     loaded = rss_mb()
     accuracy = None

@@ -47,3 +47,5 @@ def pretrain_cmd(
         say(f"eval: mlm_accuracy {ev['mlm_accuracy']:.4f} (unigram baseline {ev['unigram_mlm_accuracy']:.4f})  "
             f"mlm_perplexity {ev['mlm_perplexity']:.2f}  nsp_accuracy {ev['nsp_accuracy']:.4f}  on "
             f"{result.num_eval_examples} examples")
+    for warning in result.warnings:
+        say(f"warning: {warning}")

@@ -270,6 +270,7 @@ class PretrainResult:
     num_train_examples: int
     num_eval_examples: int
     resumed_from: int = 0
+    warnings: list[str] = field(default_factory=list)
 
 
 def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str]):
@@ -296,6 +297,9 @@ def pretrain(cfg: PretrainConfig, *, console=None, stop_at_step: int | None = No
                                               cfg.eval_fraction, cfg.train.seed)
         if len(train_docs) < 2:
             raise DataError("the training corpus has fewer than 2 documents", "give more text")
+        warnings = [] if len(eval_docs) != 1 else [
+            "the held-out text is one document, so NSP is evaluated without random-next pairs from other "
+            "documents and nsp_accuracy means little (hold out several documents, e.g. --eval-corpus)"]
         cfg.bert_config(cfg.vocab_size, 0)  # a bad model config fails before the tokenizer is trained
         tok = _tokenizer_for(cfg, train_docs)
         model_cfg = cfg.bert_config(tok.get_vocab_size(), SpecialIds.of(tok).pad)
@@ -313,7 +317,7 @@ def pretrain(cfg: PretrainConfig, *, console=None, stop_at_step: int | None = No
     return PretrainResult(cfg.out, result.step, result.eval_metrics, result.train_metrics,
                           result.tokens_per_s, time.perf_counter() - t0, count_parameters(model),
                           model_cfg.vocab_size, len(train_examples),
-                          sum(len(b["input_ids"]) for b in eval_batches), result.resumed_from)
+                          sum(len(b["input_ids"]) for b in eval_batches), result.resumed_from, warnings)
 
 
 def _from_dict(d: dict[str, Any]) -> PretrainConfig:
