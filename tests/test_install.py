@@ -57,7 +57,15 @@ def test_runtime_install_runs_the_embed_app_without_torch(runtime_python, tmp_pa
     # runtime-side commands work; a training command says which extra it needs, in one line, exit 2
     edgebert = runtime_python.parent / "edgebert"
     check = _run(edgebert, "check", str(bundle), cwd=tmp_path)
-    assert check.returncode == 0, check.stderr
+    assert check.returncode == 0 and check.stdout.startswith("PASS"), check.stdout + check.stderr
+    info = _run(edgebert, "info", cwd=tmp_path)
+    assert info.returncode == 0 and "onnxruntime_packages: ['onnxruntime']" in info.stdout, info.stdout + info.stderr
+    bench = _run(edgebert, "bench", str(bundle), "--preset", "quick", "--batch", "1", "--seq", "8", "--iters", "3",
+                 "--warmup", "0", "--report", str(tmp_path / "report"), cwd=tmp_path)
+    assert bench.returncode == 0, bench.stderr
+    assert "(latency.png needs matplotlib: pip install 'edgebert[train]')" in bench.stdout
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == [".edgebert-out.json", "bench.jsonl",
+                                                                       "report.json", "report.md"]
     pre = _run(edgebert, "pretrain", "--out", str(tmp_path / "p"), cwd=tmp_path)
     assert pre.returncode == 2 and pre.stderr.strip() == (
         "error: edgebert pretrain needs PyTorch (pip install 'edgebert[train]')"), pre.stderr

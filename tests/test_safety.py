@@ -127,6 +127,7 @@ HOSTILE = {
     "bench: task that does not match the graph": (5, lambda t, m: [
         "bench", str(_bundle_copy(m["bundle"], t / "b", _as_cls)), "--preset", "quick"]),
     "bench --threads 100000": (6, lambda t, m: ["bench", str(m["bundle"]), "--threads", "100000"]),
+    "check --threads 100000": (6, lambda t, m: ["check", str(m["bundle"]), "--threads", "100000"]),
     "pretrain --out under /proc": (7, lambda t, m: [
         "pretrain", "--preset", "tiny", "--corpus", str(m["corpus"]), "--out", "/proc/edgebert-run"]),
     "pretrain --out below a file": (7, lambda t, m: [
@@ -483,3 +484,25 @@ def test_bench_measures_only_the_files_it_checked(material, tmp_path):
         fh.write(b"\0")
     with pytest.raises(BundleError, match="changed after its hash was checked"):
         _same_as_checked(session, manifest)
+
+
+def test_pretrain_overwrite_starts_again_in_its_own_folder(material, tmp_path):
+    """Defect 2: --overwrite restarts a run this command wrote (old metrics and checkpoints gone), and
+    a file of the user's in that folder makes it refuse instead."""
+    from edgebert.stages.pretrain import PretrainConfig, pretrain
+
+    def run(**kw):
+        return pretrain(PretrainConfig.preset("tiny", tmp_path / "run", corpus=(material["corpus"],),
+                                              train=dict(max_steps=2, warmup_steps=0, progress=False), **kw))
+
+    run()
+    with pytest.raises(OutputError, match="already holds the output of `edgebert pretrain`"):
+        run()
+    assert run(overwrite=True).step == 2
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-0000002"]
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match=r"did not write \(notes.txt\)"):
+        run(overwrite=True)
+    assert (tmp_path / "run" / "notes.txt").read_text() == "mine"

@@ -75,4 +75,5 @@ def bench(
     if report is not None:
         plot = ", latency.png" if (report / "latency.png").is_file() else \
             " (latency.png needs matplotlib: pip install 'edgebert[train]')"
-        console.print(f"wrote {report}/report.json, report.md, bench.jsonl{plot}", highlight=False, soft_wrap=True)
+        console.print(f"wrote {report}/report.json, report.md, bench.jsonl{plot}", highlight=False, markup=False,
+                      soft_wrap=True)
