@@ -218,8 +218,17 @@ def test_export_replaces_only_its_own_bundle(material, tmp_path):
     hidden ``.X.old`` is ever left beside it."""
     from exporters import ExportConfig, export_bundle
 
+    import tempfile
+
     out = tmp_path / "bundle"
+    dead = _dead_pid()                       # defect 8: what a killed export left behind
+    stale_beside = tmp_path / f".bundle.eb{dead}-k1ll.tmp"
+    stale_work = Path(tempfile.gettempdir()) / f"edgebert-export-{dead}-k1ll"
+    for folder in (stale_beside, stale_work):
+        folder.mkdir()
+        (folder / "model.onnx").write_bytes(b"\0" * 1000)
     export_bundle(ExportConfig(model_dir=material["embed_model"], out_dir=out, task="embed"))
+    assert not stale_beside.exists() and not stale_work.exists()
     assert (out / MARKER).is_file() and "files" in json.loads((out / "manifest.json").read_text())
     with pytest.raises(OutputError, match="already holds the output of `edgebert export`"):
         export_bundle(ExportConfig(model_dir=material["embed_model"], out_dir=out, task="embed"))
@@ -372,10 +381,15 @@ def test_a_kill_while_saving_keeps_a_consistent_checkpoint(tmp_path, monkeypatch
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-0000008"]
 
 
+def _dead_pid() -> int:
+    """The id of a process that has exited."""
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+
+
 def test_stale_temporaries_of_dead_processes_are_removed(tmp_path):
     """Defect 8: only this tool's temp names, only of processes that are gone."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    dead = _dead_pid()
     mine = tmp_path / f".bundle.eb{dead}-abc.tmp"
     mine.mkdir()
     alive = tmp_path / f".bundle.eb{os.getpid()}-abc.tmp"
