@@ -57,7 +57,7 @@ def test_runtime_install_runs_the_embed_app_without_torch(runtime_python, tmp_pa
     # runtime-side commands work; a training command says which extra it needs, in one line, exit 2
     edgebert = runtime_python.parent / "edgebert"
     check = _run(edgebert, "check", str(bundle), cwd=tmp_path)
-    assert check.returncode == 0 and check.stdout.startswith("PASS"), check.stdout + check.stderr
+    assert check.returncode == 0 and check.stdout.strip().splitlines()[-1].startswith("PASS: "), check.stdout + check.stderr
     info = _run(edgebert, "info", cwd=tmp_path)
     assert info.returncode == 0 and "onnxruntime_packages: ['onnxruntime']" in info.stdout, info.stdout + info.stderr
     bench = _run(edgebert, "bench", str(bundle), "--preset", "quick", "--batch", "1", "--seq", "8", "--iters", "3",
