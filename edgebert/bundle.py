@@ -17,6 +17,13 @@ Layout of a bundle directory::
 ``manifest["files"]`` maps every file name (except the manifest) to its sha256; ``verify_files``
 re-hashes them and raises ``BundleError`` on any mismatch.
 
+``read_manifest`` checks the structure the runtime relies on (``check_structure``: types and presence
+of what is read, never a ban on extra keys, so newer entries and tasks pass) and every file it names
+must stay inside the bundle, symlinks resolved (``bundle_file``), with or without hash checks.
+``open_bundle`` also checks that each graph's declared inputs and outputs agree with the ONNX file's
+own (``check_graph_io``, read by ``edgebert.onnx_io`` without onnxruntime). Every problem is a one-line
+``BundleError``.
+
 Version 2 gives every model entry a ``precision``, and every INT8 entry its ``target`` and
 ``requires`` (what a host needs to run it exactly: ``u8s8_exact``, see ``edgebert.runtime.hostcpu``).
 Version 1 bundles are still read: their one INT8 graph has 8-bit int8 weights, so it is treated as
@@ -38,10 +45,11 @@ from typing import Any
 
 from .errors import BundleError
 from .fileio import sha256_file  # stdlib only, like this module
+from .onnx_io import FLOAT_TYPES, NotOnnx, graph_io
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
            "INPUT_NAMES", "sha256_file", "read_manifest", "entry_providers", "int8_graphs", "verify_files",
-           "model_path", "tokenizer_path", "open_bundle"]
+           "model_path", "tokenizer_path", "open_bundle", "check_structure", "check_graph_io", "bundle_file"]
 
 MANIFEST_NAME = "manifest.json"
 BUNDLE_FORMAT = "edgebert-bundle"
@@ -87,7 +95,129 @@ def read_manifest(bundle_dir: str | os.PathLike) -> dict[str, Any]:
         raise BundleError(f"{path} has unknown task {manifest['task']!r}")
     if not isinstance(manifest["models"], dict) or "fp32" not in manifest["models"]:
         raise BundleError(f"{path} lists no fp32 model", "re-export the bundle")
+    check_structure(manifest, path)
+    for name in _named_files(manifest):
+        bundle_file(bundle_dir, name)
     return manifest
+
+
+# --------------------------------------------------------------------------- structure
+def _is_int(value: Any, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _problem(manifest: dict[str, Any]) -> str | None:
+    """The first structural problem of a manifest, as a phrase (None if it is usable)."""
+    cfg = manifest["config"]
+    if not isinstance(cfg, dict):
+        return "config must be an object"
+    for key in ("hidden_size", "max_position_embeddings", "vocab_size", "num_hidden_layers", "num_attention_heads"):
+        if not _is_int(cfg.get(key), 1):
+            return f"config.{key} is {cfg.get(key)!r}, not a positive integer"
+    max_len = manifest.get("max_sequence_length")
+    if max_len is not None and not _is_int(max_len, 3):
+        return f"max_sequence_length is {max_len!r}, not an integer >= 3"
+    tok = manifest["tokenizer"]
+    if not isinstance(tok, dict) or not isinstance(tok.get("file"), str):
+        return "tokenizer must be an object with a file name"
+    for key in ("pad_id", "mask_id", "cls_id", "sep_id", "unk_id"):
+        if tok.get(key) is not None and not _is_int(tok[key]):
+            return f"tokenizer.{key} is {tok[key]!r}, not a token id"
+    for key in ("inputs", "outputs"):
+        if not (isinstance(manifest[key], list) and manifest[key]
+                and all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in manifest[key])):
+            return f"{key} must be a non-empty list of objects with a name"
+    bad_inputs = sorted({i["name"] for i in manifest["inputs"]} - set(INPUT_NAMES))
+    if bad_inputs:
+        return f"input {bad_inputs[0]!r} is not one the runtime feeds ({', '.join(INPUT_NAMES)})"
+    expected = TASK_OUTPUTS.get(manifest["task"])
+    declared = tuple(o["name"] for o in manifest["outputs"])
+    if expected is not None and declared != expected:
+        return f"task {manifest['task']!r} has outputs {', '.join(expected)}, the manifest declares {', '.join(declared)}"
+    for key, entry in manifest["models"].items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            return f"models.{key} must be an object with a file name"
+        if manifest.get("version", 1) >= 2 and not isinstance(entry.get("precision"), str):
+            return f"models.{key} has no precision"
+        if model_precision(key, entry) == "int8" and "requires" in entry:
+            if not isinstance(entry["requires"], dict) or not isinstance(entry.get("target"), str):
+                return f"models.{key} must carry a target name and a requires object"
+    files = manifest["files"]
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return "files must map file names to sha256 strings"
+    labels = manifest.get("labels")
+    if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+                                   and sorted(labels, key=str) == sorted(map(str, range(len(labels))), key=str)):
+        return "labels must map 0..N-1 to label names"
+    return None
+
+
+def check_structure(manifest: dict[str, Any], where: str | os.PathLike = MANIFEST_NAME) -> None:
+    """``BundleError`` naming the first field the runtime reads that is missing or of the wrong type.
+    Extra keys and entries are allowed (newer exporters add them)."""
+    problem = _problem(manifest)
+    if problem:
+        raise BundleError(f"{where}: {problem}", "re-export the bundle")
+
+
+def _named_files(manifest: dict[str, Any]) -> list[str]:
+    return [*(m["file"] for m in manifest["models"].values()), manifest["tokenizer"]["file"], *manifest["files"]]
+
+
+def bundle_file(bundle_dir: str | os.PathLike, name: str) -> Path:
+    """``bundle_dir/name``, refused unless it stays inside the bundle once symlinks are resolved."""
+    bundle_dir = Path(bundle_dir)
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} names a file outside the bundle: {name!r}",
+                          "re-export the bundle")
+    path = bundle_dir / name
+    root = bundle_dir.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise BundleError(f"{path} is a symlink that leaves the bundle (to {path.resolve()})",
+                          "copy the file into the bundle, or re-export it")
+    return path
+
+
+# --------------------------------------------------------------------------- graphs vs manifest
+def check_graph_io(bundle_dir: str | os.PathLike, manifest: dict[str, Any], key: str) -> None:
+    """``BundleError`` unless the graph of ``models[key]`` takes exactly the manifest's inputs (int64)
+    and gives its outputs (floating point, of the manifest's fixed sizes, e.g. hidden_size)."""
+    path = bundle_file(bundle_dir, manifest["models"][key]["file"])
+    if not path.is_file():
+        raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
+    try:
+        inputs, outputs = graph_io(path)
+    except (NotOnnx, OSError, ValueError) as exc:
+        raise BundleError(f"{path} is not a readable ONNX model ({exc})", "re-export the bundle") from exc
+    where = f"{path.name} ({key})"
+    wanted = {i["name"] for i in manifest["inputs"]}
+    have = {i.name: i for i in inputs}
+    if set(have) != wanted:
+        raise BundleError(f"{where} takes inputs {', '.join(sorted(have))}; the manifest declares "
+                          f"{', '.join(sorted(wanted))}", "the manifest and the graph come from different exports")
+    wrong = [i.name for i in inputs if i.dtype and i.dtype != "int64"]
+    if wrong:
+        raise BundleError(f"{where} input {wrong[0]} is {have[wrong[0]].dtype}, the runtime feeds int64")
+    produced = {o.name: o for o in outputs}
+    for out in manifest["outputs"]:
+        got = produced.get(out["name"])
+        if got is None:
+            raise BundleError(f"{where} has no output {out['name']!r} (it gives {', '.join(produced)}), yet the "
+                              f"manifest's task {manifest['task']!r} needs it",
+                              "the manifest and the graph come from different exports")
+        if got.dtype and got.dtype not in FLOAT_TYPES:
+            raise BundleError(f"{where} output {got.name} is {got.dtype}, not floating point")
+        declared = out.get("shape")
+        if got.shape and isinstance(declared, list) and len(declared) == len(got.shape):
+            for axis, (a, b) in enumerate(zip(declared, got.shape)):
+                if _is_int(a) and _is_int(b) and a != b:
+                    raise BundleError(f"{where} output {got.name} has size {b} on axis {axis}; the manifest "
+                                      f"says {a}", "the manifest and the graph come from different exports")
+    hidden = produced.get("last_hidden_state")
+    if hidden is not None and hidden.shape and _is_int(hidden.shape[-1]) \
+            and hidden.shape[-1] != manifest["config"]["hidden_size"]:
+        raise BundleError(f"{where} gives vectors of {hidden.shape[-1]}; config.hidden_size is "
+                          f"{manifest['config']['hidden_size']}", "the manifest and the graph come from different exports")
 
 
 def verify_files(bundle_dir: str | os.PathLike, manifest: dict[str, Any] | None = None) -> dict[str, str]:
@@ -105,9 +235,7 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: dict[str, Any] | None 
         raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} has no hash for {', '.join(unlisted)}",
                           "re-export the bundle")
     for name, expected in files.items():
-        path = bundle_dir / name
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} names a file outside the bundle: {name!r}")
+        path = bundle_file(bundle_dir, name)
         if not path.is_file():
             raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
         actual = sha256_file(path)
@@ -164,7 +292,7 @@ def model_path(bundle_dir: str | os.PathLike, precision: str = "fp32",
         flag = {"int8": " with --int8", "fp16": " with --fp16"}.get(precision, "")
         raise BundleError(f"{bundle_dir} has no {precision} model (it has: {have})",
                           f"re-export{flag}")
-    path = bundle_dir / entry["file"]
+    path = bundle_file(bundle_dir, entry["file"])
     if not path.is_file():
         raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
     return path
@@ -174,15 +302,19 @@ def tokenizer_path(bundle_dir: str | os.PathLike, manifest: dict[str, Any] | Non
     """Path of the bundle's ``tokenizer.json``."""
     bundle_dir = Path(bundle_dir)
     manifest = manifest if manifest is not None else read_manifest(bundle_dir)
-    path = bundle_dir / manifest["tokenizer"]["file"]
+    path = bundle_file(bundle_dir, manifest["tokenizer"]["file"])
     if not path.is_file():
         raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
     return path
 
 
 def open_bundle(bundle_dir: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
-    """``read_manifest`` + (optionally) ``verify_files``: the one call a runtime needs before loading."""
+    """``read_manifest`` + (optionally) ``verify_files`` + ``check_graph_io`` of every graph: the one
+    call a runtime needs before loading."""
     manifest = read_manifest(bundle_dir)
     if verify:
         verify_files(bundle_dir, manifest)
+    for key, entry in manifest["models"].items():
+        if model_precision(key, entry) in PRECISIONS:   # graphs of kinds this runtime loads
+            check_graph_io(bundle_dir, manifest, key)
     return manifest

@@ -14,6 +14,34 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one, else all of them)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def check_threads(threads: object, what: str = "threads") -> int | None:
+    """``threads`` if it is None or an integer from 1 to ``usable_cpus()``, else ``ConfigError``: more
+    threads than CPUs only contend (2,000 onnxruntime threads take minutes just to start)."""
+    from .errors import ConfigError
+
+    if threads is None:
+        return None
+    limit = usable_cpus()
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= limit:
+        raise ConfigError(f"{what}={threads!r} must be an integer from 1 to {limit} (the CPUs this process may use)",
+                          f"use at most {limit}, or leave it unset for onnxruntime's default")
+    return threads
+
+
+def onnxruntime_packages() -> list[str]:
+    """Installed onnxruntime distributions: more than one share the ``onnxruntime`` module and break it."""
+    return [d for d in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml")
+            if _version(d)]
+
+
 def cpu_flags() -> list[str]:
     """SIMD flags that matter for int8/fp32 kernels (Linux; empty elsewhere)."""
     wanted = {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16"}
@@ -50,6 +78,7 @@ def describe() -> dict[str, object]:
         "torch": _version("torch"),
         "onnx": _version("onnx"),
         "onnxruntime": _version("onnxruntime-gpu") or _version("onnxruntime"),
+        "onnxruntime_packages": onnxruntime_packages(),
         "tokenizers": _version("tokenizers"),
         "transformers": _version("transformers"),
     }

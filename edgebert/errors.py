@@ -50,5 +50,14 @@ class BundleError(EdgebertError):
     """An ONNX bundle is missing files, or a file does not match its manifest hash."""
 
 
+class OutputError(EdgebertError):
+    """An output path cannot be used: a file where a folder is wanted (or the other way round), a
+    folder that holds someone else's files, or a place the OS will not let us write."""
+
+
+class MissingExtra(EdgebertError):
+    """A command needs a package of an extra that is not installed (e.g. PyTorch: ``edgebert[train]``)."""
+
+
 class ProviderUnavailable(EdgebertError):
     """An onnxruntime execution provider cannot be used on this machine."""

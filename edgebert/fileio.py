@@ -1,4 +1,9 @@
-"""Atomic file writes: write to a temp file in the same folder, fsync, then rename over the target."""
+"""Atomic file writes: write to a temp file in the same folder, fsync, then rename over the target.
+
+Every temp file or folder this module makes is named ``.<target>.eb<pid>-<random>.tmp``: the writing
+process's id is in the name, so a later run can tell the leftovers of a killed process (its pid no
+longer runs) from a write in progress, and ``remove_stale_temps`` deletes only those.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,20 +26,88 @@ def current_umask() -> int:
     return mask
 
 
+_TEMP = re.compile(r"^\..+\.eb(\d+)-[^/]*\.tmp$")
+
+
+def temp_prefix(target: Path) -> str:
+    """The name start of this process's temp files for ``target`` (see the module docstring)."""
+    return f".{target.name}.eb{os.getpid()}-"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs (ours or another user's)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, under another user
+        return True
+    return True
+
+
+def is_stale_temp(path: Path) -> bool:
+    """A temp file/folder of this module whose writing process is gone (and that we own)."""
+    match = _TEMP.match(path.name)
+    if not match or pid_alive(int(match.group(1))):
+        return False
+    try:
+        return path.lstat().st_uid == os.getuid()
+    except OSError:
+        return False
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temp files and folders that killed writers left in ``folder``; returns them."""
+    folder = Path(folder)
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        if is_stale_temp(path):
+            remove_path(path)
+            removed.append(path)
+    return removed
+
+
+def remove_path(path: Path) -> None:
+    """Delete a file, a symlink or a folder tree."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path next to ``target``; on success it is renamed onto ``target``.
 
-    On error the temp file is removed and ``target`` keeps its previous content.
+    On error the temp file is removed and ``target`` keeps its previous content. The file gets the
+    permissions of a plain new file (0666 less the umask), whatever the writer created it with.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
-    os.chmod(tmp_path, 0o666 & ~current_umask())  # mkstemp makes 0600; give the file normal permissions
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~current_umask())  # mkstemp (and some writers) make 0600
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, target)
@@ -76,20 +150,24 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     A failure leaves no half-written folder behind, and an existing ``target`` untouched.
     """
     target = Path(target)
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        from .errors import OutputError
+
+        raise OutputError(f"{target} is {'a symlink' if target.is_symlink() else 'a file'}, not a folder",
+                          "choose a new or empty folder")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
     os.chmod(tmp, 0o777 & ~current_umask())
     try:
         yield tmp
         if target.exists():
-            old = target.with_name(f".{target.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(target, old)
+            old = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
+            os.replace(target, old)      # an empty folder is replaced by a rename
             os.replace(tmp, target)
             shutil.rmtree(old)
         else:
             os.replace(tmp, target)
+        fsync_dir(target.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -101,3 +179,34 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         for block in iter(lambda: fh.read(chunk), b""):
             h.update(block)
     return h.hexdigest()
+
+
+_WORK = re.compile(r"^edgebert-[a-z0-9]+-(\d+)-")
+
+
+def work_dir(kind: str) -> tempfile.TemporaryDirectory:
+    """A private scratch folder ``<tmp>/edgebert-<kind>-<pid>-<random>``, removed when the block ends;
+    the pid in the name lets ``remove_stale_work_dirs`` clean up after a killed process."""
+    return tempfile.TemporaryDirectory(prefix=f"edgebert-{kind}-{os.getpid()}-")
+
+
+def remove_stale_work_dirs(root: str | os.PathLike | None = None) -> list[Path]:
+    """Delete the ``work_dir`` folders of processes that no longer run (ours only); returns them."""
+    root = Path(root or tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        match = _WORK.match(path.name)
+        if not match or pid_alive(int(match.group(1))):
+            continue
+        try:
+            if path.lstat().st_uid != os.getuid():
+                continue
+            remove_path(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

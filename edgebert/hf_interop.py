@@ -27,14 +27,16 @@ import torch
 from torch import nn
 
 from .errors import CheckpointError, ConfigError, EdgebertError, ValidationError
-from .fileio import atomic_dir, copy_file, write_text
+from .fileio import copy_file, write_text
 from .model.bert import build_model, count_parameters
-from .model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, load_model, map_state_dict,
+from .model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, check_weights, load_model, map_state_dict,
                          model_state_dict, read_state_dict, save_model)
 from .model.config import ARCHITECTURES, BertConfig
+from .outdirs import OutputDir
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES)
 CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification")
 # Config keys that describe how the *source* was stored; edgebert always writes float32.
 DROPPED_CONFIG_KEYS = ("torch_dtype", "dtype")
@@ -70,11 +72,12 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
 
     ``architecture`` overrides the source's (e.g. ``BertModel`` to keep only the encoder of a
     pretraining checkpoint); heads may be dropped this way, never invented.
-    ``out_dir`` must not exist or be empty unless ``overwrite`` (it is then replaced as a whole).
+    ``out_dir`` must be new or empty, or (``overwrite``) an earlier import, which is then replaced as a
+    whole; a folder holding other files is refused (``edgebert.outdirs``).
     """
     src, out_dir = Path(src), Path(out_dir)
     raw = _read_source_config(src)
-    _check_out_dir(src, out_dir, overwrite)
+    out = _check_out_dir(src, out_dir, overwrite)
     source_arch = (raw.get("architectures") or ["BertModel"])[0]
     try:
         cfg = BertConfig.from_hf_dict(raw)
@@ -97,6 +100,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     target_of = _source_to_target(sd, model)
     dropped = _explain_dropped(sd, target_of, arch, src)
     _check_missing_and_shapes(sd, target_of, model, src)
+    check_weights({key: sd[key] for key in target_of}, src / weights_file)
     with torch.no_grad():
         params = model.state_dict()
         for key, target in target_of.items():
@@ -105,7 +109,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     source_dtypes = sorted({str(sd[k].dtype).removeprefix("torch.") for k in target_of})
     del sd  # the model holds the weights now; keep peak memory at two copies for large models
 
-    with atomic_dir(out_dir) as tmp:
+    with out.staged() as tmp:
         save_model(model, tmp)
         tokenizer_files, built = _write_tokenizer(src, tmp, cfg)
         diff = _verify_reload(model, tmp)
@@ -324,13 +328,10 @@ def _verify_reload(model: nn.Module, out: Path) -> float:
     return diff
 
 
-def _check_out_dir(src: Path, out_dir: Path, overwrite: bool) -> None:
+def _check_out_dir(src: Path, out_dir: Path, overwrite: bool) -> OutputDir:
     s, o = src.resolve(), out_dir.resolve()
     if o == s or s.is_relative_to(o):
         raise CheckpointError(f"--out {out_dir} would replace the source {src}",
                               "choose another output directory")
-    if o.exists() and not o.is_dir():
-        raise CheckpointError(f"{out_dir} exists and is not a directory", "choose another --out")
-    if o.is_dir() and any(o.iterdir()) and not overwrite:
-        raise CheckpointError(f"{out_dir} exists and is not empty",
-                              "choose another --out, or pass --overwrite to replace it")
+    return OutputDir(out_dir, "import-hf", names=IMPORT_OUTPUTS, overwrite=overwrite, signature=WEIGHTS_NAME,
+                     flags="--overwrite")

@@ -86,7 +86,8 @@ def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, architecture:
 def write_manifest(bundle_dir: Path, manifest: dict) -> dict:
     """Hash every file in ``bundle_dir`` (except the manifest and logs) into ``files``; write it."""
     files = {p.name: sha256_file(p) for p in sorted(Path(bundle_dir).iterdir())
-             if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".jsonl")}
+             if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".jsonl")
+             and not p.name.startswith(".")}
     manifest = {**manifest, "files": files}
     write_json(Path(bundle_dir) / MANIFEST_NAME, manifest)
     return manifest

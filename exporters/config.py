@@ -45,6 +45,7 @@ class ExportConfig:
 
     model_dir: Path
     out_dir: Path
+    overwrite: bool = False                    # replace a bundle an earlier export wrote at out_dir
     task: str | None = None
     opset: int = 17
     max_sequence_length: int | None = None     # None: config.max_position_embeddings

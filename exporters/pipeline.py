@@ -3,7 +3,8 @@ atomically.
 
 Every graph is checked against the PyTorch model right after it is made (raw export, fusion, INT8,
 FP16, the TensorRT and CUDA graphs); any miss raises a typed error and leaves no bundle behind (an
-existing bundle at ``out_dir`` stays until the new one is complete).
+existing bundle at ``out_dir`` stays until the new one is complete). ``out_dir`` follows ``edgebert.outdirs``:
+new or empty, or an earlier bundle with ``overwrite``; the scratch folders of killed exports are removed first.
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgebert.bundle import INPUT_NAMES, TASK_OUTPUTS
+from edgebert.bundle import INPUT_NAMES, MANIFEST_NAME, TASK_OUTPUTS
 from edgebert.model import CONFIG_NAME, load_model
 from edgebert.model import BertConfig
 from edgebert.errors import CheckpointError, ConfigError
-from edgebert.fileio import atomic_dir, current_umask, write_text
+from edgebert.fileio import current_umask, remove_stale_work_dirs, work_dir, write_text
+from edgebert.outdirs import OutputDir
 
 from .bundle import MODEL_FILES, build_manifest, verify_bundle, write_manifest
 from .config import TASK_ARCHITECTURES, ExportConfig, default_task
@@ -33,6 +34,10 @@ from .tokenizer_info import find_tokenizer, tokenizer_metadata
 from .validate import make_cases, torch_reference, validate_graph
 
 LOG_NAME = "export_log.jsonl"
+# what a bundle folder may hold (an --overwrite replaces nothing else): manifest, graphs (with external
+# data), tokenizer, config, log
+BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", "tokenizer.json", "vocab.txt",
+                  CONFIG_NAME, LOG_NAME)
 
 
 @dataclass
@@ -129,6 +134,9 @@ def _load(cfg: ExportConfig) -> tuple[BertConfig, str, object, Path]:
 def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = None) -> ExportResult:
     """Export ``cfg.model_dir`` into the bundle directory ``cfg.out_dir``; see the module docstring."""
     say = _Steps(on_step)
+    out = OutputDir(cfg.out_dir, "export", names=BUNDLE_OUTPUTS, overwrite=cfg.overwrite, signature=MANIFEST_NAME,
+                    flags="--overwrite")
+    remove_stale_work_dirs()
     say("loading checkpoint")
     model_cfg, task, model, tok_file = _load(cfg)
     tok_meta = tokenizer_metadata(tok_file)
@@ -141,8 +149,8 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
                               f"{model_cfg.vocab_size}", "the tokenizer belongs to another model")
     wrapped = prepare(model, task)
     names = TASK_OUTPUTS[task]
-    with tempfile.TemporaryDirectory(prefix="edgebert-export-") as work_dir, atomic_dir(cfg.out_dir) as staging:
-        work = Path(work_dir)
+    with work_dir("export") as scratch, out.staged() as staging:
+        work = Path(scratch)
         say(f"tracing to ONNX (opset {cfg.opset}, task {task})")
         raw = export_onnx(wrapped, work / "model.raw.onnx", cfg.opset, tok_meta["pad_id"])
         cases = make_cases(model_cfg.vocab_size, max_len, cfg.validation_batch_sizes,

@@ -17,7 +17,6 @@ guess from the summed per-node distances, then doubling / bisection, measuring t
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -26,6 +25,7 @@ import numpy as np
 import onnxruntime as ort
 
 from edgebert.errors import ValidationError
+from edgebert.fileio import work_dir
 from edgebert.runtime.fidelity import METRICS, OUTPUT, Fidelity, FidelityTracker, summarize
 from edgebert.runtime.hostcpu import PRECISION_OPTION
 
@@ -102,7 +102,7 @@ class GuardResult:
 def rank_nodes(quantizer: Quantizer, probe: AccuracyProbe, sensitivity_size: int) -> list[dict]:
     """Per-node sensitivity: the distance caused by quantizing that node alone; largest first."""
     ranking = []
-    with tempfile.TemporaryDirectory(prefix="edgebert-sens-") as tmp:
+    with work_dir("sens") as tmp:
         one = Path(tmp) / "one.onnx"
         for node in quantizer.candidates():
             quantizer.quantize(one, only=node)

@@ -11,13 +11,13 @@ outlier channels were split off (``quantization.outliers``) the float outlier Ma
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from .activations import ChannelStats
+from edgebert.fileio import work_dir
 from edgebert.onnx_graph import quiet_logging, weight_nodes
 from .outliers import float_only_nodes
 from .scales import freeze_activation_scales
@@ -59,7 +59,7 @@ class DynamicInt8Quantizer:
                  only: str | None = None) -> Path:
         r = self.recipe
         out_path = Path(out_path)
-        with tempfile.TemporaryDirectory(prefix="edgebert-q-") as tmp:
+        with work_dir("q") as tmp:
             per_call = out_path if r.activation_scales == "per-call" else Path(tmp) / "per_call.onnx"
             with quiet_logging():
                 quantize_dynamic(

@@ -238,7 +238,7 @@ def test_failed_export_leaves_no_bundle_and_keeps_the_old_one(embed_bundle, work
     before = (existing / "manifest.json").read_bytes()
     monkeypatch.setattr(pipeline, "torch_reference", sabotaged)
     with pytest.raises(ValidationError):
-        export_bundle(ExportConfig(model_dir=model_dir, out_dir=existing))
+        export_bundle(ExportConfig(model_dir=model_dir, out_dir=existing, overwrite=True))
     assert (existing / "manifest.json").read_bytes() == before
     verify_bundle(existing)
 

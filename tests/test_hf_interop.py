@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from edgebert.model import load_model, save_model
 from edgebert.cli import main
-from edgebert.errors import CheckpointError, ConfigError
+from edgebert.errors import OutputError, CheckpointError, ConfigError
 from edgebert.hf_interop import convert_hf, import_hf, output_tensors, probe_batch
 from edgebert.model import BertForPreTraining, BertForSequenceClassification, BertModel
 
@@ -69,9 +69,9 @@ def test_import_reports_drops_builds_tokenizer_and_reproduces_outputs(tmp_path, 
         "cls.predictions.decoder.bias": "tied to cls.predictions.bias",
     }
     assert report.max_abs_diff == 0.0
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors",
+    assert sorted(p.name for p in out.iterdir()) == [".edgebert-out.json", "config.json", "model.safetensors",
                                                       "tokenizer.json", "tokenizer_config.json",
-                                                      "vocab.txt"]
+                                                      "vocab.txt"]   # the marker: written by import-hf
     assert report.tokenizer_built_from_vocab
     # reloaded checkpoint == the original model, bit for bit
     batch = probe_batch(pretraining_model.config, batch=3, seq=16)
@@ -164,19 +164,32 @@ def test_import_never_invents_a_head(tmp_path, tiny_config):
 
 
 def test_existing_output_is_kept_unless_overwrite_and_survives_a_failed_import(tmp_path, pretraining_model):
+    """issue 13, defect 2: --overwrite replaces an earlier import only, never a user's files."""
     src = hf_style_dir(tmp_path, pretraining_model)
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    with pytest.raises(CheckpointError, match="not empty"):
+    with pytest.raises(OutputError, match="not empty and was not written by `edgebert import-hf`"):
+        import_hf(src, out)
+    with pytest.raises(OutputError, match="not empty and was not written by `edgebert import-hf`"):
+        import_hf(src, out, overwrite=True)
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    import_hf(src, out)                                  # an empty folder is fine
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(OutputError, match="already holds the output of `edgebert import-hf`"):
         import_hf(src, out)
     write_vocab(src / "vocab.txt", 2000)  # makes the import fail after the weights were written
     with pytest.raises(CheckpointError, match="tokenizer has 2000 tokens"):
         import_hf(src, out, overwrite=True)
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before   # the failed import changed nothing
     write_vocab(src / "vocab.txt", 1024)
     import_hf(src, out, overwrite=True)
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert (out / "model.safetensors").exists()
+    (out / "notes.txt").write_text("mine")               # a file of the user's in our folder ...
+    with pytest.raises(OutputError, match=r"holds files `edgebert import-hf` did not write \(notes.txt\)"):
+        import_hf(src, out, overwrite=True)              # ... is never deleted
+    assert (out / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "out"]
     with pytest.raises(CheckpointError, match="would replace the source"):
         import_hf(src, tmp_path, overwrite=True)

@@ -13,6 +13,7 @@ from edgebert.cli import main
 from edgebert.data.corpus import builtin_corpus
 from edgebert.errors import ConfigError
 from edgebert.stages.pretrain import PretrainConfig, build_pretrain_config, pretrain
+from edgebert.training import checkpoint_dir
 
 
 
@@ -42,8 +43,9 @@ def test_cli_pretrains_evaluates_and_resumes(corpus, tmp_path, capsys):
     assert code == 0, err
     assert f"checkpoint: {out}" in stdout and "mlm_accuracy" in stdout and "unigram baseline" in stdout
     for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "tokenizer_config.json",
-                 "special_tokens_map.json", "training_state.pt", "metrics.jsonl", "pretrain_config.json"):
+                 "special_tokens_map.json", "checkpoint.json", "metrics.jsonl", "pretrain_config.json"):
         assert (out / name).is_file(), name
+    assert (out / "checkpoints" / "step-0000012" / "training_state.pt").is_file()   # the set the pointer names
     recs = records(out)
     assert [r["step"] for r in recs] == list(range(1, 13))
     ev = recs[-1]
@@ -153,7 +155,7 @@ def _corrupt_checkpoint(tmp_path: Path, corpus: Path) -> Path:
     out = tmp_path / "ckpt"
     pretrain(PretrainConfig.preset("tiny", out, corpus=(corpus,),
                                    train=dict(max_steps=2, warmup_steps=0, progress=False)))
-    (out / "training_state.pt").write_bytes(b"\x00garbage")
+    (checkpoint_dir(out) / "training_state.pt").write_bytes(b"\x00garbage")
     return out
 
 
@@ -192,7 +194,7 @@ def test_bad_inputs_give_one_line_errors(case, corpus, tmp_path, capsys):
     assert len(lines) == 1 and lines[0].startswith("error:"), err
     assert "Traceback" not in err + stdout
     assert "unexpected" not in lines[0]  # a user error, not a crash
-    assert not (tmp_path / "o" / "training_state.pt").exists()
+    assert not (tmp_path / "o").exists()          # issue 13, defect 3: nothing half-written either
 
 
 def test_error_messages_say_what_was_wrong(tmp_path, corpus, capsys):
@@ -236,3 +238,21 @@ def test_pretraining_learns_beyond_the_unigram_baseline(tmp_path):
     assert ev["masked_tokens"] >= 150
     assert ev["mlm_accuracy"] > ev["unigram_mlm_accuracy"] + 0.15, ev
     assert ev["mlm_perplexity"] < 30  # from ~200 (uniform over the vocabulary) at initialisation
+
+
+def test_two_runs_with_the_same_seed_are_identical(corpus, tmp_path, capsys):
+    """issue 13, defect 4: the tokenizer is trained in each run (no shared vocab), yet the vocabulary
+    files are byte-identical and every logged loss and every weight is equal."""
+    for name in ("a", "b"):
+        code, _, err = run_cli(capsys, "--preset", "tiny", "--corpus", str(corpus), "--out", str(tmp_path / name),
+                               "--max-steps", "6", "--seed", "7", "--no-progress")
+        assert code == 0, err
+    a, b = tmp_path / "a", tmp_path / "b"
+    for name in ("vocab.txt", "tokenizer.json", "config.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    losses = [[(r["step"], r["loss"], r.get("eval_mlm_loss")) for r in records(run)] for run in (a, b)]
+    assert len(losses[0]) == 6 and losses[0] == losses[1]
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -113,3 +113,36 @@ def test_errors(tmp_path):
         train_tokenizer(TEXTS, vocab_size=10)
     with pytest.raises(DataError, match="no text"):
         train_tokenizer(["", "   "], vocab_size=300)
+
+
+# issue 13, defect 4 (same seed, different run): tokenizers numbers the "##x" pieces in the order of a
+# randomly seeded hash map and breaks ties between equally frequent merges by those ids
+# (huggingface/tokenizers#1794). Each training runs in a fresh process, as two `edgebert pretrain` runs do.
+_TRAIN_IN_A_PROCESS = """
+import hashlib, sys
+sys.path.insert(0, sys.argv[1])
+from edgebert.data.corpus import builtin_corpus
+from edgebert.data.tokenizer import train_tokenizer
+tok = train_tokenizer(builtin_corpus()[:150], vocab_size=1000)
+print(hashlib.sha256(tok.to_str().encode()).hexdigest())
+"""
+
+
+def test_training_is_deterministic_across_processes():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    digests = {subprocess.run([sys.executable, "-c", _TRAIN_IN_A_PROCESS, str(REPO)], capture_output=True,
+                              text=True, check=True).stdout.strip() for _ in range(3)}
+    assert len(digests) == 1, digests
+
+
+def test_continuation_pieces_come_first_in_code_point_order(trained):
+    vocab = [trained.id_to_token(i) for i in range(trained.get_vocab_size())]
+    pieces = [t for t in vocab[5:] if t.startswith("##") and len(t) == 3]
+    assert pieces == sorted(pieces) and vocab[5:5 + len(pieces)] == pieces
+    # they are ordinary word pieces again, not special tokens: "##s" in text is split like any text
+    assert trained.encode("##s", add_special_tokens=False).tokens == ["[UNK]", "[UNK]", "s"]   # no "#" in TEXTS
+    assert sum(1 for t in trained.get_added_tokens_decoder().values() if t.special) == len(SPECIAL_TOKENS)

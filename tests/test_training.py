@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from edgebert.errors import CheckpointError, ConfigError
-from edgebert.training import (METRICS_FILE, STATE_FILE, ShuffledBatches, TrainConfig, TrainingError,
-                               TrainingTask, build_optimizer, lr_factor, train)
+from edgebert.training import (METRICS_FILE, POINTER_FILE, STATE_FILE, ShuffledBatches, TrainConfig,
+                               TrainingError, TrainingTask, build_optimizer, checkpoint_dir, lr_factor, train)
 
 
 
@@ -158,10 +158,16 @@ def test_training_reduces_loss_and_logs(tmp_path):
     assert records[-1]["loss"] < 0.25 * records[0]["loss"]
     assert result.step == 40 and result.eval_metrics["mse"] == pytest.approx(records[-1]["eval_mse"], rel=1e-4)
     assert records[0]["lr"] == pytest.approx(1e-2) and records[-1]["lr"] == pytest.approx(3e-2 / 38)
-    for name in ("model.safetensors", STATE_FILE, "train_config.json"):
-        assert (tmp_path / "run" / name).is_file()
+    # the checkpoint is a set (checkpoints/step-N/, named by checkpoint.json); its model files are
+    # published in the run folder, the training state stays in the set
+    ckpt = checkpoint_dir(tmp_path / "run")
+    assert ckpt == tmp_path / "run" / "checkpoints" / "step-0000040"
+    assert json.loads((tmp_path / "run" / POINTER_FILE).read_text()) == {"step": 40, "dir": "checkpoints/step-0000040"}
+    for name in ("model.safetensors", "train_config.json"):
+        assert (tmp_path / "run" / name).read_bytes() == (ckpt / name).read_bytes()
+    assert not (tmp_path / "run" / STATE_FILE).exists()
     # the state loads with weights_only=True (tensors and plain types only)
-    state = torch.load(tmp_path / "run" / STATE_FILE, weights_only=True)
+    state = torch.load(ckpt / STATE_FILE, weights_only=True)
     assert state["step"] == 40 and state["sampler"]["position"] == 40 * 8
 
 
@@ -195,7 +201,7 @@ def test_interrupt_keeps_finished_steps(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(ToyRegression(interrupt_at_batch=6), cfg(), out)
-    state = torch.load(out / STATE_FILE, weights_only=True)
+    state = torch.load(checkpoint_dir(out) / STATE_FILE, weights_only=True)
     assert state["step"] == 5
     assert train(ToyRegression(), cfg(), out, resume=True).step == 12
 
@@ -231,7 +237,7 @@ def test_checkpoint_guards(tmp_path):
     assert (out / "model.safetensors").read_bytes() == before
     with pytest.raises(ConfigError, match="cannot resume with lr=0.5"):
         train(ToyRegression(), cfg(max_steps=8, lr=0.5), out, resume=True)
-    (out / STATE_FILE).write_bytes(b"not a checkpoint")
+    (checkpoint_dir(out) / STATE_FILE).write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="corrupt"):
         train(ToyRegression(), cfg(max_steps=8), out, resume=True)
 

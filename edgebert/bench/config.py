@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import PRECISIONS
+from ..environment import check_threads
 from ..errors import ConfigError
 from ..runtime.providers import PROVIDERS
 
@@ -80,8 +81,7 @@ class BenchConfig:
         set_("seqs", _positive_ints("seq", self.seqs))
         if min(self.seqs) < 3:
             raise ConfigError(f"seq {min(self.seqs)} is too short", "a sequence needs [CLS], a token and [SEP]")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise ConfigError(f"threads={self.threads!r} must be a positive integer")
+        check_threads(self.threads)
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise ConfigError(f"warmup={self.warmup!r} must be >= 0")
         if not isinstance(self.iters, int) or self.iters < 3:

@@ -220,6 +220,10 @@ def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
     write_json(paths["json"], report)
     write_text(paths["markdown"], to_markdown(report))
     if report["results"]:
+        try:
+            import matplotlib  # noqa: F401  (the runtime install has no matplotlib: edgebert[train] does)
+        except ImportError:
+            return paths
         paths["plot"] = plot_latency(report, out_dir / "latency.png")
     return paths
 

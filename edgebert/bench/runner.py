@@ -25,7 +25,8 @@ import numpy as np
 
 from ..bundle import open_bundle, tokenizer_path
 from ..environment import describe
-from ..errors import ConfigError, EdgebertError
+from ..errors import BundleError, ConfigError, EdgebertError
+from ..outdirs import OutputDir
 from .accuracy import AccuracyTracker
 from .config import BenchConfig
 from .flops import ModelShape, forward_flops
@@ -36,6 +37,7 @@ from .peak import calibrate, peak_for
 from .startup import STARTUP_METHOD, open_path
 from .workloads import LengthMix, read_texts, synthetic_feeds
 
+REPORT_FILES = ("report.json", "report.md", "latency.png", "bench.jsonl")
 REPORT_SCHEMA = "edgebert-bench"
 REPORT_VERSION = 2          # 2: startup, not_measured, environment.gpu, GPU memory, torch on CUDA
 REFERENCE_PATH = "torch fp32"
@@ -56,10 +58,10 @@ def _bundle_hf_config(bundle_dir: Path, manifest: dict[str, Any]) -> dict[str, A
 class _Log:
     """Progress bar (stderr) + one JSON line per measured row (``bench.jsonl`` in the report dir)."""
 
-    def __init__(self, config: BenchConfig):
+    def __init__(self, config: BenchConfig, out: OutputDir | None):
         self.path = config.report_dir / "bench.jsonl" if config.report_dir else None
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        if out is not None:
+            out.create()
             self.path.write_text("", encoding="utf-8")
         self.progress = None
         self.task = None
@@ -310,6 +312,17 @@ def _measure_reference_gpu(run: _Run) -> None:
         release_memory()
 
 
+def _same_as_checked(session, manifest: dict[str, Any]) -> None:
+    """The graph the session loaded (with ``verify=False``) still has the hash ``run_bench`` checked when
+    it opened the bundle: bench measures exactly the files it hash-checked, or refuses."""
+    from ..bundle import sha256_file
+
+    name = session.model_file.name
+    if sha256_file(session.model_file) != manifest["files"].get(name):
+        raise BundleError(f"{session.model_file} changed after its hash was checked",
+                          "do not modify a bundle while it is benchmarked")
+
+
 def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
     """Load one provider x precision; record it as unavailable (with the reason) if it cannot run."""
     name = f"onnx {provider} {precision}"
@@ -328,6 +341,7 @@ def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
             run.log.step(f"{name}: unavailable")
         return
     run.report["startup"] += startup
+    _same_as_checked(session, run.manifest)
     path = _OnnxPath(session)
     loaded = rss_mb()
     accuracy = run.accuracy(session.run)
@@ -356,6 +370,9 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     from ..runtime.providers import probe
     from ..runtime.text import TextEncoder
 
+    # --report: a new or empty folder, or an earlier report (whose files are replaced): edgebert.outdirs
+    out = (OutputDir(config.report_dir, "bench", names=REPORT_FILES, overwrite=True, signature="report.json")
+           if config.report_dir is not None else None)
     manifest = open_bundle(config.bundle_dir, verify=True)
     task = manifest["task"]
     hf_config = _bundle_hf_config(config.bundle_dir, manifest)
@@ -375,7 +392,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     nvml = Nvml() if gpu_requested else None
     report = _header(config, manifest, hf_config, max_len, nvml)
     others = OtherCpuLoad()
-    with _Log(config) as log, tempfile.TemporaryDirectory(prefix="edgebert-trt-") as cache_root:
+    with _Log(config, out) as log, tempfile.TemporaryDirectory(prefix="edgebert-trt-") as cache_root:
         log.say("calibrating matmul peak")
         report["calibration"] = calibrate(config.calibration_size, config.threads)
         mix = None

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from ..errors import EdgebertError
+from ..extras import missing_extra
+from ..outdirs import os_error
 
 # typer >= 0.20 vendors click as typer._click and no longer installs click; older typer uses click.
 try:
@@ -82,12 +85,30 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _print_error(exc.one_line())
         return EXIT_USER_ERROR
+    except ModuleNotFoundError as exc:  # an optional extra is not installed (the runtime install)
+        user_error = missing_extra(exc, _command(argv))
+        if user_error is None or _debug():
+            raise
+        _print_error(user_error.one_line())
+        return EXIT_USER_ERROR
+    except OSError as exc:  # a path the user named cannot be read or written (/proc, a file as a folder ...)
+        if _debug() or not exc.filename:
+            raise
+        _print_error(os_error(Path(exc.filename), exc, "use").one_line())
+        return EXIT_USER_ERROR
     except Exception as exc:  # a bug or an unexpected environment problem
         if _debug():
             raise
         _print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())} "
                      "(set EDGEBERT_DEBUG=1 for a traceback and report it)")
         return EXIT_INTERNAL_ERROR
+
+
+def _command(argv: list[str] | None) -> str:
+    """``edgebert <command>`` as typed (for messages)."""
+    args = sys.argv[1:] if argv is None else argv
+    name = next((a for a in args if not a.startswith("-")), None)
+    return f"edgebert {name}" if name else "edgebert"
 
 
 def _print_error(line: str) -> None:
@@ -100,10 +121,9 @@ def run() -> None:
 
 
 def say(line: str) -> None:
-    """One result line on stdout, as written (no markup, no wrapping); under torchrun rank 0 only."""
-    from ..training.distributed import is_main_process
-
-    if is_main_process():
+    """One result line on stdout, as written (no markup, no wrapping); under torchrun rank 0 only (read
+    from ``RANK`` as ``edgebert.training.distributed`` does, without importing torch)."""
+    if int(os.environ.get("RANK", "0")) == 0:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 

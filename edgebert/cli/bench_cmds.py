@@ -74,5 +74,7 @@ def bench(
         return
     print_report(result, console)
     if report is not None:
-        console.print(f"wrote {report}/report.json, report.md, latency.png, bench.jsonl", highlight=False,
+        plot = ", latency.png" if (report / "latency.png").is_file() else \
+            " (latency.png needs matplotlib: pip install 'edgebert[train]')"
+        console.print(f"wrote {report}/report.json, report.md, bench.jsonl{plot}", highlight=False, markup=False,
                       soft_wrap=True)

@@ -48,6 +48,7 @@ def distill_cmd(
     epochs: o.Epochs = None,
     evals_per_epoch: o.EvalsPerEpoch = None,
     resume: o.Resume = False,
+    overwrite: o.Overwrite = False,
     *,
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
@@ -55,7 +56,7 @@ def distill_cmd(
     from ..stages.distill import build_distill_config, distill
 
     cfg = build_distill_config(
-        teacher, out, preset, train=train, resume=resume, task=task, corpus=tuple(corpus or ()) or None,
+        teacher, out, preset, train=train, resume=resume, overwrite=overwrite, task=task, corpus=tuple(corpus or ()) or None,
         eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format, train_file=train_file,
         dev_file=dev_file, max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
         layers=layers, layer_map=layer_map, student_init=init, freeze_word_embeddings=freeze_word_embeddings,

@@ -17,6 +17,7 @@ def export(
     model_dir: Annotated[Path, typer.Argument(help="edgebert checkpoint or Hugging Face BERT directory "
                                                    "(config.json, weights, tokenizer.json).")],
     out: o.Out,
+    overwrite: o.Overwrite = False,
     task: o.task_option("embed | mlm | cls (default: from the checkpoint's architecture).") = None,
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset (14..20).")] = 17,
     int8: Annotated[bool, typer.Option("--int8", help="Also write INT8 graph(s), gated on held-out text.")] = False,
@@ -54,7 +55,7 @@ def export(
     from exporters import ExportConfig, export_bundle
 
     targets = tuple(t.strip() for t in (target or "portable").split(",") if t.strip())
-    cfg = ExportConfig(model_dir=model_dir, out_dir=out, task=task, opset=opset, int8=int8, int8_mode=int8_mode,
+    cfg = ExportConfig(model_dir=model_dir, out_dir=out, overwrite=overwrite, task=task, opset=opset, int8=int8, int8_mode=int8_mode,
                        int8_targets=targets, per_channel=per_channel, calib=calib, calib_size=calib_size,
                        gate_size=gate_size, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,

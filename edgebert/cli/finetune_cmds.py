@@ -28,13 +28,15 @@ def finetune_cmd(
     epochs: o.Epochs = None,
     evals_per_epoch: o.EvalsPerEpoch = None,
     resume: o.Resume = False,
+    overwrite: o.Overwrite = False,
     *,
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Fine-tune MODEL_DIR for classification; keeps the best dev-accuracy checkpoint in --out."""
     from ..stages.finetune import build_finetune_config, finetune
 
-    cfg = build_finetune_config(model, task, train_file, out, preset, train=train, resume=resume, dev_file=dev_file,
+    cfg = build_finetune_config(model, task, train_file, out, preset, train=train, resume=resume,
+                                overwrite=overwrite, dev_file=dev_file,
                                 max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
                                 max_seq_len=max_seq_len, freeze_word_embeddings=freeze_word_embeddings,
                                 epochs=epochs, evals_per_epoch=evals_per_epoch)

@@ -10,5 +10,10 @@ def info() -> None:
     """Print versions, threads and the onnxruntime execution providers on this machine."""
     from ..environment import describe
 
-    for key, value in describe().items():
+    info = describe()
+    for key, value in info.items():
         console.print(f"{key}: {value}", highlight=False)
+    if len(info["onnxruntime_packages"]) > 1:
+        console.print(f"warning: {' and '.join(info['onnxruntime_packages'])} are both installed and share one "
+                      "module; uninstall all of them and install one (pip install 'edgebert[cpu]' or "
+                      "'edgebert[gpu]')", highlight=False, markup=False, soft_wrap=True)

@@ -19,7 +19,7 @@ def import_hf_cmd(
     architecture: Annotated[Optional[str], typer.Option(
         "--architecture", "-a", help="Import as this architecture instead of the source's "
                                      "(e.g. BertModel to keep only the encoder).")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it is not empty.")] = False,
+    overwrite: o.Overwrite = False,
 ) -> None:
     """Import a Hugging Face BERT as an edgebert checkpoint (verified to reload with identical outputs)."""
     from ..hf_interop import convert_hf

@@ -32,6 +32,9 @@ def task_option(names: str, required: bool = False) -> Any:
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
 OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file.")]
 Resume = Annotated[bool, typer.Option("--resume", help="Continue the checkpoint in --out.")]
+Overwrite = Annotated[bool, typer.Option(
+    "--overwrite", help="Start again in an --out this command wrote before (its files only; a folder "
+                        "holding anything else is refused).")]
 Progress = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar (or log lines).")]
 
 # --------------------------------------------------------------------------- data
@@ -76,7 +79,8 @@ SaveEvery = Annotated[Optional[int], typer.Option("--save-every", help="Checkpoi
 LogEvery = Annotated[Optional[int], typer.Option("--log-every", help="Log a metrics line every N steps.")]
 
 # --------------------------------------------------------------------------- export and bench
-Threads = Annotated[Optional[int], typer.Option("--threads", help="onnxruntime/torch intra-op threads.")]
+Threads = Annotated[Optional[int], typer.Option(
+    "--threads", help="onnxruntime/torch intra-op threads, 1 to the CPUs this process may use.")]
 Calib = Annotated[Optional[Path], typer.Option(
     "--calib", help="INT8 calibration text (default: the built-in English text): one sentence per line, "
                     "a TSV with a 'sentence' column, or WikiText raw; the texts after the first "

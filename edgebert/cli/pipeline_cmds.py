@@ -14,6 +14,7 @@ from .app import app, console, say
 @app.command("pipeline")
 def pipeline_cmd(
     out: o.Out = Path("runs/pipeline"),
+    overwrite: o.Overwrite = False,
     preset: o.preset_option("demo (the installed all-MiniLM-L6-v2, built-in corpus, ~3 min) | scratch "
                             "(pretrain the teacher here) | wiki (from scratch, needs --corpus)") = None,
     corpus: o.Corpus = None,
@@ -38,7 +39,7 @@ def pipeline_cmd(
     --max-seq-len sets the distillation's sequence length (the demo: 64)."""
     from ..pipeline import build_pipeline_config, run_pipeline
 
-    cfg = build_pipeline_config(out, preset, corpus=tuple(corpus or ()) or None,
+    cfg = build_pipeline_config(out, preset, overwrite=overwrite, corpus=tuple(corpus or ()) or None,
                                 eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,
                                 teacher=teacher,
                                 from_scratch=from_scratch, pretrain_steps=pretrain_steps, distill_steps=distill_steps,

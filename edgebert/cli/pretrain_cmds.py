@@ -28,13 +28,14 @@ def pretrain_cmd(
     lowercase: Annotated[Optional[bool], typer.Option("--lowercase/--cased", help="Lower-case text (default).")] = None,
     max_seq_len: o.MaxSeqLen = None,
     resume: o.Resume = False,
+    overwrite: o.Overwrite = False,
     *,
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Pretrain a BERT (MLM + NSP) on text; prints where the checkpoint is and its eval metrics."""
     from ..stages.pretrain import build_pretrain_config, pretrain
 
-    cfg = build_pretrain_config(out, preset, resume=resume, train=train, corpus=tuple(corpus or ()) or None,
+    cfg = build_pretrain_config(out, preset, resume=resume, overwrite=overwrite, train=train, corpus=tuple(corpus or ()) or None,
                                 eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,
                                 model_size=model_size, model_config=config, vocab_size=vocab_size, vocab=vocab,
                                 lowercase=lowercase, max_seq_len=max_seq_len)
@@ -46,3 +47,5 @@ def pretrain_cmd(
         say(f"eval: mlm_accuracy {ev['mlm_accuracy']:.4f} (unigram baseline {ev['unigram_mlm_accuracy']:.4f})  "
             f"mlm_perplexity {ev['mlm_perplexity']:.2f}  nsp_accuracy {ev['nsp_accuracy']:.4f}  on "
             f"{result.num_eval_examples} examples")
+    for warning in result.warnings:
+        say(f"warning: {warning}")

@@ -28,6 +28,7 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # trained vocabularies start with these, so [PAD] = 0
 TOKENIZER_FILE, VOCAB_FILE = "tokenizer.json", "vocab.txt"
 TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE = "tokenizer_config.json", "special_tokens_map.json"
+TOKENIZER_OUTPUTS = (TOKENIZER_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)  # save_tokenizer's
 
 
 @dataclass(frozen=True)
@@ -84,20 +85,49 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8000, lowercase: boo
                     min_frequency: int = 2) -> Tokenizer:
     """Train a BERT WordPiece tokenizer on ``texts``; [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
 
+    Deterministic: the same texts give the same tokenizer.json and vocab.txt, byte for byte, in any
+    process. ``tokenizers``' trainer gives the word-continuation pieces (``##e``) ids in the iteration
+    order of a randomly seeded hash map, and breaks ties between equally frequent merges by those ids
+    (huggingface/tokenizers#1794), so two runs could learn different vocabularies. Here those pieces
+    are registered up front in code-point order (``continuation_pieces``), which fixes every id and
+    so every tie; the registration is then dropped again (``_without_extra_specials``).
+
     The vocabulary may come out smaller than ``vocab_size`` on a small corpus.
     """
     if vocab_size < len(SPECIAL_TOKENS) + 26:
         raise ConfigError(f"vocab_size={vocab_size} is too small", "use at least a few hundred")
     if min_frequency < 1:
         raise ConfigError(f"min_frequency={min_frequency} must be >= 1")
+    texts = list(texts)
     tok = _bert_pipeline(Tokenizer(WordPiece(unk_token=UNK, max_input_chars_per_word=100)), lowercase)
+    pieces = continuation_pieces(tok, texts)
     trainer = WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                               special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##",
+                               special_tokens=[*SPECIAL_TOKENS, *pieces], continuing_subword_prefix="##",
                                show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
-    if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
+    if tok.get_vocab_size() <= len(SPECIAL_TOKENS) + len(pieces):
         raise DataError("the corpus has no text to train a tokenizer on")
-    return _attach_post_processor(tok)
+    return _attach_post_processor(_without_extra_specials(tok, lowercase))
+
+
+def continuation_pieces(tok: Tokenizer, texts: Iterable[str]) -> list[str]:
+    """``##c`` for every character that follows another inside a word (after the tokenizer's
+    normalizer and pre-tokenizer), in code-point order: the pieces the trainer would otherwise number
+    in hash order."""
+    inner: set[str] = set()
+    for text in texts:
+        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
+            inner.update(word[1:])
+    return [f"##{c}" for c in sorted(inner)]
+
+
+def _without_extra_specials(trained: Tokenizer, lowercase: bool) -> Tokenizer:
+    """The trained WordPiece vocabulary (ids unchanged) with only the five BERT specials as special
+    tokens: the ``##c`` pieces registered for training must match like any other piece."""
+    vocab = json.loads(trained.to_str())["model"]["vocab"]
+    tok = _bert_pipeline(Tokenizer(WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=100)), lowercase)
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    return tok
 
 
 def _read_vocab(vocab_txt: Path) -> dict[str, int]:

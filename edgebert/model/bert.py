@@ -394,6 +394,7 @@ def build_model(cfg: BertConfig, architecture: str | None = None) -> nn.Module:
     """A freshly initialised model of ``architecture`` (default: ``cfg.architecture``)."""
     arch = architecture or cfg.architecture
     cfg = cfg.replace(architecture=arch)
+    cfg.check_memory()
     return MODEL_CLASSES[arch](cfg)
 
 

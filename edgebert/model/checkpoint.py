@@ -21,6 +21,7 @@ from .bert import MODEL_CLASSES, build_model
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+MODEL_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME)   # what save_model writes
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # Keys some checkpoints carry that are buffers or tied copies, never real weights.
 IGNORED_KEYS = ("embeddings.position_ids",)
@@ -81,6 +82,22 @@ def read_state_dict(model_dir: str | Path) -> dict[str, torch.Tensor]:
                           "pass a directory written by edgebert or a Hugging Face BERT directory")
 
 
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def check_weights(sd: dict[str, torch.Tensor], where: str | Path) -> None:
+    """``CheckpointError`` unless every weight is floating point and finite: an integer tensor would be
+    cast silently, and NaN/inf weights give NaN outputs (a NaN perplexity, a NaN picture)."""
+    for key, value in sd.items():
+        if value.dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"{where}: weight {key} is {str(value.dtype).removeprefix('torch.')}, "
+                                  "not floating point", "the checkpoint is corrupt; re-create or re-download it")
+        if not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            raise CheckpointError(f"{where}: weight {key} holds {bad} NaN or infinite value(s)",
+                                  "the checkpoint is corrupt (a diverged run?); use an earlier checkpoint")
+
+
 def _normalise_keys(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Legacy TF-style names (LayerNorm.gamma/beta) -> weight/bias; drop buffers."""
     out = {}
@@ -128,6 +145,7 @@ def load_model(model_dir: str | Path, architecture: str | None = None, *,
     sd = read_state_dict(model_dir)
     model = build_model(cfg, architecture)
     mapped, report = map_state_dict(sd, model)
+    check_weights(mapped, model_dir / WEIGHTS_NAME if (model_dir / WEIGHTS_NAME).exists() else model_dir)
     encoder_missing = [k for k in report.missing if _is_encoder_key(k)]
     if encoder_missing:
         raise CheckpointError(f"{model_dir} lacks encoder weights, e.g. {encoder_missing[0]} "

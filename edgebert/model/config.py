@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,12 +57,20 @@ class BertConfig:
             raise ConfigError(
                 f"hidden_size={self.hidden_size} is not divisible by num_attention_heads="
                 f"{self.num_attention_heads}", "choose a head count that divides the hidden size")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "layer_norm_eps", "initializer_range"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ConfigError(f"config {name}={value!r} must be a number")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= float(value) < 1.0:
                 raise ConfigError(f"config {name}={value!r} must be in [0, 1)")
         if not self.layer_norm_eps > 0:
             raise ConfigError(f"config layer_norm_eps={self.layer_norm_eps!r} must be > 0")
+        if not isinstance(self.pad_token_id, int) or isinstance(self.pad_token_id, bool):
+            raise ConfigError(f"config pad_token_id={self.pad_token_id!r} must be an integer")
+        if not isinstance(self.hidden_act, str):
+            raise ConfigError(f"config hidden_act={self.hidden_act!r} must be a string")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"config pad_token_id={self.pad_token_id} is outside the vocabulary "
                               f"(size {self.vocab_size})")
@@ -71,9 +81,12 @@ class BertConfig:
             raise ConfigError(f"unknown architecture {self.architecture!r}",
                               f"use one of {', '.join(ARCHITECTURES)}")
         if self.id2label is not None:
-            if not self.id2label:
-                raise ConfigError("id2label is empty", "give at least one label")
-            object.__setattr__(self, "id2label", {int(k): str(v) for k, v in self.id2label.items()})
+            if not isinstance(self.id2label, dict) or not self.id2label:
+                raise ConfigError(f"id2label={self.id2label!r} must be a non-empty mapping", "give at least one label")
+            try:
+                object.__setattr__(self, "id2label", {int(k): str(v) for k, v in self.id2label.items()})
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"id2label keys must be integers 0..N-1 ({exc})") from exc
             if sorted(self.id2label) != list(range(len(self.id2label))):
                 raise ConfigError("id2label keys must be 0..N-1")
 
@@ -88,6 +101,25 @@ class BertConfig:
 
     def replace(self, **changes: Any) -> "BertConfig":
         return dataclasses.replace(self, **changes)
+
+    def parameter_estimate(self) -> int:
+        """Parameters of the largest head (pretraining: encoder, pooler, MLM transform and NSP)."""
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        embeddings = (v + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h
+        layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+        heads = (h * h + h) + (h * h + 3 * h + v) + 2 * h + 2
+        return embeddings + self.num_hidden_layers * layer + heads
+
+    def check_memory(self, training: bool = False) -> None:
+        """``ConfigError`` when the float32 weights (x4 for training: gradients and two AdamW moments)
+        cannot fit in this machine's memory: a typo such as hidden_size 1e12 fails here, not in torch."""
+        need = self.parameter_estimate() * 4 * (4 if training else 1)
+        have = _physical_memory()
+        if have and need > have:
+            raise ConfigError(f"the model config describes about {self.parameter_estimate():.3g} parameters, "
+                              f"{need / 2**30:.3g} GiB to {'train' if training else 'hold'}, more than this "
+                              f"machine's {have / 2**30:.3g} GiB of memory",
+                              "check hidden_size, intermediate_size, num_hidden_layers and vocab_size")
 
     # ----------------------------------------------------------------- presets
     @classmethod
@@ -163,6 +195,13 @@ class BertConfig:
             return cls.from_hf_dict(d)
         except TypeError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
+
+
+def _physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 PRESETS: dict[str, dict[str, Any]] = {

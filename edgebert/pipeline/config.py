@@ -48,6 +48,7 @@ class PipelineConfig:
     """
 
     out: Path
+    overwrite: bool = False                  # start again in a folder an earlier pipeline run wrote
     corpus: tuple[Path, ...] = ()            # empty: the built-in corpus (Python's documentation)
     eval_corpus: tuple[Path, ...] = ()       # empty: hold out part of the corpus
     corpus_format: str = "auto"

@@ -7,14 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ConfigError
 from ..fileio import jsonable, write_json, write_text
+from ..outdirs import OutputDir
 from .config import PipelineConfig, teacher_name
-from .steps import (HELD_OUT_FRACTION, SPLIT_SEED, StageLog, bench_bundle, distill_student, export_student,
-                    pretrain_teacher, split_corpus, write_calibration_text)
+from .steps import (HELD_OUT_FRACTION, SPLIT_SEED, STAGE_LOG, StageLog, bench_bundle, distill_student,
+                    export_student, pretrain_teacher, split_corpus, write_calibration_text)
 from .summary import pipeline_markdown, summarize, summary_lines
 
 PIPELINE_FILE = "pipeline.json"
+# every entry a pipeline folder holds: one folder per stage, the calibration text, the reports
+PIPELINE_OUTPUTS = ("data", "teacher", "student", "bundle", "report", "calib.txt", PIPELINE_FILE, "pipeline.md",
+                    STAGE_LOG)
 
 
 @dataclass
@@ -25,16 +28,16 @@ class PipelineResult:
     lines: list[str]                   # the one-screen summary
 
 
-def _check_out(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} already exists and is not empty",
-                          "choose a new --out or remove the old run")
-
-
 def run_pipeline(cfg: PipelineConfig, *, console=None, say: Callable[[str], None] | None = None) -> PipelineResult:
-    """Run every step (see ``edgebert.pipeline``); returns the summary written to ``out/pipeline.json``."""
-    _check_out(cfg.out)
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    """Run every step (see ``edgebert.pipeline``); returns the summary written to ``out/pipeline.json``.
+    ``cfg.out`` follows ``edgebert.outdirs``; a run that fails removes what it wrote."""
+    out = OutputDir(cfg.out, "pipeline", names=PIPELINE_OUTPUTS, overwrite=cfg.overwrite, signature=STAGE_LOG,
+                    flags="--overwrite")
+    with out.writing():
+        return _run(cfg, console, say)
+
+
+def _run(cfg: PipelineConfig, console, say: Callable[[str], None] | None) -> PipelineResult:
     log = StageLog(cfg.out, say or (lambda message: None))
     stages: dict[str, Any] = {}
     t0 = time.perf_counter()

@@ -103,8 +103,10 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
                  threads: int | None = None) -> CheckReport:
     """Check ``bundle_dir`` on this machine; see the module docstring. ``BundleError`` only when the
     folder is not a bundle at all (every other problem is a failed check with its reason)."""
+    from ..environment import check_threads
     from .session import EdgeSession
 
+    check_threads(threads)          # a bad argument is a usage error (exit 2), not a failed check
     bundle_dir = Path(bundle_dir)
     manifest = read_manifest(bundle_dir)
     host = detect_host()

@@ -14,6 +14,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..bundle import PRECISIONS, open_bundle, tokenizer_path
+from ..environment import check_threads
 from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable
 from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host
@@ -33,11 +34,13 @@ class EdgeSession:
     with the reason if it cannot be had). ``placement`` says where the nodes really run.
     precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``); on TensorRT fp16 and
     int8 are engine build flags on the standard-op graphs (see ``runtime.graphs``).
-    threads: onnxruntime intra-op threads (None: onnxruntime's default, one per physical core).
+    threads: onnxruntime intra-op threads, 1 to the CPUs this process may use (None: onnxruntime's
+    default, one per physical core).
     max_length: token limit per input (default and ceiling: the bundle's ``max_sequence_length``).
     truncate: cut over-long inputs to ``max_length`` (default) or raise ``DataError``.
-    batch_size: inputs per onnxruntime call; inputs are length-sorted into batches, padded to each
-    batch's longest row, and results come back in input order.
+    batch_size: inputs per onnxruntime call (a positive integer; the methods' ``batch_size=None`` means
+    this one); inputs are length-sorted into batches, padded to each batch's longest row, and results
+    come back in input order.
     int8_target: with ``precision="int8"``, load the graph made for this target (``portable``,
     ``x86-vnni`` ...) instead of the one chosen for this host (``int8_choice``). Either way a graph whose
     8-bit weights would saturate this CPU's kernel is loaded with exact products or refused.
@@ -56,10 +59,10 @@ class EdgeSession:
                  trt_profile: TrtProfile | str | None = None):
         if precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
-        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
-            raise ConfigError(f"threads={threads!r} must be a positive integer or None")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"batch_size={batch_size!r} must be a positive integer")
+        check_threads(threads)   # 1 .. the CPUs this process may use
+        _check_batch_size(batch_size)
+        if max_length is not None and not _is_int(max_length):
+            raise ConfigError(f"max_length={max_length!r} must be an integer or None")
         self.bundle_dir = Path(bundle_dir)
         self.manifest = open_bundle(self.bundle_dir, verify=verify)
         self.task: str = self.manifest["task"]
@@ -183,9 +186,7 @@ class EdgeSession:
     def _batches(self, rows: list[Encoded], outputs: list[str], batch_size: int | None
                  ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]]:
         """(indices into rows, padded feeds, outputs) per length-sorted batch."""
-        size = batch_size or self.batch_size
-        if not isinstance(size, int) or size < 1:
-            raise ConfigError(f"batch_size={size!r} must be a positive integer")
+        size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
         for idx in length_sorted_batches(rows, size):
             feeds = pad_batch([rows[i] for i in idx], self.pad_id)
             yield idx, feeds, self.run(feeds, outputs)
@@ -253,8 +254,11 @@ class EdgeSession:
         rows = self.encoder.encode([text], False, self._truncate(truncate))
         positions = np.flatnonzero(rows[0].ids == int(self.mask_id))
         if not len(positions):
-            raise DataError(f"no {self.encoder.token(self.mask_id)} token in the text",
-                            f"write {self.encoder.token(self.mask_id)} where a word should be predicted")
+            mask = self.encoder.token(self.mask_id)
+            if rows[0].truncated and int(self.mask_id) in self.encoder.tokenizer.encode(text).ids:
+                raise DataError(f"every {mask} token is past the truncation point ({self.max_length} tokens)",
+                                f"shorten the text, or put {mask} within the first {self.max_length} tokens")
+            raise DataError(f"no {mask} token in the text", f"write {mask} where a word should be predicted")
         logits = self.run(pad_batch(rows, self.pad_id), ["logits"])["logits"][0]   # (T, V)
         predictions = []
         for pos in positions:
@@ -263,6 +267,18 @@ class EdgeSession:
             predictions.append(MaskPrediction(int(pos), [self.encoder.token(t) for t in top],
                                               [int(t) for t in top], [float(probs[t]) for t in top]))
         return predictions
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_batch_size(batch_size: Any) -> int:
+    """A positive integer (0 is an error, not "the default": leave it None for that)."""
+    if not _is_int(batch_size) or batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size!r} must be a positive integer",
+                          "leave it unset (None) for the session's default")
+    return int(batch_size)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -40,9 +40,9 @@ def check_texts(texts: Any, *, allow_pairs: bool = False, what: str = "texts") -
     (it encodes to ``[CLS] [SEP]``); anything that is not a str is a ``DataError`` naming its index.
     """
     if isinstance(texts, str):
-        return [texts], False
+        return [_utf8(texts, what)], False
     if allow_pairs and isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(t, str) for t in texts):
-        return [texts], True
+        return [tuple(_utf8(t, what) for t in texts)], True
     if isinstance(texts, (bytes, bytearray)):
         raise DataError(f"{what} is bytes, expected str or a list of str", "decode it first (text.decode('utf-8'))")
     if isinstance(texts, dict) or not hasattr(texts, "__iter__"):
@@ -62,7 +62,19 @@ def check_texts(texts: Any, *, allow_pairs: bool = False, what: str = "texts") -
                             "text pairs are only accepted by classify()")
         elif not isinstance(item, str):
             raise DataError(f"{what}[{i}] is {_describe(item)}, expected str", "convert it to str first")
+        for text in (item if pairs else (item,)):
+            _utf8(text, f"{what}[{i}]")
     return ([tuple(p) for p in items] if pairs else items), pairs
+
+
+def _utf8(text: str, what: str) -> str:
+    """``text`` if it is valid Unicode; a lone surrogate (e.g. from a bad decode) is a ``DataError``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{what} holds an invalid character {text[exc.start]!r} at position {exc.start} "
+                        f"({exc.reason})", "decode the input with errors='replace' first") from None
+    return text
 
 
 def _describe(item: Any) -> str:

@@ -51,8 +51,10 @@ class BestCheckpoint:
         write_json(out_dir / BEST_FILE, {"metric": self.metric, "value": self.value, "step": self.step,
                                          "metrics": self.metrics})
 
-    def restore(self, out_dir: Path, model: nn.Module) -> None:
-        """On resume: the best so far is what the output directory holds."""
+    def restore(self, out_dir: Path | None, model: nn.Module) -> None:
+        """On resume: the best so far is what the committed checkpoint (``out_dir``) holds."""
+        if out_dir is None:
+            return
         path = out_dir / BEST_FILE
         if not path.is_file():
             return

@@ -28,14 +28,16 @@ from torch import nn
 
 from ..data.task_data import load_task_data
 from ..data.tasks import TASKS, TOKEN_TASKS
-from ..data.tokenizer import load_tokenizer
+from ..data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ..errors import CheckpointError, ConfigError
 from ..fileio import jsonable, write_json
-from ..model import BertConfig, count_parameters, freeze_word_embeddings, load_model
-from ..training import TrainConfig, Trainer, check_out_dir
-from .classification import ClassificationTask
+from ..model import MODEL_OUTPUTS, BertConfig, count_parameters, freeze_word_embeddings, load_model
+from ..outdirs import OutputDir
+from ..training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, checkpoint_dir
+from .classification import BEST_FILE, ClassificationTask
 
 FINETUNE_CONFIG_FILE = "finetune_config.json"
+FINETUNE_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *TRAINING_OUTPUTS, BEST_FILE, FINETUNE_CONFIG_FILE)
 
 
 # =========================================================================== config
@@ -57,6 +59,7 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=2e-5, log_every=20))
     resume: bool = False
+    overwrite: bool = False                # start again in a folder an earlier finetune run wrote
 
     def __post_init__(self) -> None:
         for name in ("model", "train_file", "out", "dev_file"):
@@ -174,7 +177,8 @@ def finetune(cfg: FinetuneConfig, *, console=None, stop_at_step: int | None = No
     if not cfg.model.is_dir():
         raise CheckpointError(f"model directory {cfg.model} not found",
                               "pass a directory from edgebert pretrain/distill or a Hugging Face BERT")
-    check_out_dir(cfg.out, cfg.resume)
+    out = OutputDir(cfg.out, "finetune", names=FINETUNE_OUTPUTS, resume=cfg.resume, overwrite=cfg.overwrite,
+                    signature=STATE_FILE)
     tok = load_tokenizer(cfg.model)
     data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
                           cfg.max_train_examples, cfg.max_eval_examples, cfg.train.seed)
@@ -186,9 +190,10 @@ def finetune(cfg: FinetuneConfig, *, console=None, stop_at_step: int | None = No
     train_cfg = cfg.train_config(len(data.train))
     task = ClassificationTask(model, tok, data, batch_size_hint=train_cfg.batch_size, seed=train_cfg.seed,
                               eval_batch_size=cfg.eval_batch_size, max_seq_len=cfg.max_seq_len)
-    with Trainer(train_cfg, cfg.out, resume=cfg.resume, console=console) as trainer:
+    with Trainer(train_cfg, cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, console=console) as trainer, \
+            out.writing(keep=lambda: checkpoint_dir(cfg.out) is not None, enabled=trainer.is_main):
         if cfg.resume:
-            task.best.restore(cfg.out, model)
+            task.best.restore(checkpoint_dir(cfg.out), model)
         elif trainer.is_main:
             write_json(cfg.out / FINETUNE_CONFIG_FILE, {**cfg.to_dict(), "labels": list(data.labels),
                                                         "train": train_cfg.to_dict()})

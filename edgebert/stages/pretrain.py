@@ -35,16 +35,18 @@ from torch import nn
 from ..data.corpus import FORMATS
 from ..data.mlm import (MaskingCollator, PretrainingExamples, mlm_documents, mlm_eval_batches, mlm_examples,
                         most_frequent_token)
-from ..data.tokenizer import (SpecialIds, load_tokenizer, load_vocab_tokenizer, save_tokenizer,
-                              train_tokenizer)
+from ..data.tokenizer import (TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer, load_vocab_tokenizer,
+                              save_tokenizer, train_tokenizer)
 from ..errors import ConfigError, DataError
 from ..fileio import jsonable, write_json
+from ..model import MODEL_OUTPUTS, BertConfig, BertForPreTraining, count_parameters, masked_positions_logits, save_model
 from ..model import PRESETS as MODEL_SIZES
-from ..model import BertConfig, BertForPreTraining, count_parameters, masked_positions_logits, save_model
-from ..training import TrainConfig, Trainer, TrainingTask
+from ..outdirs import OutputDir
+from ..training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, TrainingTask, checkpoint_dir
 from .metrics import MlmCounts
 
 PRETRAIN_CONFIG_FILE = "pretrain_config.json"
+PRETRAIN_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *TRAINING_OUTPUTS, PRETRAIN_CONFIG_FILE)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class PretrainConfig:
     eval_batch_size: int = 64
     train: TrainConfig = field(default_factory=TrainConfig)
     resume: bool = False
+    overwrite: bool = False                # start again in a folder an earlier pretrain run wrote
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
@@ -136,6 +139,7 @@ class PretrainConfig:
                               "lower --max-seq-len or use a larger model config")
         if cfg.type_vocab_size < 2:
             raise ConfigError("the model config has type_vocab_size < 2; NSP needs segment ids 0 and 1")
+        cfg.check_memory(training=True)
         return cfg
 
 
@@ -266,35 +270,38 @@ class PretrainResult:
     num_train_examples: int
     num_eval_examples: int
     resumed_from: int = 0
+    warnings: list[str] = field(default_factory=list)
 
 
-def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str], trainer: Trainer):
-    """The run's tokenizer: from the checkpoint when resuming, ``vocab`` if given, else trained."""
+def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str]):
+    """The run's tokenizer: from the checkpoint when resuming, ``vocab`` if given, else trained (in
+    memory, by every process of a torchrun job alike: training is deterministic)."""
     if cfg.resume:
-        return load_tokenizer(cfg.out)
+        return load_tokenizer(checkpoint_dir(cfg.out) or cfg.out)
     if cfg.vocab is not None:
         if cfg.vocab.suffix == ".txt":  # a bare vocab.txt: lower-case as the config says
             return load_vocab_tokenizer(cfg.vocab, lowercase=cfg.lowercase)
         return load_tokenizer(cfg.vocab)
-    if trainer.is_main:  # train once; other processes read the saved files (training is multi-threaded)
-        tok = train_tokenizer(train_docs, cfg.vocab_size, cfg.lowercase, cfg.min_frequency)
-        save_tokenizer(tok, cfg.out, model_max_length=cfg.max_seq_len)
-    trainer.barrier()
-    return tok if trainer.is_main else load_tokenizer(cfg.out)
+    return train_tokenizer(train_docs, cfg.vocab_size, cfg.lowercase, cfg.min_frequency)
 
 
 def pretrain(cfg: PretrainConfig, *, console=None, stop_at_step: int | None = None) -> PretrainResult:
-    """Run one pretraining stage; checkpoints and metrics.jsonl go to ``cfg.out``."""
+    """Run one pretraining stage; checkpoints and metrics.jsonl go to ``cfg.out``. Everything is
+    checked and built before the first file is written; a run that fails before its first checkpoint
+    leaves nothing behind (``edgebert.outdirs``)."""
     t0 = time.perf_counter()
-    with Trainer(cfg.train, cfg.out, resume=cfg.resume, console=console) as trainer:
+    out = OutputDir(cfg.out, "pretrain", names=PRETRAIN_OUTPUTS, resume=cfg.resume, overwrite=cfg.overwrite,
+                    signature=STATE_FILE)
+    with Trainer(cfg.train, cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, console=console) as trainer:
         train_docs, eval_docs = mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format,
                                               cfg.eval_fraction, cfg.train.seed)
         if len(train_docs) < 2:
             raise DataError("the training corpus has fewer than 2 documents", "give more text")
-        cfg.bert_config(cfg.vocab_size, 0)  # a bad model config fails before anything is written
-        if trainer.is_main:
-            cfg.out.mkdir(parents=True, exist_ok=True)
-        tok = _tokenizer_for(cfg, train_docs, trainer)
+        warnings = [] if len(eval_docs) != 1 else [
+            "the held-out text is one document, so NSP is evaluated without random-next pairs from other "
+            "documents and nsp_accuracy means little (hold out several documents, e.g. --eval-corpus)"]
+        cfg.bert_config(cfg.vocab_size, 0)  # a bad model config fails before the tokenizer is trained
+        tok = _tokenizer_for(cfg, train_docs)
         model_cfg = cfg.bert_config(tok.get_vocab_size(), SpecialIds.of(tok).pad)
         train_examples = mlm_examples(train_docs, tok, cfg.max_seq_len, seed=cfg.train.seed,
                                       dupe_factor=cfg.dupe_factor, short_seq_prob=cfg.short_seq_prob)
@@ -303,13 +310,14 @@ def pretrain(cfg: PretrainConfig, *, console=None, stop_at_step: int | None = No
         torch.manual_seed(cfg.train.seed)
         model = BertForPreTraining(model_cfg)
         task = PretrainingTask(model, tok, train_examples, eval_batches, cfg)
-        if trainer.is_main and not cfg.resume:
-            write_json(cfg.out / PRETRAIN_CONFIG_FILE, cfg.to_dict())
-        result = trainer.fit(task, stop_at_step)
+        with out.writing(keep=lambda: checkpoint_dir(cfg.out) is not None, enabled=trainer.is_main):
+            if trainer.is_main and not cfg.resume:
+                write_json(cfg.out / PRETRAIN_CONFIG_FILE, {**cfg.to_dict(), "overwrite": False})
+            result = trainer.fit(task, stop_at_step)
     return PretrainResult(cfg.out, result.step, result.eval_metrics, result.train_metrics,
                           result.tokens_per_s, time.perf_counter() - t0, count_parameters(model),
                           model_cfg.vocab_size, len(train_examples),
-                          sum(len(b["input_ids"]) for b in eval_batches), result.resumed_from)
+                          sum(len(b["input_ids"]) for b in eval_batches), result.resumed_from, warnings)
 
 
 def _from_dict(d: dict[str, Any]) -> PretrainConfig:
@@ -323,7 +331,8 @@ def _from_dict(d: dict[str, Any]) -> PretrainConfig:
 
 
 def build_pretrain_config(out: str | Path, recipe: str | None = None, *, resume: bool = False,
-                          train: dict[str, Any] | None = None, **changes: Any) -> PretrainConfig:
+                          overwrite: bool = False, train: dict[str, Any] | None = None,
+                          **changes: Any) -> PretrainConfig:
     """The config for a run: a recipe (default ``demo``) with ``changes`` (PretrainConfig fields)
     and ``train`` (TrainConfig fields). With ``resume`` and no recipe, the run's own
     ``pretrain_config.json`` is the starting point, so ``--resume`` needs no other option."""
@@ -351,4 +360,4 @@ def build_pretrain_config(out: str | Path, recipe: str | None = None, *, resume:
             return _from_dict(base)
         except TypeError as exc:
             raise ConfigError(f"{saved}: {exc}") from exc
-    return PretrainConfig.preset(recipe or "demo", out, resume=resume, train=train, **changes)
+    return PretrainConfig.preset(recipe or "demo", out, resume=resume, overwrite=overwrite, train=train, **changes)

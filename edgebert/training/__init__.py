@@ -16,9 +16,10 @@ does the rest the same way for every stage. By job:
   ``batch_size`` is the *global* batch of one optimizer step: each of the W processes takes its
   contiguous 1/W of it and splits that into ``grad_accum`` micro-batches (W processes with
   ``grad_accum=A`` give the same update as one process with ``grad_accum=W*A``).
-- ``state``: checkpoints in the output directory, the task's model files and ``training_state.pt``
-  (model + optimizer + scheduler state, step, RNG states, data position, config), every file written
-  atomically; ``resume=True`` continues exactly where the checkpoint left off. ``metrics.jsonl``: one
+- ``state``: checkpoint *sets* (``checkpoints/step-N/``: the task's model files and ``training_state.pt``
+  with model + optimizer + scheduler state, step, RNG states, data position, config), committed by an
+  atomic switch of the ``checkpoint.json`` pointer, then published in the output directory;
+  ``resume=True`` continues exactly where the committed set left off. ``metrics.jsonl``: one
   JSON object per logged step (train metrics averaged since the last log, lr, grad norm, tokens/s,
   and ``eval_*`` metrics on evaluation steps).
 - ``trainer``: the loop (gradient clipping, accumulation, optional bf16 autocast, seeded), and
@@ -49,6 +50,7 @@ from .batches import LengthGroupedBatches, ShuffledBatches  # noqa: F401
 from .config import TRAIN_PRESETS, TrainConfig  # noqa: F401
 from .distributed import is_main_process  # noqa: F401
 from .optim import build_optimizer, build_scheduler, lr_factor  # noqa: F401
-from .state import METRICS_FILE, STATE_FILE, TRAIN_CONFIG_FILE, check_out_dir  # noqa: F401
+from .state import (METRICS_FILE, POINTER_FILE, STATE_FILE, TRAIN_CONFIG_FILE, TRAINING_OUTPUTS,  # noqa: F401
+                    check_out_dir, checkpoint_dir)
 from .task import TrainingTask  # noqa: F401
 from .trainer import Trainer, TrainResult, train  # noqa: F401

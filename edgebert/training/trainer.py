@@ -20,7 +20,7 @@ from .distributed import init_distributed
 from .optim import build_optimizer, build_scheduler
 from .progress import Progress
 from .state import (STATE_FILE, STATE_FORMAT, TRAIN_CONFIG_FILE, MetricsLog, check_out_dir, check_same_data,
-                    read_state, rng_state, set_rng_state)
+                    checkpoint_dir, prune, publish, read_state, rng_state, set_rng_state, write_checkpoint)
 from .task import TrainingTask
 
 
@@ -78,10 +78,12 @@ class Trainer:
     opens the trainer first and asks ``trainer.is_main`` / calls ``trainer.barrier()``.
     """
 
-    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, console=None):
+    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                 console=None):
         self.cfg, self.resume = cfg, resume
         self.out_dir = Path(out_dir)
-        check_out_dir(self.out_dir, resume)
+        if not overwrite:  # with overwrite the stage's OutputDir removes the old run before training
+            check_out_dir(self.out_dir, resume)
         self.dist = init_distributed(cfg.resolved_device())
         per_rank, rem = divmod(cfg.batch_size, self.dist.world_size * cfg.grad_accum)
         if rem or per_rank < 1:
@@ -134,19 +136,28 @@ class Trainer:
         }
 
     def save_checkpoint(self) -> None:
-        """Model files first, then training_state.pt (the resume point), each atomically."""
+        """One checkpoint set (model files, train_config.json, training_state.pt), committed by
+        switching the pointer: see ``edgebert.training.state``."""
         state = self._state()  # a collective under DDP: every rank takes part
         if self.dist.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            self.task.save(self.out_dir)
-            write_json(self.out_dir / TRAIN_CONFIG_FILE, self.cfg.to_dict())
-            with atomic_path(self.out_dir / STATE_FILE) as tmp:
-                torch.save(state, tmp)
+
+            def fill(folder: Path) -> None:
+                self.task.save(folder)
+                write_json(folder / TRAIN_CONFIG_FILE, self.cfg.to_dict())
+                with atomic_path(folder / STATE_FILE) as tmp:
+                    torch.save(state, tmp)
+
+            write_checkpoint(self.out_dir, self.step, fill)
         self.dist.barrier()
 
     def _load_state(self) -> int:
         state = read_state(self.out_dir, self.cfg)
-        path = self.out_dir / STATE_FILE
+        folder = checkpoint_dir(self.out_dir)
+        path = folder / STATE_FILE
+        if self.dist.is_main and folder != self.out_dir:  # repair a kill while publishing; drop leftovers
+            publish(folder, self.out_dir)
+            prune(self.out_dir, folder)
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])

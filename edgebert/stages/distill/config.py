@@ -79,6 +79,7 @@ class DistillConfig:
     epochs: float | None = None
     evals_per_epoch: int = 1               # with ``epochs``
     resume: bool = False
+    overwrite: bool = False      # start again in a folder an earlier distill run wrote
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731

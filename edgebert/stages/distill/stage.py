@@ -19,16 +19,18 @@ from torch import nn
 from ...data.corpus import paragraphs
 from ...data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
 from ...data.task_data import encode_texts, load_task_data
-from ...data.tokenizer import load_tokenizer
+from ...data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ...errors import CheckpointError, ConfigError
 from ...fileio import write_json
-from ...model import (BertConfig, build_model, count_parameters, freeze_word_embeddings, load_model,
+from ...model import (MODEL_OUTPUTS, BertConfig, build_model, count_parameters, freeze_word_embeddings, load_model,
                       make_student, parse_layer_map, read_state_dict)
-from ...training import Trainer, TrainingTask, check_out_dir, is_main_process
+from ...outdirs import OutputDir
+from ...training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
 from .config import MLM_ARCHITECTURES, DistillConfig
 from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
 
 DISTILL_CONFIG_FILE = "distill_config.json"
+DISTILL_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *TRAINING_OUTPUTS, "best_checkpoint.json", DISTILL_CONFIG_FILE)
 
 
 def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
@@ -103,7 +105,7 @@ def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer
         if cfg.cache_teacher_logits and task.logits_only and task.needs_teacher:
             say(f"teacher logits: one pass over the {len(data.train)} training examples")
         if cfg.resume:
-            task.best.restore(cfg.out, student)
+            task.best.restore(checkpoint_dir(cfg.out), student)
         return task, len(data.train)
     train_docs, eval_docs = mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format, cfg.eval_fraction,
                                           cfg.train.seed)
@@ -140,9 +142,10 @@ class DistillResult:
 def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None) -> DistillResult:
     """Run one distillation stage into ``cfg.out``; see the module docstring."""
     t0 = time.perf_counter()
+    out = OutputDir(cfg.out, "distill", names=DISTILL_OUTPUTS, resume=cfg.resume, overwrite=cfg.overwrite,
+                    signature=STATE_FILE)
     teacher = load_teacher(cfg.teacher, cfg.task)
     student, layer_map = build_student(teacher, cfg)
-    check_out_dir(cfg.out, cfg.resume)
     if cfg.max_seq_len > teacher.config.max_position_embeddings:
         raise ConfigError(f"max_seq_len={cfg.max_seq_len} is longer than the teacher's "
                           f"max_position_embeddings={teacher.config.max_position_embeddings}")
@@ -162,7 +165,8 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
     if cfg.mode == "embed" and main and not cfg.resume:
         start = task.evaluate(student)       # the copied layers, before distillation
         say("before distillation: " + "  ".join(f"{k} {v:.4f}" for k, v in start.items() if k != "texts"))
-    with Trainer(train_cfg, cfg.out, resume=cfg.resume, console=console) as trainer:
+    with Trainer(train_cfg, cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, console=console) as trainer, \
+            out.writing(keep=lambda: checkpoint_dir(cfg.out) is not None, enabled=trainer.is_main):
         if trainer.is_main and not cfg.resume:
             write_json(cfg.out / DISTILL_CONFIG_FILE, {
                 **cfg.to_dict(), "layer_map": layer_map, "train": train_cfg.to_dict(),

@@ -1,0 +1,33 @@
+"""Which install extra brings which package, so a command that lacks one says what to install.
+
+The runtime install (``pip install 'edgebert[cpu]'``, or ``[gpu]``) has onnxruntime, tokenizers, numpy,
+typer and rich: ``EdgeSession``, ``edgebert check``, ``bench`` (without ``--reference``) and ``info``.
+Training, export and everything else that runs PyTorch need ``edgebert[train]``; the Hugging Face
+interop tests ``edgebert[hf]``. Torch-free (stdlib only).
+"""
+
+from __future__ import annotations
+
+from .errors import MissingExtra
+
+ORT_HINT = "pip install 'edgebert[cpu]', or 'edgebert[gpu]' for CUDA/TensorRT"
+# top-level module -> (what it is called, the install hint)
+PROVIDED_BY: dict[str, tuple[str, str]] = {
+    "torch": ("PyTorch", "pip install 'edgebert[train]'"),
+    "onnx": ("onnx", "pip install 'edgebert[train]'"),
+    "onnxscript": ("onnxscript", "pip install 'edgebert[train]'"),
+    "safetensors": ("safetensors", "pip install 'edgebert[train]'"),
+    "matplotlib": ("matplotlib", "pip install 'edgebert[train]'"),
+    "onnxruntime": ("onnxruntime", ORT_HINT),
+    "transformers": ("transformers", "pip install 'edgebert[hf]'"),
+    "optimum": ("optimum", "pip install 'edgebert[hf]'"),
+}
+
+
+def missing_extra(exc: ModuleNotFoundError, command: str) -> MissingExtra | None:
+    """The one-line error for a missing optional package (None if ``exc`` is about another module)."""
+    top = (exc.name or "").split(".")[0]
+    if top not in PROVIDED_BY:
+        return None
+    what, hint = PROVIDED_BY[top]
+    return MissingExtra(f"{command} needs {what}", hint)
