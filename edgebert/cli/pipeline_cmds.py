@@ -26,6 +26,7 @@ def pipeline_cmd(
     pretrain_steps: Annotated[Optional[int], typer.Option("--pretrain-steps", help="With --from-scratch.")] = None,
     distill_steps: Annotated[Optional[int], typer.Option("--distill-steps", help="Student training steps.")] = None,
     layers: o.Layers = None,
+    max_seq_len: o.MaxSeqLen = None,
     calib: o.Calib = None,
     max_accuracy_loss: o.MaxAccuracyLoss = None,
     lengths_from: o.LengthsFrom = None,
@@ -33,14 +34,15 @@ def pipeline_cmd(
     progress: o.Progress = None,
 ) -> None:
     """Text to benchmarked INT8 bundle: distil a teacher (default: the installed all-MiniLM-L6-v2) into a
-    4-layer student, export it (fused fp32 + guarded INT8), bench it against the fp32 PyTorch teacher."""
+    4-layer student, export it (fused fp32 + gated INT8), bench it against the fp32 PyTorch teacher.
+    --max-seq-len sets the distillation's sequence length (the demo: 64)."""
     from ..pipeline import build_pipeline_config, run_pipeline
 
     cfg = build_pipeline_config(out, preset, corpus=tuple(corpus or ()) or None,
                                 eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,
                                 teacher=teacher,
                                 from_scratch=from_scratch, pretrain_steps=pretrain_steps, distill_steps=distill_steps,
-                                layers=layers, calib=calib, max_accuracy_loss=max_accuracy_loss,
+                                layers=layers, distill_max_seq_len=max_seq_len, calib=calib, max_accuracy_loss=max_accuracy_loss,
                                 lengths_from=lengths_from, threads=threads, progress=progress)
     result = run_pipeline(cfg, console=console, say=say)
     console.print()
