@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -147,6 +147,8 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
                            "unfused_validation": {k: raw_val[k] for k in ("max_abs_diff", "tolerance")}}}
         if cfg.int8:
             qcfg = cfg.int8_config()
+            if qcfg.calib_seq_len > max_len:   # calibration/gate texts must fit the model's positions
+                qcfg = replace(qcfg, calib_seq_len=max_len)
             shared = Int8Export(qcfg, task, raw, fused, work, tok_file, tok_meta["pad_id"], cases, refs, names,
                                 cfg.fp32_tolerance, say)
             models.update(export_int8(qcfg, staging, shared, say))

@@ -73,7 +73,8 @@ def test_token_kd_is_zero_for_the_teacher_itself_and_covers_real_sub_tokens(toy)
 
 def test_ner_distillation_keeps_the_toy_task(tmp_path, toy):
     root, teacher = toy
-    assert build_distill_config(root / "teacher", tmp_path / "x").task == "ner"   # from the architecture
+    picked = build_distill_config(root / "teacher", tmp_path / "x", train_file=root / "train.txt")
+    assert picked.task == "ner" and picked.is_token_task                          # from the architecture
     result = distill(DistillConfig.preset(
         "ner", root / "teacher", tmp_path / "student", train_file=root / "train.txt", dev_file=root / "dev.txt",
         layers=1, epochs=4.0, max_seq_len=32, train=dict(lr=3e-3, batch_size=8, progress=False)))
