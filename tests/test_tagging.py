@@ -99,6 +99,27 @@ def test_check_understands_token_cls(ner_bundle, tmp_path):
     assert any(line.startswith("entity F1 vs the gold tags of 40 sentences") for line in on_conll.lines())
 
 
+def test_bench_measures_token_label_agreement_over_a_conll_length_mix(ner_bundle, tmp_path):
+    """``edgebert bench`` on a token-cls bundle against its PyTorch model: per-token label agreement over
+    the real tokens, the length mix replayed from a CoNLL file (one text per sentence)."""
+    from distill_helpers import write_toy_ner
+    from edgebert.bench import BenchConfig, run_bench
+
+    model_dir, bundle_dir = ner_bundle
+    conll = write_toy_ner(tmp_path / "toy.txt", 12, seed=7)
+    data = run_bench(BenchConfig(bundle_dir, providers=("cpu",), precisions=("fp32", "int8"), batches=(1,),
+                                 seqs=(8,), lengths_from=conll, reference=model_dir, threads=1, warmup=1, iters=3,
+                                 calibration_size=32, eval_texts=6, progress=False))
+    assert data["reference"]["same_model"] and data["reference"]["comparable"]
+    acc = {p["path"]: p["accuracy"] for p in data["paths"] if p["available"] and not p["reference"]}
+    fp32, int8 = acc["onnx cpu fp32"], acc["onnx cpu int8"]
+    assert fp32["metric"] == "token_label_agreement" and fp32["token_label_agreement"] == 1.0
+    assert fp32["max_abs_diff"] <= 1e-3 and fp32["prob_max_abs_diff"] <= 1e-4
+    assert fp32["inputs"] > 6                      # tokens, not texts: each toy sentence has several
+    assert int8["token_label_agreement"] >= 0.9 and int8["max_abs_diff"] > 1e-6
+    assert data["length_mix"]["texts"] == 12
+
+
 # --------------------------------------------------------------------------- windows
 def test_window_spans_cover_the_text_with_the_overlap():
     assert window_spans(5, 8, 2) == [(0, 5)]
