@@ -99,6 +99,28 @@ def test_check_understands_token_cls(ner_bundle, tmp_path):
     assert any(line.startswith("entity F1 vs the gold tags of 40 sentences") for line in on_conll.lines())
 
 
+def test_int8_gate_metric_counts_real_tokens_only():
+    """token-cls fidelity: label agreement over the tokens between [CLS] and [SEP] (padding out), with
+    the total variation of the per-token softmax as its continuous companion."""
+    from edgebert.runtime.fidelity import DEFAULT_BUDGETS, FidelityTracker
+
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])          # 3 + 1 real tokens
+    ref = np.zeros((2, 5, 3))
+    ref[..., 0] = 5.0                                            # label 0 everywhere
+    got = ref.copy()
+    got[0, 2] = [0.0, 5.0, 0.0]                                  # one real token flips
+    got[1, 4] = [0.0, 0.0, 9.0]                                  # padding: not counted
+    got[0, 0] = got[0, 4] = got[1, 2] = [0.0, 9.0, 0.0]           # [CLS] and [SEP]: not counted
+    tracker = FidelityTracker("token-cls")
+    tracker.add_outputs(ref, got, mask)
+    result = tracker.result().as_dict()
+    assert result["metric"] == "token_label_agreement" and result["tokens"] == 4 and result["n"] == 2
+    assert result["mean"] == pytest.approx(0.75) and result["loss"] == pytest.approx(0.25)
+    p, q = np.exp(5.0) / (np.exp(5.0) + 2.0), 1.0 / (np.exp(5.0) + 2.0)   # softmax of (5, 0, 0)
+    assert result["distance"] == pytest.approx((p - q) / 4, rel=1e-3)     # TV of the flipped token, / 4 tokens
+    assert DEFAULT_BUDGETS["token-cls"] == 0.005
+
+
 def test_bench_measures_token_label_agreement_over_a_conll_length_mix(ner_bundle, tmp_path):
     """``edgebert bench`` on a token-cls bundle against its PyTorch model: per-token label agreement over
     the real tokens, the length mix replayed from a CoNLL file (one text per sentence)."""
