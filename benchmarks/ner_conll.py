@@ -78,6 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=Path, default=REPO / "runs")
     ap.add_argument("--reuse", action="store_true", help="use finished stages found under --runs")
+    ap.add_argument("--name", default="ner_conll", help="results file stem under benchmarks/results/")
     ap.add_argument("--teacher-steps", type=int, default=100, help="fine-tuning steps of 32 sentences")
     ap.add_argument("--student-steps", type=int, default=60, help="distillation steps of 32 sentences")
     ap.add_argument("--student-examples", type=int, default=1920, help="training sentences the student sees")
@@ -103,7 +104,7 @@ def main() -> None:
     b32, b8 = scores["ner-student-bundle-fp32"], scores["ner-student-bundle-int8"]
     bench_cmd = (f"OMP_NUM_THREADS=1 edgebert bench {bundle} --reference {args.runs / 'ner-teacher'} "
                  f"--lengths-from {test} --batch 1 --precisions fp32,int8 --providers cpu "
-                 f"--report benchmarks/results/ner_conll_bench")
+                 f"--report benchmarks/results/{args.name}_bench")
     result = {"benchmark": "ner_conll", "data": str(test), "stages": done, "test": scores, "models": sizes,
               "retention": s["f1"] / t["f1"], "target_retention": 0.97,
               "int8_minus_fp32_student_points": 100 * (b8["f1"] - s["f1"]),
@@ -132,8 +133,8 @@ def main() -> None:
           "", "Latency (quiet machine; p50 at batch 1 over the test length mix, vs the PyTorch teacher):", "",
           f"    {bench_cmd}", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json(RESULTS / "ner_conll.json", result)
-    write_text(RESULTS / "ner_conll.md", "\n".join(md))
+    write_json(RESULTS / f"{args.name}.json", result)
+    write_text(RESULTS / f"{args.name}.md", "\n".join(md))
     print("\n".join(md))
 
 
