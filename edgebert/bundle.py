@@ -55,13 +55,14 @@ MANIFEST_NAME = "manifest.json"
 BUNDLE_FORMAT = "edgebert-bundle"
 BUNDLE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-TASKS = ("embed", "mlm", "cls")
+TASKS = ("embed", "mlm", "cls", "token-cls")
 PRECISIONS = ("fp32", "int8", "fp16")
 # Output names per task, in graph order.
 TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
     "embed": ("last_hidden_state", "pooler_output"),
     "mlm": ("logits",),
     "cls": ("logits",),
+    "token-cls": ("logits",),       # (batch, sequence, num_labels): one score row per token
 }
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _REQUIRED_KEYS = ("format", "version", "task", "config", "tokenizer", "inputs", "outputs", "models", "files")

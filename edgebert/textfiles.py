@@ -1,5 +1,6 @@
-"""Reading text files (torch-free): the one UTF-8 reader, the one WikiText heading rule, and the
-streaming reader of texts behind INT8 calibration, the accuracy guard and the benchmark's length mix.
+"""Reading text files (torch-free): the one UTF-8 reader, the one WikiText heading rule, the one CoNLL
+reader, and the streaming reader of texts behind INT8 calibration, the accuracy guard and the
+benchmark's length mix.
 
 ``read_utf8`` reads a whole file (corpora, task TSVs, CoNLL files); a missing or non-UTF-8 file is a
 DataError naming the file, and for bad bytes the line and column. ``iter_texts`` streams one text at a
@@ -8,6 +9,7 @@ time from three kinds of file:
 * a TSV with a header naming its text column(s): GLUE SST-2 ``sentence``; pairs ``sentence1`` /
   ``sentence2``, MRPC ``#1 String`` / ``#2 String``, QNLI ``question`` / ``sentence``; also ``text``;
 * WikiText raw (``= Heading =`` lines and blank lines skipped; each paragraph is one text);
+* CoNLL token tags (``read_conll``; each sentence is one text, its words joined by single spaces);
 * plain text, one text per line.
 
 ``pairs=True`` yields ``(a, b)`` tuples for pair TSVs; ``pairs=False`` yields the first text column.
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import csv
 import re
+from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -100,7 +104,9 @@ def iter_texts(path: str | Path, limit: int | None = None, *, pairs: bool = Fals
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
             first = fh.readline()
-            if "\t" in first or path.suffix.lower() == ".tsv":
+            if is_conll(path):
+                texts = (" ".join(s.words) for s in read_conll(path, what=what))
+            elif "\t" in first or path.suffix.lower() == ".tsv":
                 texts: Iterator[Text] = _tsv_rows(path, fh, first, pairs)
             else:
                 stripped = (line.strip() for line in _lines(first, fh))
@@ -115,6 +121,81 @@ def iter_texts(path: str | Path, limit: int | None = None, *, pairs: bool = Fals
         raise
     if count == 0:
         raise DataError(f"{path} holds no text", "pass a file with at least one sentence")
+
+
+# ------------------------------------------------------------------ CoNLL token tags
+# an IOB tag (IOB1 or IOB2): what a CoNLL file's tag column holds
+IOB_TAG = re.compile(r"^(O|[BI]-\S+)$")
+DOCSTART = "-DOCSTART-"
+
+
+@dataclass(frozen=True)
+class TaggedWords:
+    """One sentence of a CoNLL file: its words and their tags as written, and where it starts."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...]
+    line: int                      # line number of the first word
+    tag_lines: tuple[int, ...] = ()  # line number of each word (for errors about one tag)
+
+
+def _columns(line: str) -> list[str]:
+    """A tab-separated line splits on tabs, any other on runs of whitespace."""
+    return [c.strip() for c in line.split("\t")] if "\t" in line else line.split()
+
+
+def read_conll(path: str | Path, tag_column: int | None = None, what: str = "CoNLL file") -> list[TaggedWords]:
+    """Sentences of a CoNLL file: one word per line, a blank line between sentences, ``-DOCSTART-``
+    lines skipped. Columns are separated by a tab or by whitespace: ``TOKEN TAG`` (the shared data) or
+    the original four columns ``TOKEN POS CHUNK TAG``. The word is the first column, the tag the last
+    one, or column ``tag_column`` (1-based: 2 is the column after the word). A short line is a
+    DataError naming the file and line."""
+    path = Path(path)
+    if tag_column is not None and (not isinstance(tag_column, int) or tag_column < 2):
+        raise DataError(f"--tag-column {tag_column!r} must be 2 or more", "column 1 holds the word")
+    sentences: list[TaggedWords] = []
+    words: list[str] = []
+    tags: list[str] = []
+    lines: list[int] = []
+
+    def close() -> None:
+        if words:
+            sentences.append(TaggedWords(tuple(words), tuple(tags), lines[0], tuple(lines)))
+            words.clear(), tags.clear(), lines.clear()
+
+    for n, line in enumerate(read_utf8(path, what, "pass an existing CoNLL file").splitlines(), start=1):
+        if not line.strip():
+            close()
+            continue
+        cols = _columns(line)
+        if cols[0] == DOCSTART:
+            close()
+            continue
+        need = tag_column or 2
+        if len(cols) < need or not cols[0] or not cols[(tag_column or len(cols)) - 1]:
+            raise DataError(f"{path}:{n} has {len(cols)} column(s), a CoNLL line needs the word and its tag"
+                            + (f" in column {tag_column}" if tag_column else "") + f": {line.strip()[:60]!r}",
+                            "write 'TOKEN TAG' (or 'TOKEN POS CHUNK TAG') per line")
+        words.append(cols[0])
+        tags.append(cols[(tag_column or len(cols)) - 1])
+        lines.append(n)
+    close()
+    if not sentences:
+        raise DataError(f"{path} has no tagged words", "write one 'TOKEN TAG' per line")
+    return sentences
+
+
+def is_conll(path: str | Path, sniff: int = 20) -> bool:
+    """Whether a file looks like CoNLL token tags: its first ``sniff`` non-blank lines (``-DOCSTART-``
+    aside) all have two or more columns, the last one an IOB tag. False for unreadable files."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            lines = [ln for ln in islice(fh, 4 * sniff) if ln.strip()][:sniff]
+    except (OSError, UnicodeDecodeError):
+        return False
+    rows = [_columns(ln) for ln in lines]
+    rows = [r for r in rows if r[0] != DOCSTART]
+    return bool(rows) and all(len(r) >= 2 and IOB_TAG.match(r[-1]) for r in rows)
 
 
 # ------------------------------------------------------------------ the built-in English text

@@ -46,10 +46,11 @@ def versions() -> dict[str, str | None]:
 
 def io_spec(task: str, cfg: BertConfig) -> tuple[list[dict], list[dict]]:
     inputs = [{"name": n, "dtype": "int64", "shape": ["batch", "sequence"]} for n in INPUT_NAMES]
+    logits = {"mlm": ["batch", "sequence", cfg.vocab_size], "token-cls": ["batch", "sequence", cfg.num_labels]}
     shapes = {
         "last_hidden_state": ["batch", "sequence", cfg.hidden_size],
         "pooler_output": ["batch", cfg.hidden_size],
-        "logits": ["batch", "sequence", cfg.vocab_size] if task == "mlm" else ["batch", cfg.num_labels],
+        "logits": logits.get(task, ["batch", cfg.num_labels]),
     }
     outputs = [{"name": n, "dtype": "float32", "shape": shapes[n]} for n in TASK_OUTPUTS[task]]
     return inputs, outputs
@@ -61,7 +62,9 @@ def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, architecture:
     """The manifest without ``files`` (``write_manifest`` hashes the files and adds it). The top-level
     ``tensorrt_profile`` (batch x sequence, every input) is the export's; TensorRT graphs carry it per input."""
     inputs, outputs = io_spec(task, cfg)
-    labels = {str(k): v for k, v in cfg.id2label.items()} if task == "cls" and cfg.id2label else None
+    # the label map of a classifier (id -> name; token-cls: the IOB tags EdgeSession.tag groups)
+    labels = ({str(k): v for k, v in cfg.id2label.items()} if task in ("cls", "token-cls") and cfg.id2label
+              else None)
     manifest = {
         "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "task": task,
         "source": {"model_dir": str(Path(model_dir).resolve()), "architecture": architecture},

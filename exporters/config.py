@@ -19,13 +19,15 @@ ARCHITECTURE_TASKS = {
     "BertForPreTraining": "embed",
     "BertForMaskedLM": "mlm",
     "BertForSequenceClassification": "cls",
+    "BertForTokenClassification": "token-cls",
 }
 # The edgebert class each task is exported as.
-TASK_ARCHITECTURES = {"embed": "BertModel", "mlm": "BertForMaskedLM", "cls": "BertForSequenceClassification"}
+TASK_ARCHITECTURES = {"embed": "BertModel", "mlm": "BertForMaskedLM", "cls": "BertForSequenceClassification",
+                      "token-cls": "BertForTokenClassification"}
 
 
 def default_task(architecture: str) -> str:
-    """The task of an architecture; ConfigError for ones we cannot export (token classification)."""
+    """The task of an architecture; ConfigError for one we cannot export."""
     if architecture not in ARCHITECTURE_TASKS:
         raise ConfigError(f"no export task for architecture {architecture}",
                           f"pass --task ({', '.join(TASKS)}) explicitly")

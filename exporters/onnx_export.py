@@ -48,7 +48,7 @@ def prepare(model: nn.Module, task: str) -> TaskModel:
 def dynamic_axes(task: str) -> dict[str, dict[int, str]]:
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
     for name in TASK_OUTPUTS[task]:
-        per_token = name in ("last_hidden_state",) or (name == "logits" and task == "mlm")
+        per_token = name in ("last_hidden_state",) or (name == "logits" and task in ("mlm", "token-cls"))
         axes[name] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
     return axes
 

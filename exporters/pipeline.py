@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -175,6 +175,8 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
             models["fp32-trt"] = gpu.tensorrt_fp32(profile, list(INPUT_NAMES))
         if cfg.int8:
             qcfg = cfg.int8_config()
+            if qcfg.calib_seq_len > max_len:   # calibration/gate texts must fit the model's positions
+                qcfg = replace(qcfg, calib_seq_len=max_len)
             shared = Int8Export(qcfg, task, raw, fused, work, tok_file, tok_meta["pad_id"], cases, refs, names,
                                 cfg.fp32_tolerance, say)
             models.update(export_int8(qcfg, staging, shared, say, profile, list(INPUT_NAMES)))

@@ -2,7 +2,8 @@
 most sensitive nodes float until the loss fits the budget.
 
 Metrics per task (``edgebert.runtime.fidelity``): 1 - mean cosine of sentence embeddings (embed),
-1 - label agreement (cls), 1 - top-1 agreement (mlm), each with a continuous ``distance``.
+1 - label agreement (cls), 1 - top-1 agreement (mlm), 1 - token label agreement over real tokens
+(token-cls), each with a continuous ``distance``.
 
 Every graph is measured as the target computes it: sessions set ``session.x64quantprecision=1``, so
 on an export host whose U8S8 kernel saturates (AVX2 without VNNI) a graph made for a VNNI/ARM target
@@ -196,7 +197,8 @@ def batch_invariance(path: str | Path, task: str, probe_feeds: list[dict[str, np
             "batch_mates": int(batch_mates["input_ids"].shape[0]),
             "batch_mate_tokens": int(batch_mates["attention_mask"].sum(1).max()),
             "method": "each text alone vs inside one right-padded batch with long texts; 1 - cos of the "
-                      "mean-pooled embedding (embed), the logits (cls) or the real-token logits (mlm)"}
+                      "mean-pooled embedding (embed), the logits (cls) or the real-token logits (mlm, "
+                      "token-cls)"}
 
 
 def _pad(array: np.ndarray, width: int) -> np.ndarray:

@@ -37,14 +37,31 @@ def write_toy_tsv(path: Path, n: int, seed: int = 0, pair: bool = False) -> Path
     return path
 
 
-def write_toy_conll(path: Path, n: int, seed: int = 0) -> Path:
-    """word<TAB>tag with tag POS/NEG for sentiment words and O otherwise."""
+PEOPLE = (("anna", "smith"), ("bob", "jones"), ("carl",), ("dora", "lee"))
+PLACES = (("paris",), ("new", "york"), ("rome",), ("oslo",))
+
+
+def toy_ner_sentence(rng: random.Random) -> tuple[list[str], list[str]]:
+    """Filler words with a person (B-PER I-PER) and/or a place (B-LOC [I-LOC]) put in at random."""
+    words = [rng.choice(FILLERS) for _ in range(rng.randint(3, 8))]
+    tags = ["O"] * len(words)
+    for kind, names in (("PER", PEOPLE), ("LOC", PLACES)):
+        if rng.random() < 0.7:
+            name, at = rng.choice(names), rng.randint(0, len(words))
+            words[at:at] = list(name)
+            tags[at:at] = [f"B-{kind}"] + [f"I-{kind}"] * (len(name) - 1)
+    return words, tags
+
+
+def write_toy_ner(path: Path, n: int, seed: int = 0, columns: int = 2) -> Path:
+    """A CoNLL NER file in IOB2: ``TOKEN TAG`` per line as the shared CoNLL-2003 copy (``columns=4``:
+    ``TOKEN POS CHUNK TAG``, the original layout), a blank line between sentences."""
     rng = random.Random(seed)
     blocks = []
     for _ in range(n):
-        words = toy_sentence(rng, rng.randint(0, 1)).split()
-        tags = ["POS" if w in POSITIVE else "NEG" if w in NEGATIVE else "O" for w in words]
-        blocks.append("\n".join(f"{w}\t{t}" for w, t in zip(words, tags)))
+        words, tags = toy_ner_sentence(rng)
+        middle = " NN I-NP" if columns == 4 else ""
+        blocks.append("\n".join(f"{w}{middle} {t}" for w, t in zip(words, tags)))
     path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
     return path
 

@@ -61,7 +61,7 @@ def make_tiny_model_dir(out_dir: str | Path, architecture: str = "BertModel", se
 
     extra = {"id2label": {0: "negative", 1: "positive"}} if architecture == "BertForSequenceClassification" else {}
     cfg = BertConfig.preset("tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                            vocab_size=len(tiny_vocab()), **{**extra, **overrides})
+                            **{"vocab_size": len(tiny_vocab()), **extra, **overrides})
     torch.manual_seed(seed)
     model = build_model(cfg, architecture).eval()
     out_dir = Path(out_dir)

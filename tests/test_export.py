@@ -274,9 +274,10 @@ def test_export_config_rejects_bad_combinations(tmp_path):
     assert ExportConfig(**ok, int8=True, int8_mode="static", calib=calib).int8_config().mode == "static"
     assert ExportConfig.preset("cpu-int8", tmp_path / "m", tmp_path / "b").int8
     assert [default_task(a) for a in ("BertModel", "BertForPreTraining", "BertForMaskedLM",
-                                      "BertForSequenceClassification")] == ["embed", "embed", "mlm", "cls"]
-    with pytest.raises(ConfigError):
-        default_task("BertForTokenClassification")
+                                      "BertForSequenceClassification", "BertForTokenClassification")
+            ] == ["embed", "embed", "mlm", "cls", "token-cls"]
+    with pytest.raises(ConfigError, match="no export task for architecture BertForQuestionAnswering"):
+        default_task("BertForQuestionAnswering")
 
 
 def test_missing_tokenizer_is_a_checkpoint_error(tmp_path):

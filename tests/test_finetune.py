@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, toy_tokenizer,
-                             write_toy_conll, write_toy_tsv)
+                             write_toy_ner, write_toy_tsv)
 from edgebert.data.task_data import collate, encode_examples
 from edgebert.data.tasks import read_task_tsv
 from edgebert.errors import ConfigError
@@ -112,22 +112,29 @@ def test_pair_task_gets_segment_ids_and_dynamic_padding(tmp_path):
 
 
 def test_token_classification_path_learns(tmp_path):
+    """ner: labels from the data (O first, then B-/I- per type) saved as id2label/label2id, the best
+    checkpoint kept by dev entity F1, and ``evaluate`` scoring it with the same figure."""
     make_model_dir(tmp_path / "base", "BertForMaskedLM")
-    write_toy_conll(tmp_path / "train.conll", 150, seed=0)
-    write_toy_conll(tmp_path / "dev.conll", 50, seed=1)
-    result = finetune(FinetuneConfig.preset("tiny", model=tmp_path / "base", task="conll",
-                                            train_file=tmp_path / "train.conll",
-                                            dev_file=tmp_path / "dev.conll", out=tmp_path / "ner"))
-    assert result.labels == ("NEG", "O", "POS")
-    assert result.best_metrics["accuracy"] > 0.9
+    write_toy_ner(tmp_path / "train.txt", 150, seed=0)
+    write_toy_ner(tmp_path / "dev.txt", 50, seed=1)
+    result = finetune(FinetuneConfig.preset("tiny", model=tmp_path / "base", task="ner",
+                                            train_file=tmp_path / "train.txt",
+                                            dev_file=tmp_path / "dev.txt", out=tmp_path / "ner"))
+    assert result.labels == ("O", "B-LOC", "I-LOC", "B-PER", "I-PER")
+    assert result.best_metrics["f1"] > 0.75      # untrained: ~0 entities right
+    best = json.loads((tmp_path / "ner" / "best_checkpoint.json").read_text())
+    assert best["metric"] == "f1" and best["value"] == pytest.approx(result.best_metrics["f1"])
     cfg = json.loads((tmp_path / "ner" / "config.json").read_text())
     assert cfg["architectures"] == ["BertForTokenClassification"]
+    assert cfg["id2label"] == {str(i): t for i, t in enumerate(result.labels)}
+    assert cfg["label2id"] == {t: i for i, t in enumerate(result.labels)}
     from edgebert.stages.evaluate import evaluate
 
-    scored = evaluate(tmp_path / "ner", "conll", tmp_path / "dev.conll")
-    assert scored.metrics["accuracy"] == pytest.approx(result.best_metrics["accuracy"], abs=1e-9)
-    assert scored.metrics["n"] == sum(len(b.splitlines()) for b in
-                                      (tmp_path / "dev.conll").read_text().strip().split("\n\n"))
+    scored = evaluate(tmp_path / "ner", "ner", tmp_path / "dev.txt")
+    assert scored.metrics["f1"] == pytest.approx(result.best_metrics["f1"], abs=1e-9)
+    assert scored.num_examples == 50 and set(scored.details["per_type"]) == {"LOC", "PER"}
+    assert scored.metrics["words"] == sum(len(b.splitlines()) for b in
+                                          (tmp_path / "dev.txt").read_text().strip().split("\n\n"))
 
 
 def test_config_validation():

@@ -2,7 +2,9 @@
 
 embed: max |diff| of last_hidden_state over real tokens, cosine of mean-pooled embeddings (mean and
 worst), max |diff| of pooler_output. cls: label agreement and max |diff| of logits and probabilities.
-mlm: top-1 agreement over real tokens and max |diff| of logits.
+token-cls: token label agreement over the real tokens ([CLS], [SEP] and padding left out, as the INT8
+gate counts it) and max |diff| of logits and probabilities there. mlm: top-1 agreement over real
+tokens and max |diff| of logits.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.fidelity import mean_pool, softmax
+from ..runtime.fidelity import inner_tokens, mean_pool, softmax
 
 
 class AccuracyTracker:
@@ -44,6 +46,14 @@ class AccuracyTracker:
             self.max_abs_prob = max(self.max_abs_prob, float(np.abs(softmax(ours_l) - softmax(ref_l)).max()))
             self.agree += int((ours_l.argmax(-1) == ref_l.argmax(-1)).sum())
             self.total += len(ours_l)
+        elif self.task == "token-cls":
+            keep = inner_tokens(feeds["attention_mask"])
+            ours_l, ref_l = ours["logits"][keep], ref["logits"][keep]
+            self.max_abs = max(self.max_abs, float(np.abs(ours_l - ref_l).max(initial=0.0)))
+            self.max_abs_prob = max(self.max_abs_prob,
+                                    float(np.abs(softmax(ours_l) - softmax(ref_l)).max(initial=0.0)))
+            self.agree += int((ours_l.argmax(-1) == ref_l.argmax(-1)).sum())
+            self.total += len(ours_l)
         elif self.task == "mlm":
             ours_l, ref_l = ours["logits"][mask], ref["logits"][mask]
             self.max_abs = max(self.max_abs, float(np.abs(ours_l - ref_l).max()))
@@ -57,9 +67,9 @@ class AccuracyTracker:
                     "max_abs_diff": self.max_abs, "pooler_max_abs_diff": self.max_abs_pooler,
                     "cosine_mean": float(cos.mean()) if len(cos) else None,
                     "cosine_min": float(cos.min()) if len(cos) else None}
-        what = "label_agreement" if self.task == "cls" else "top1_agreement"
+        what = {"cls": "label_agreement", "token-cls": "token_label_agreement"}.get(self.task, "top1_agreement")
         out = {"metric": what, "inputs": self.total, "max_abs_diff": self.max_abs,
                what: self.agree / self.total if self.total else None}
-        if self.task == "cls":
+        if self.task in ("cls", "token-cls"):
             out["prob_max_abs_diff"] = self.max_abs_prob
         return out

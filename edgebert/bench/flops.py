@@ -60,10 +60,12 @@ def forward_flops(shape: ModelShape, batch: int, seq: int, task: str = "embed") 
         ew["pooler_elementwise"] = 2 * batch * H
     if task == "cls":
         mm["classifier"] = 2 * batch * H * shape.num_labels
+    if task == "token-cls":
+        mm["classifier"] = 2 * tokens * H * shape.num_labels
     if task == "mlm":
         mm["lm_head"] = 2 * tokens * H * H + 2 * tokens * H * V
         ew["lm_head_elementwise"] = tokens * H * (1 + GELU + LAYERNORM) + tokens * V
-    if task not in ("embed", "cls", "mlm", "encoder"):
+    if task not in ("embed", "cls", "token-cls", "mlm", "encoder"):
         raise ValueError(f"unknown task {task!r}")
     out = {**mm, **ew}
     out["matmul"] = sum(mm.values())

@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-TASK_ARCHITECTURE = {"embed": "BertModel", "cls": "BertForSequenceClassification", "mlm": "BertForMaskedLM"}
+TASK_ARCHITECTURE = {"embed": "BertModel", "cls": "BertForSequenceClassification", "mlm": "BertForMaskedLM",
+                     "token-cls": "BertForTokenClassification"}
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
@@ -98,7 +99,7 @@ def comparability(bundle_task: str, bundle_config: dict[str, Any], num_labels: i
         comparable, why = False, (f"hidden sizes differ ({ours['hidden_size']} vs {ref_cfg['hidden_size']})")
     elif bundle_task == "mlm" and ours["vocab_size"] != ref_cfg["vocab_size"]:
         comparable, why = False, f"vocabularies differ ({ours['vocab_size']} vs {ref_cfg['vocab_size']})"
-    elif bundle_task == "cls" and num_labels != reference.config.num_labels:
+    elif bundle_task in ("cls", "token-cls") and num_labels != reference.config.num_labels:
         comparable, why = False, f"label counts differ ({num_labels} vs {reference.config.num_labels})"
     else:
         comparable = True

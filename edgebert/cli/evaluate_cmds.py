@@ -16,8 +16,10 @@ from .app import app, say
 def evaluate_cmd(
     path: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
                                          help="Model directory (config.json) or ONNX bundle (manifest.json).")],
-    task: o.task_option("sst2 | mrpc | tsv | conll | mlm", required=True),
-    data: Annotated[Path, typer.Option("--data", help="Labelled TSV (classifiers) or a text file (mlm).")],
+    task: o.task_option("sst2 | mrpc | tsv | ner | mlm", required=True),
+    data: Annotated[Path, typer.Option("--data", help="Labelled TSV (classifiers), CoNLL file (ner) or a "
+                                                      "text file (mlm).")],
+    tag_column: o.TagColumn = None,
     max_seq_len: o.MaxSeqLen = None,
     eval_batch_size: Annotated[Optional[int], typer.Option(
         "--eval-batch-size", help="Examples per forward pass (default 64).")] = None,
@@ -26,11 +28,13 @@ def evaluate_cmd(
     precision: Annotated[Optional[str], typer.Option("--precision", help="Bundles: int8 | fp32 | fp16.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Accuracy/F1 of a classifier, or MLM accuracy/perplexity of a masked LM."""
+    """Accuracy/F1 of a classifier, entity F1 (overall and per type) of a token classifier, or MLM
+    accuracy/perplexity of a masked LM."""
     from ..stages.evaluate import evaluate
 
     result = evaluate(path, task, data, max_seq_len=max_seq_len, batch_size=eval_batch_size,
-                      max_examples=max_eval_examples, corpus_format=corpus_format, precision=precision)
+                      max_examples=max_eval_examples, corpus_format=corpus_format, precision=precision,
+                      tag_column=tag_column)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return
@@ -38,3 +42,6 @@ def evaluate_cmd(
         f"{result.wall_s:.1f} s")
     for key, value in result.metrics.items():
         say(f"  {key}: {value:.4f}" if isinstance(value, float) else f"  {key}: {value}")
+    for name, row in (result.details.get("per_type") or {}).items():
+        say(f"  {name}: precision {row['precision']:.4f}  recall {row['recall']:.4f}  f1 {row['f1']:.4f}  "
+            f"({row['entities']} entities)")

@@ -26,13 +26,16 @@ from .tasks import TOKEN_TASKS, LabelledExample, TaggedSentence, read_tagged, re
 @dataclass
 class EncodedDataset:
     """Tokenized examples. ``labels`` is (N,) for sequence tasks; for token tasks ``token_labels``
-    holds one array per example aligned with ``input_ids`` (IGNORE_INDEX where no label applies)."""
+    holds one array per example aligned with ``input_ids`` (IGNORE_INDEX where no label applies) and
+    ``word_labels`` the gold tag of every word, also of words truncation cut off (entity scores are
+    counted over whole sentences)."""
 
     input_ids: list[np.ndarray]                  # each (T_i,) int32, with [CLS]/[SEP]
     token_type_ids: list[np.ndarray]             # each (T_i,) int8
     labels: np.ndarray                           # (N,) int64 (sequence labels; -1 for token tasks)
     token_labels: list[np.ndarray] | None = None
     truncated: int = 0                           # how many examples were cut to max_seq_len
+    word_labels: list[np.ndarray] | None = None  # token tasks: (W_i,) int64 gold tag ids per word
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -49,7 +52,7 @@ class EncodedDataset:
         """The first ``n`` examples."""
         return EncodedDataset(self.input_ids[:n], self.token_type_ids[:n], self.labels[:n],
                               None if self.token_labels is None else self.token_labels[:n],
-                              self.truncated)
+                              self.truncated, None if self.word_labels is None else self.word_labels[:n])
 
 
 def truncating_copy(tok: Tokenizer, max_seq_len: int) -> Tokenizer:
@@ -117,6 +120,7 @@ def encode_tagged(sentences: Sequence[TaggedSentence], tok: Tokenizer, max_seq_l
         labels=np.full(len(sentences), -1, dtype=np.int64),
         token_labels=token_labels,
         truncated=sum(1 for e in encodings if e.overflowing),
+        word_labels=[np.asarray(s.tags, dtype=np.int64) for s in sentences],
     )
 
 
@@ -173,17 +177,19 @@ def _subset(items: list, n: int | None, seed: int) -> list:
 
 def load_task_data(task: str, train_file: Path, dev_file: Path | None, tok: Tokenizer, max_seq_len: int,
                    max_train_examples: int | None = None, max_eval_examples: int | None = None,
-                   seed: int = 0, labels: Sequence[str] | None = None) -> TaskData:
+                   seed: int = 0, labels: Sequence[str] | None = None,
+                   tag_column: int | None = None) -> TaskData:
     """Read and tokenize a task's train (and dev) file; the dev file uses the train file's labels.
 
-    ``labels`` (e.g. a teacher classifier's id2label) fixes the label order for ``tsv``/``conll``.
+    ``labels`` (e.g. a teacher classifier's id2label) fixes the label order for ``tsv``/``ner``;
+    ``tag_column`` picks a CoNLL file's tag column (default: the last).
     """
     def first(items: list | None) -> list | None:
         return items[:max_eval_examples] if items and max_eval_examples else items
 
     if task in TOKEN_TASKS:
-        train_rows, tags = read_tagged(train_file, labels)
-        dev_rows = first(read_tagged(dev_file, tags)[0] if dev_file else None)
+        train_rows, tags = read_tagged(train_file, labels, tag_column)
+        dev_rows = first(read_tagged(dev_file, tags, tag_column)[0] if dev_file else None)
         train = encode_tagged(_subset(train_rows, max_train_examples, seed), tok, max_seq_len)
         dev = encode_tagged(dev_rows, tok, max_seq_len) if dev_rows else None
         return TaskData(train, dev, tags, False)

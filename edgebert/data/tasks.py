@@ -1,9 +1,10 @@
-"""Labelled data: GLUE TSV (SST-2, MRPC, any TSV with named columns) and CoNLL-style token tags.
+"""Labelled data: GLUE TSV (SST-2, MRPC, any TSV with named columns) and CoNLL named-entity tags.
 
 ``read_task_tsv(path, task)`` returns ``LabelledExample``s and ``read_tagged(path)`` returns
-``TaggedSentence``s (task ``conll``: one ``word<TAB>tag`` per line, a blank line between
-sentences); every malformed row is a DataError that names the file and line. ``spec_for_model``
-gives a task's spec in the label order of a model that was fine-tuned on it.
+``TaggedSentence``s (task ``ner``: a CoNLL file, one ``TOKEN TAG`` or ``TOKEN POS CHUNK TAG`` per
+line, IOB tags, a blank line between sentences; see ``edgebert.textfiles.read_conll``); every
+malformed row is a DataError that names the file and line. ``spec_for_model`` gives a task's spec in
+the label order of a model that was fine-tuned on it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import CheckpointError, DataError
-from ..textfiles import first_line, read_utf8
+from ..textfiles import IOB_TAG, first_line, read_conll, read_utf8
 
-TASKS = ("sst2", "mrpc", "tsv", "conll")
+TASKS = ("sst2", "mrpc", "tsv", "ner")
 SEQUENCE_TASKS = ("sst2", "mrpc", "tsv")   # one label per example
-TOKEN_TASKS = ("conll",)                    # one label per word
+TOKEN_TASKS = ("ner",)                      # one label per word (IOB named-entity tags)
 
 
 @dataclass(frozen=True)
@@ -56,35 +57,34 @@ class TaggedSentence:
     tags: tuple[int, ...]                # tag ids, one per word
 
 
-def read_tagged(path: str | Path, labels: Sequence[str] | None = None) -> tuple[list[TaggedSentence], tuple[str, ...]]:
-    """CoNLL-style file: ``word<TAB>tag`` (or whitespace-separated, tag last) per line, sentences
-    separated by blank lines; ``-DOCSTART-`` lines are skipped. The tag set is the file's (sorted)
-    unless ``labels`` is given (then an unknown tag is an error)."""
+def tag_order(tags: set[str] | Sequence[str]) -> tuple[str, ...]:
+    """IOB tags in id order: ``O`` first, then by entity type, ``B-`` before ``I-`` (O, B-LOC, I-LOC, ...)."""
+    return tuple(sorted(set(tags), key=lambda t: (t != "O", t[2:], t[:1])))
+
+
+def read_tagged(path: str | Path, labels: Sequence[str] | None = None, tag_column: int | None = None
+                ) -> tuple[list[TaggedSentence], tuple[str, ...]]:
+    """A CoNLL file (``edgebert.textfiles.read_conll``: tag = last column, or ``tag_column``) as tag
+    ids. Tags must be IOB (``O``, ``B-TYPE``, ``I-TYPE``; IOB1 or IOB2), which entity-level scoring
+    needs. The tag set is the file's (``tag_order``) unless ``labels`` is given (then a tag outside it
+    is an error)."""
     path = Path(path)
-    rows: list[list[tuple[int, str, str]]] = [[]]
-    for n, line in enumerate(read_utf8(path, hint="pass an existing file").splitlines(), start=1):
-        if not line.strip():
-            if rows[-1]:
-                rows.append([])
-            continue
-        parts = line.split("\t") if "\t" in line else line.split()
-        parts = [p.strip() for p in parts]
-        if len(parts) < 2 or not parts[0] or not parts[-1]:
-            raise DataError(f"{path}:{n} is not 'word<TAB>tag': {line.strip()[:60]!r}")
-        if parts[0] == "-DOCSTART-":
-            continue
-        rows[-1].append((n, parts[0], parts[-1]))
-    sentences = [r for r in rows if r]
-    if not sentences:
-        raise DataError(f"{path} has no tagged words", "write one 'word<TAB>tag' per line")
-    tagset = tuple(labels) if labels else tuple(sorted({t for s in sentences for _, _, t in s}))
+    sentences = read_conll(path, tag_column)
+    for s in sentences:
+        for n, tag in zip(s.tag_lines, s.tags):
+            if not IOB_TAG.match(tag):
+                raise DataError(f"{path}:{n} has tag {tag!r}, which is not an IOB tag (O, B-TYPE, I-TYPE)",
+                                "pick the tag column with --tag-column" if tag_column is None
+                                else "check --tag-column")
+    tagset = tuple(labels) if labels else tag_order({t for s in sentences for t in s.tags})
     tag_id = {t: i for i, t in enumerate(tagset)}
     out = []
     for s in sentences:
-        for n, _, t in s:
-            if t not in tag_id:
-                raise DataError(f"{path}:{n} has tag {t!r}, expected one of {list(tagset)}")
-        out.append(TaggedSentence(tuple(w for _, w, _ in s), tuple(tag_id[t] for _, _, t in s)))
+        for n, tag in zip(s.tag_lines, s.tags):
+            if tag not in tag_id:
+                raise DataError(f"{path}:{n} has tag {tag!r}, expected one of {list(tagset)}",
+                                "the model's labels come from its training file")
+        out.append(TaggedSentence(s.words, tuple(tag_id[t] for t in s.tags)))
     return out, tagset
 
 

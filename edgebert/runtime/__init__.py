@@ -1,4 +1,4 @@
-"""Torch-free runtime for apps: an exported bundle behind ``embed`` / ``classify`` / ``fill_mask``.
+"""Torch-free runtime for apps: an exported bundle behind ``embed`` / ``classify`` / ``tag`` / ``fill_mask``.
 
 Needs only onnxruntime, tokenizers and numpy::
 
@@ -13,7 +13,8 @@ from ..errors import BundleError, ProviderUnavailable
 from .providers import PROVIDERS, ProviderStatus, probe
 from .results import ClassificationResult, MaskPrediction
 from .session import POOLINGS, EdgeSession, softmax
+from .tagging import AGGREGATIONS
 from .text import Encoded, pad_batch
 
 __all__ = ["EdgeSession", "ClassificationResult", "MaskPrediction", "ProviderStatus", "probe",
-           "PROVIDERS", "POOLINGS", "BundleError", "ProviderUnavailable", "Encoded", "pad_batch", "softmax"]
+           "PROVIDERS", "POOLINGS", "AGGREGATIONS", "BundleError", "ProviderUnavailable", "Encoded", "pad_batch", "softmax"]

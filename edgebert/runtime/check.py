@@ -7,7 +7,10 @@ right *there*. Torch-free (onnxruntime, tokenizers, numpy).
    (``int8_choice``: a graph that would saturate here is loaded with exact products, or refused);
 4. re-measure that graph against the bundle's fp32 graph on this machine, on the built-in held-out
    text (the same texts the export gate used) or ``--data``, with the task metric of the gate;
-5. time both on the same batches (interleaved, spinning off) to show what INT8 buys here.
+5. time both on the same batches (interleaved, spinning off) to show what INT8 buys here;
+6. for a ``token-cls`` bundle and a CoNLL ``--data`` file: entity F1 of fp32 and INT8 against the
+   file's gold tags, through ``EdgeSession.tag`` (needs seqeval, a training/evaluation package; without
+   it the report says so and the verdict stays the gate's).
 
 Pass when the measured loss fits the budget (``--max-accuracy-loss``, else the one the export gated
 with); every failure names its reason.
@@ -24,9 +27,10 @@ import numpy as np
 
 from ..bundle import int8_graphs, read_manifest, verify_files
 from ..errors import BundleError, EdgebertError
-from ..textfiles import builtin_texts, iter_texts
+from ..textfiles import builtin_texts, is_conll, iter_texts, read_conll
 from .fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker
 from .hostcpu import PRECISION_OPTION, detect_host
+from .tagging import join_words, word_tags
 from .text import length_sorted_batches, pad_batch
 
 BATCH = 32
@@ -48,6 +52,7 @@ class CheckReport:
     export_fidelity: dict[str, Any] | None = None
     budget: float | None = None
     speed: dict[str, Any] | None = None
+    entities: dict[str, Any] | None = None     # token-cls + CoNLL --data: entity F1 vs the gold tags
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +73,11 @@ class CheckReport:
             if self.export_fidelity:
                 line += f" (export measured {self.export_fidelity['mean']:.5f} on its held-out texts)"
             out.append(line)
+        if self.entities:
+            e = self.entities
+            out.append(f"entities: {e['note']}" if "note" in e else
+                       f"entity F1 vs the gold tags of {e['sentences']} sentences: fp32 {e['fp32']['f1']:.4f}, "
+                       f"int8 {e['int8']['f1']:.4f} ({100 * (e['int8']['f1'] - e['fp32']['f1']):+.2f} points)")
         if self.speed:
             s = self.speed
             out.append(f"speed here: int8 {s['int8_texts_per_s']:.0f} texts/s, fp32 {s['fp32_texts_per_s']:.0f} "
@@ -143,6 +153,8 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     report.budget = float(budget if budget is not None else DEFAULT_BUDGETS[manifest["task"]])
     fidelity, report.speed = _measure(fp32, int8, manifest["task"], texts)
     report.fidelity = fidelity.as_dict()
+    if manifest["task"] == "token-cls" and data is not None and is_conll(data):
+        report.entities = _entity_scores({"fp32": fp32, "int8": int8}, Path(data), max_texts)
     where = f"this {host.kind} CPU"
     summary = (f"{fidelity.metric} {fidelity.mean:.5f}, loss {fidelity.loss:.5f} "
                f"{'<=' if fidelity.loss <= report.budget else '>'} budget {report.budget:g}, "
@@ -176,3 +188,25 @@ def _measure(fp32, int8, task: str, texts: list) -> tuple[Any, dict[str, Any]]:
              "int8_speedup": spent["fp32"] / max(spent["int8"], 1e-9), "threads": fp32.threads,
              "note": "one pass, batches interleaved, spinning off: a rough figure; edgebert bench measures latency"}
     return tracker.result(), {k: round(v, 3) if isinstance(v, float) else v for k, v in speed.items()}
+
+
+def _entity_scores(sessions: dict[str, Any], data: Path, max_texts: int) -> dict[str, Any]:
+    """Entity precision / recall / F1 of each session against the gold tags of a CoNLL file, each word
+    tagged through ``EdgeSession.tag`` as ``edgebert evaluate`` does (``aggregation="none"``: the label
+    of the sub-token that starts the word)."""
+    from ..errors import ConfigError
+    from ..ner_eval import entity_scores
+
+    sentences = read_conll(data)[:max_texts]
+    texts, spans = zip(*(join_words(s.words) for s in sentences))
+    gold = [list(s.tags) for s in sentences]
+    out: dict[str, Any] = {"sentences": len(sentences), "file": str(data)}
+    for name, session in sessions.items():
+        entities = session.tag(list(texts), aggregation="none", batch_size=BATCH)
+        predicted = [word_tags(e, sp) for e, sp in zip(entities, spans)]
+        try:
+            scores = entity_scores(gold, predicted)
+        except ConfigError as exc:        # seqeval is not installed on this device
+            return {"note": f"entity F1 not measured: {exc.one_line()}"}
+        out[name] = {k: round(scores[k], 5) for k in ("f1", "precision", "recall")}
+    return out

@@ -1,4 +1,4 @@
-"""``EdgeSession``: an exported bundle behind ``embed`` / ``classify`` / ``fill_mask``.
+"""``EdgeSession``: an exported bundle behind ``embed`` / ``classify`` / ``tag`` / ``fill_mask``.
 
 Imports only onnxruntime, tokenizers and numpy (plus torch-free edgebert modules), so an app that
 ships a bundle does not need torch. One session is safe to share between threads: onnxruntime's
@@ -20,6 +20,7 @@ from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host
 from .providers import short_name
 from .results import ClassificationResult, MaskPrediction
+from .tagging import Entity, Tagger, tag_texts
 from .text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_batch
 from .trt_profile import TrtProfile
 
@@ -241,6 +242,31 @@ class EdgeSession:
         probs = softmax(logits)
         ids = probs.argmax(axis=1).astype(np.int64) if len(probs) else np.zeros(0, np.int64)
         return ClassificationResult([names[i] for i in ids], ids, probs, names)
+
+    def tag(self, texts: str | Sequence[str], aggregation: str = "simple", *, stride: int | None = None,
+            ignore_labels: Sequence[str] = ("O",), batch_size: int | None = None
+            ) -> list[Entity] | list[list[Entity]]:
+        """Named entities of a ``token-cls`` bundle, grouped as Hugging Face's token-classification
+        pipeline groups them (``edgebert.runtime.tagging``): for one str its list of entities, for a
+        list of texts one list per text. Each entity: ``entity_group`` (``entity`` with
+        ``aggregation="none"``), ``score``, ``word``, ``start``, ``end`` (character offsets into the
+        text). ``aggregation``: ``simple`` | ``first`` | ``none``. A text longer than ``max_length`` is
+        tagged in windows overlapping by ``stride`` sub-tokens (default: a quarter of a window), never
+        truncated."""
+        self._require("token-cls", "tag")
+        items, _ = check_texts(texts)
+        width = int(self.manifest["outputs"][0]["shape"][-1])     # labels of a manifest that names none
+        labels = tuple(self.label_names) or tuple(f"LABEL_{i}" for i in range(width))
+
+        def run(rows: list[Encoded]) -> list[np.ndarray]:
+            out: list[np.ndarray] = [np.zeros(0)] * len(rows)
+            for idx, _, result in self._batches(rows, ["logits"], batch_size):
+                for r, i in enumerate(idx):
+                    out[i] = result["logits"][r, :len(rows[i])]
+            return out
+
+        results = tag_texts(Tagger(self.encoder, labels), items, run, aggregation, stride, ignore_labels)
+        return results[0] if isinstance(texts, str) else results
 
     def fill_mask(self, text: str, top_k: int = 5, truncate: bool | None = None) -> list[MaskPrediction]:
         """Top-k tokens for every mask token in ``text`` (one ``MaskPrediction`` per mask, in order)."""

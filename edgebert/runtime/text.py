@@ -5,6 +5,12 @@ a bundle's tokenizer.json may switch both on (all-MiniLM-L6-v2 ships fixed paddi
 that state per call would race between threads, so it is switched off once at load and never touched
 again: texts are encoded unpadded, over-long ones are truncated on their own ``Encoding`` objects, and
 batches are padded in numpy to their own longest row (dynamic padding).
+
+Token tagging needs more than ids: ``TextEncoder.pieces`` gives each text's sub-tokens without special
+tokens, with their strings and character offsets into the original text (what the tokenizer reports:
+accents, case and repeated spaces of the input are kept), and ``frame`` puts the special tokens around
+any slice of them (one window of a long text). Both build new objects per call; the shared tokenizer is
+only read.
 """
 
 from __future__ import annotations
@@ -28,6 +34,19 @@ class Encoded:
     ids: np.ndarray        # (T,) int64
     type_ids: np.ndarray   # (T,) int64
     truncated: bool = False
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """One text's sub-tokens, no special tokens: ids, token strings, and ``offsets[i] = (start, end)``
+    character offsets of token i in the original text."""
+
+    ids: np.ndarray            # (T,) int64
+    tokens: tuple[str, ...]
+    offsets: np.ndarray        # (T, 2) int64
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -99,6 +118,48 @@ class TextEncoder:
         self._specials = {False: tok.num_special_tokens_to_add(False), True: tok.num_special_tokens_to_add(True)}
         if self.max_length <= self._specials[True]:
             raise DataError(f"max_length={self.max_length} leaves no room for text")
+        # the special tokens a single text is framed with (BERT: [CLS] ... [SEP]), read once
+        probe = tok.encode("a", add_special_tokens=True)
+        content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
+        first, last = content[0], content[-1] + 1
+        self._frame = (np.asarray(probe.ids[:first], np.int64), np.asarray(probe.ids[last:], np.int64),
+                       np.asarray(probe.type_ids[:first], np.int64), np.asarray(probe.type_ids[last:], np.int64),
+                       int(probe.type_ids[first]))
+        self.unk_id = tok.token_to_id(getattr(tok.model, "unk_token", None) or "[UNK]")
+        # WordPiece "##" (BPE: its prefix, if any): tells a word's later sub-tokens from its first
+        self.subword_prefix = getattr(tok.model, "continuing_subword_prefix", None) or None
+
+    @property
+    def prefix_length(self) -> int:
+        """Special tokens before a single text's content ([CLS]: 1)."""
+        return int(len(self._frame[0]))
+
+    @property
+    def content_length(self) -> int:
+        """Sub-tokens of text that fit in one input of ``max_length`` beside the special tokens."""
+        return self.max_length - self._specials[False]
+
+    def pieces(self, items: Sequence[Text]) -> list[Pieces]:
+        """Each text's sub-tokens (no specials, never truncated), token strings and character offsets."""
+        if not items:
+            return []
+        out = []
+        for enc in self.tokenizer.encode_batch(list(items), add_special_tokens=False):
+            offsets = np.asarray(enc.offsets, np.int64).reshape(-1, 2)
+            out.append(Pieces(np.asarray(enc.ids, np.int64), tuple(enc.tokens), offsets))
+        return out
+
+    def frame(self, ids: np.ndarray) -> Encoded:
+        """Special tokens around a slice of a text's sub-token ids, as a single text gets them."""
+        head, tail, head_types, tail_types, content_type = self._frame
+        return Encoded(np.concatenate([head, np.asarray(ids, np.int64), tail]),
+                       np.concatenate([head_types, np.full(len(ids), content_type, np.int64), tail_types]))
+
+    def decode_tokens(self, tokens: Sequence[str]) -> str:
+        """Sub-token strings back to text with the tokenizer's decoder (WordPiece: ``##`` pieces joined),
+        as Hugging Face's ``convert_tokens_to_string`` does."""
+        decoder = self.tokenizer.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
 
     def with_max_length(self, max_length: int) -> "TextEncoder":
         """A copy with another token limit, sharing the (read-only) tokenizer."""

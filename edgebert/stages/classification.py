@@ -1,6 +1,7 @@
 """Training a classifier on a task's data, as fine-tuning and task distillation both do: length-grouped
-batches, cross-entropy, dev accuracy/F1 at every evaluation, and the best checkpoint (by dev
-accuracy) kept as the output directory's model (``best_checkpoint.json`` says which step it is)."""
+batches, cross-entropy, dev figures at every evaluation (accuracy/F1; entity precision/recall/F1 for
+a token task), and the best checkpoint (by dev accuracy; by entity F1 for a token task) kept as the
+output directory's model (``best_checkpoint.json`` says which step it is)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..data.tokenizer import SpecialIds, save_tokenizer
 from ..fileio import write_json
 from ..model import IGNORE_INDEX, load_model, save_model
 from ..training import LengthGroupedBatches, TrainingTask
-from .metrics import classifier_metrics
+from .metrics import task_metrics
 
 BEST_FILE = "best_checkpoint.json"
 
@@ -65,7 +66,8 @@ class BestCheckpoint:
 
 
 class ClassificationTask(TrainingTask):
-    """Cross-entropy on a sequence or token classifier; dev accuracy/F1; best checkpoint kept."""
+    """Cross-entropy on a sequence or token classifier; dev figures (``task_metrics``); best checkpoint
+    kept by ``best_metric``: accuracy, or entity F1 for a token task."""
 
     def __init__(self, model: nn.Module, tokenizer, data: TaskData, *, batch_size_hint: int,
                  seed: int, eval_batch_size: int = 64, max_seq_len: int = 128):
@@ -73,7 +75,8 @@ class ClassificationTask(TrainingTask):
         self.pad_id = SpecialIds.of(tokenizer).pad
         self.eval_batch_size, self.max_seq_len = eval_batch_size, max_seq_len
         self.batch_size, self.seed = batch_size_hint, seed
-        self.best = BestCheckpoint("accuracy")
+        self.best_metric = "f1" if data.train.is_token_task else "accuracy"
+        self.best = BestCheckpoint(self.best_metric)
         self._sampler: LengthGroupedBatches | None = None
 
     def num_train_examples(self) -> int:
@@ -102,11 +105,12 @@ class ClassificationTask(TrainingTask):
     def evaluate(self, model):
         if self.data.dev is None:
             return {}
-        metrics = classifier_metrics(model, self.data.dev, len(self.data.labels), self.eval_batch_size,
-                                     self.pad_id)
-        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics = self.dev_metrics(model)
         self.best.update(model, metrics, self.step)
         return metrics
+
+    def dev_metrics(self, model: nn.Module) -> dict[str, float]:
+        return task_metrics(model, self.data.dev, self.data.labels, self.eval_batch_size, self.pad_id)
 
     def save(self, out_dir: Path) -> None:
         self.best.save(self.model, out_dir)

@@ -2,8 +2,14 @@
 
 ``evaluate(path, task, data)`` returns an ``EvaluationResult``:
 
-- classifiers (``sst2``, ``mrpc``, ``tsv``, ``conll``): accuracy and F1 (positive-class F1 for two
-  labels, as GLUE reports MRPC; macro F1 otherwise; token accuracy / F1 over words for ``conll``);
+- classifiers (``sst2``, ``mrpc``, ``tsv``): accuracy and F1 (positive-class F1 for two labels, as
+  GLUE reports MRPC; macro F1 otherwise);
+- named entities (``ner``, a CoNLL file): entity precision / recall / F1 overall and per type, and
+  word accuracy (seqeval, ``edgebert.ner_eval``). A checkpoint predicts each word's tag at its first
+  sub-token; a bundle is run through ``EdgeSession.tag`` on the sentence as text (words joined by
+  spaces, ``aggregation="none"``: each word takes the label of the sub-token that starts it, the same
+  position), so the figure includes the runtime's tokenization, offsets and windowing. Sentences are
+  never truncated by default (the model's full length; a bundle tags longer ones in windows);
 - masked LM (``mlm``, a text file): MLM accuracy and perplexity (exp of the mean cross-entropy on the
   masked tokens), on sentence-pair examples masked with a fixed seed: the same examples and masks
   as ``edgebert pretrain``'s evaluation (``edgebert.data.mlm.mlm_eval_batches``), so numbers from
@@ -27,12 +33,13 @@ import torch
 from ..bundle import read_manifest
 from ..data.corpus import read_corpus
 from ..data.mlm import mlm_eval_batches
-from ..data.task_data import EncodedDataset, encode_examples, encode_tagged
+from ..data.task_data import encode_examples, encode_tagged
 from ..data.tasks import SEQUENCE_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
 from ..data.tokenizer import SpecialIds, load_tokenizer
 from ..errors import CheckpointError, ConfigError, DataError
 from ..model import IGNORE_INDEX, BertConfig, load_model
-from .metrics import MlmCounts, classification_metrics, classifier_metrics, mlm_metrics
+from ..ner_eval import entity_report, entity_scores
+from .metrics import MlmCounts, classification_metrics, classifier_metrics, mlm_metrics, predict_words, word_tags
 
 EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, "mlm")
 
@@ -60,12 +67,18 @@ def is_bundle(path: str | Path) -> bool:
 
 def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int | None = None,
              batch_size: int | None = None, max_examples: int | None = None, mlm_probability: float = 0.15,
-             corpus_format: str | None = None, precision: str | None = None, device: str = "cpu") -> EvaluationResult:
+             corpus_format: str | None = None, precision: str | None = None, device: str = "cpu",
+             tag_column: int | None = None) -> EvaluationResult:
     """Score the model (or bundle) at ``path`` on ``data``; see the module docstring. ``None`` settings
-    take the defaults: 128 tokens (at most the model's), batches of 64, corpus format ``auto``."""
+    take the defaults: 128 tokens (``ner``: the model's maximum; at most the model's), batches of 64,
+    corpus format ``auto``, a CoNLL file's last column as the tag."""
+    if task in TOKEN_TASKS and max_seq_len is None:
+        max_seq_len = 4096                     # capped at the model's length below: no truncation
     max_seq_len, batch_size, corpus_format = max_seq_len or 128, batch_size or 64, corpus_format or "auto"
     if task not in EVAL_TASKS:
         raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(EVAL_TASKS)}")
+    if tag_column is not None and task not in TOKEN_TASKS:
+        raise ConfigError(f"--tag-column is for CoNLL files (--task ner), not --task {task}")
     if not 8 <= max_seq_len <= 4096:
         raise ConfigError(f"max_seq_len={max_seq_len} must be between 8 and 4096")
     if batch_size < 1 or (max_examples is not None and max_examples < 1):
@@ -79,11 +92,11 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
     t0 = time.perf_counter()
     if is_bundle(path):
         metrics, n, details = _evaluate_bundle(path, task, data, max_seq_len, batch_size, max_examples,
-                                               mlm_probability, corpus_format, precision)
+                                               mlm_probability, corpus_format, precision, tag_column)
         kind = "bundle"
     else:
         metrics, n, details = _evaluate_model(path, task, data, max_seq_len, batch_size, max_examples,
-                                              mlm_probability, corpus_format, device)
+                                              mlm_probability, corpus_format, device, tag_column)
         kind = "model"
     return EvaluationResult(path, kind, task, data, metrics, n, time.perf_counter() - t0, details)
 
@@ -92,19 +105,15 @@ def _labels_of(config_id2label: dict[int, str] | None, num_labels: int) -> tuple
     return tuple(config_id2label[i] for i in range(num_labels)) if config_id2label else ()
 
 
-def _load_classifier_data(task: str, data: Path, tok, max_seq_len: int, max_examples: int | None,
-                          model_labels: tuple[str, ...]) -> tuple[EncodedDataset, int]:
-    if task in TOKEN_TASKS:
-        sentences, tags = read_tagged(data, model_labels or None)
-        sentences = sentences[:max_examples] if max_examples else sentences
-        return encode_tagged(sentences, tok, max_seq_len), len(tags)
-    examples, spec = read_task_tsv(data, task, spec_for_model(task, data, model_labels))
-    examples = examples[:max_examples] if max_examples else examples
-    return encode_examples(examples, tok, max_seq_len), len(spec.labels)
+def _entity_result(gold: list[list[str]], predicted: list[list[str]], details: dict[str, Any]):
+    """(flat metrics, sentences, details with the per-type table) of an NER evaluation."""
+    details = {**details, "per_type": entity_report(gold, predicted)["types"], "scorer": "seqeval (conlleval mode)"}
+    return {**entity_scores(gold, predicted), "n": float(len(gold))}, len(gold), details
 
 
 def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_size: int,
-                    max_examples: int | None, mlm_probability: float, corpus_format: str, device: str):
+                    max_examples: int | None, mlm_probability: float, corpus_format: str, device: str,
+                    tag_column: int | None):
     cfg = BertConfig.load(path)
     tok = load_tokenizer(path)
     max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
@@ -123,14 +132,23 @@ def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_s
                               f"fine-tune it first: edgebert finetune {path} --task {task} ...")
     model = load_model(path).to(device)
     labels = _labels_of(cfg.id2label, cfg.num_labels)
-    encoded, num_labels = _load_classifier_data(task, data, tok, max_seq_len, max_examples, labels)
-    metrics = classifier_metrics(model, encoded, num_labels, batch_size, SpecialIds.of(tok).pad)
-    return metrics, len(encoded), {"architecture": cfg.architecture, "labels": list(labels)}
+    pad_id = SpecialIds.of(tok).pad
+    details: dict[str, Any] = {"architecture": cfg.architecture, "labels": list(labels)}
+    if task in TOKEN_TASKS:
+        sentences, tags = read_tagged(data, labels or None, tag_column)
+        encoded = encode_tagged(sentences[:max_examples] if max_examples else sentences, tok, max_seq_len)
+        gold, predicted = word_tags(predict_words(model, encoded, batch_size, pad_id), encoded, tags)
+        return _entity_result(gold, predicted, {**details, "max_seq_len": max_seq_len,
+                                                "truncated_sentences": encoded.truncated})
+    examples, spec = read_task_tsv(data, task, spec_for_model(task, data, labels))
+    encoded = encode_examples(examples[:max_examples] if max_examples else examples, tok, max_seq_len)
+    metrics = classifier_metrics(model, encoded, len(spec.labels), batch_size, pad_id)
+    return metrics, len(encoded), details
 
 
 def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_size: int,
                      max_examples: int | None, mlm_probability: float, corpus_format: str,
-                     precision: str | None):
+                     precision: str | None, tag_column: int | None):
     from ..runtime import EdgeSession
 
     manifest = read_manifest(path)
@@ -158,8 +176,7 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
             n += len(batch["input_ids"])
         return counts.summary(), n, details
     if task in TOKEN_TASKS:
-        raise ConfigError(f"--task {task} is not supported for ONNX bundles yet",
-                          "evaluate the model directory instead")
+        return _tag_bundle(session, data, max_examples, batch_size, tag_column, details)
     if session.task != "cls":
         raise ConfigError(f"{path} is a '{session.task}' bundle; --task {task} needs a 'cls' bundle",
                           "export the fine-tuned classifier with --task cls")
@@ -170,3 +187,22 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
     preds = logits.argmax(axis=1).tolist()
     metrics = classification_metrics(preds, [e.label for e in examples], len(spec.labels))
     return metrics, len(examples), details
+
+
+def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, tag_column: int | None,
+                details: dict[str, Any]):
+    """Entity scores of a ``token-cls`` bundle through ``EdgeSession.tag`` (see the module docstring)."""
+    from ..runtime.tagging import join_words, word_tags as tags_of_words
+
+    if session.task != "token-cls":
+        raise ConfigError(f"{session.bundle_dir} is a '{session.task}' bundle; --task ner needs a 'token-cls' "
+                          "bundle", "export the fine-tuned token classifier (task token-cls)")
+    labels = tuple(session.label_names)
+    sentences, tags = read_tagged(data, labels or None, tag_column)
+    sentences = sentences[:max_examples] if max_examples else sentences
+    texts, spans = zip(*(join_words(s.words) for s in sentences))
+    entities = session.tag(list(texts), aggregation="none", batch_size=batch_size)
+    gold = [[tags[t] for t in s.tags] for s in sentences]
+    predicted = [tags_of_words(e, sp) for e, sp in zip(entities, spans)]
+    return _entity_result(gold, predicted, {**details, "max_length": session.max_length,
+                                            "through": "EdgeSession.tag(aggregation='none')"})

@@ -1,5 +1,6 @@
-"""Every metric a stage reports, counted one way: classification (accuracy, F1), masked LM (accuracy,
-mean cross-entropy, perplexity) and sentence embeddings (cosine, nearest-neighbour agreement).
+"""Every metric a stage reports, counted one way: classification (accuracy, F1), named entities
+(entity-level precision / recall / F1 by seqeval, ``edgebert.ner_eval``), masked LM (accuracy, mean
+cross-entropy, perplexity) and sentence embeddings (cosine, nearest-neighbour agreement).
 
 Fine-tuning, distillation, pretraining and ``edgebert evaluate`` (PyTorch models and ONNX bundles)
 all call these, so their figures are directly comparable.
@@ -18,6 +19,7 @@ from torch import nn
 from ..data.task_data import EncodedDataset, eval_batches
 from ..errors import CheckpointError
 from ..model import IGNORE_INDEX, has_mlm_head, masked_positions_logits
+from ..ner_eval import entity_scores
 
 
 # =========================================================================== classification
@@ -78,6 +80,49 @@ def classifier_metrics(model: nn.Module, data: EncodedDataset, num_labels: int, 
     """accuracy, f1 and n of a sequence or token classifier on ``data``."""
     preds, golds = predict(model, data, batch_size, pad_id)
     return classification_metrics(preds.tolist(), golds.tolist(), num_labels)
+
+
+@torch.no_grad()
+def predict_words(model: nn.Module, data: EncodedDataset, batch_size: int = 64, pad_id: int = 0) -> list[np.ndarray]:
+    """Per example of a token task, the predicted tag id of each word: the argmax at the word's first
+    sub-token (the position its gold tag was aligned to), in word order. Words that truncation cut off
+    have no prediction: the arrays are as long as the words that were seen."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    out: list[np.ndarray] = [np.zeros(0, np.int64)] * len(data)
+    for idx, batch in eval_batches(data, batch_size, pad_id):
+        labels = batch.pop("labels")
+        pred = model(**{k: v.to(device) for k, v in batch.items()}).logits.argmax(-1).cpu()
+        for row, i in enumerate(idx):
+            out[i] = pred[row][labels[row] != IGNORE_INDEX].numpy()
+    model.train(was_training)
+    return out
+
+
+def word_tags(predicted: Sequence[np.ndarray], data: EncodedDataset, labels: Sequence[str]
+              ) -> tuple[list[list[str]], list[list[str]]]:
+    """(gold, predicted) tag names per sentence, every word of it: a word truncation cut off is
+    predicted ``O`` (scored as missed, never dropped from the gold side)."""
+    gold = [[labels[t] for t in words] for words in data.word_labels]
+    pred = [[labels[t] for t in p] + ["O"] * (len(g) - len(p)) for p, g in zip(predicted, gold)]
+    return gold, pred
+
+
+def ner_metrics(model: nn.Module, data: EncodedDataset, labels: Sequence[str], batch_size: int = 64,
+                pad_id: int = 0) -> dict[str, float]:
+    """Entity precision / recall / F1 (overall and per type), word accuracy, and ``n`` sentences of a
+    token classifier on ``data`` (``edgebert.ner_eval.entity_scores``)."""
+    gold, pred = word_tags(predict_words(model, data, batch_size, pad_id), data, labels)
+    return {**entity_scores(gold, pred), "n": float(len(data)), "truncated": float(data.truncated)}
+
+
+def task_metrics(model: nn.Module, data: EncodedDataset, labels: Sequence[str], batch_size: int = 64,
+                 pad_id: int = 0) -> dict[str, float]:
+    """A classifier's dev figures: entity scores for a token task, accuracy / F1 for a sequence task."""
+    if data.is_token_task:
+        return ner_metrics(model, data, labels, batch_size, pad_id)
+    return {k: float(v) for k, v in classifier_metrics(model, data, len(labels), batch_size, pad_id).items()}
 
 
 # =========================================================================== masked LM

@@ -15,7 +15,9 @@ Three modes, one ``DistillConfig`` (``config.py``):
 - **Task distillation** (``task="sst2"|"mrpc"|"tsv"``): the teacher is a fine-tuned
   ``BertForSequenceClassification``; the loss is ``alpha_kd * KD(logits)`` + ``alpha_ce *`` hard-label
   cross-entropy (+ the optional terms); dev accuracy/F1 are reported next to the teacher's, and the
-  best student (by dev accuracy) is kept.
+  best student (by dev accuracy) is kept. ``task="ner"``: a fine-tuned ``BertForTokenClassification``;
+  KD per token (``KL(teacher_T || student_T) * T^2`` averaged over every real sub-token) + hard-label
+  CE on each word's first sub-token; dev entity F1 (seqeval) next to the teacher's, best kept by it.
 
 ``losses.py`` holds the loss terms, ``tasks.py`` one training task per mode, ``stage.py`` the run.
 """

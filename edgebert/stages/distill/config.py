@@ -2,8 +2,9 @@
 
 Three modes (``task``): ``mlm`` (general distillation of a masked-LM teacher on text), ``embed``
 (general distillation of any BERT encoder on text, on its hidden states only: e.g. a sentence-embedding
-model without an MLM head) and a sequence task ``sst2|mrpc|tsv`` (a fine-tuned classifier on its
-labelled data). ``build_distill_config`` picks the mode from the teacher when none is given.
+model without an MLM head) and a labelled task: ``sst2|mrpc|tsv`` (a fine-tuned sequence classifier)
+or ``ner`` (a fine-tuned token classifier, per-token logits) on its labelled data.
+``build_distill_config`` picks the mode from the teacher when none is given.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ...model import BertConfig
 from ...training import TrainConfig
 
 TEXT_MODES = ("mlm", "embed")              # distillation on unlabelled text (--corpus)
-DISTILL_TASKS = (*TEXT_MODES, *SEQUENCE_TASKS)
+LABELLED_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS)   # task distillation of a fine-tuned classifier
+DISTILL_TASKS = (*TEXT_MODES, *LABELLED_TASKS)
 STUDENT_INITS = ("teacher", "random")
 MLM_ARCHITECTURES = ("BertForPreTraining", "BertForMaskedLM")
 ALPHAS = ("alpha_kd", "alpha_mlm", "alpha_ce", "alpha_cos", "alpha_hidden", "alpha_attn")
@@ -44,7 +46,7 @@ class DistillConfig:
 
     teacher: Path
     out: Path
-    task: str = "mlm"                      # mlm | embed (text) or sst2 / mrpc / tsv (a classifier)
+    task: str = "mlm"                      # mlm | embed (text) or sst2 / mrpc / tsv / ner (a classifier)
     # text modes: the data
     corpus: tuple[Path, ...] = ()          # empty: the built-in corpus (Python's documentation)
     corpus_format: str = "auto"
@@ -53,6 +55,7 @@ class DistillConfig:
     train_file: Path | None = None
     dev_file: Path | None = None
     max_train_examples: int | None = None  # a seeded random subset of the training file
+    tag_column: int | None = None          # ner: the CoNLL tag column (1-based; None: the last)
     # the student
     layers: int = 4
     layer_map: tuple[int, ...] | None = None  # teacher layer per student layer; None: evenly spaced
@@ -60,7 +63,7 @@ class DistillConfig:
     freeze_word_embeddings: bool = False
     # the loss
     temperature: float = 2.0
-    alpha_kd: float = 5.0                  # KL of the softened logits (masked tokens, or classes)
+    alpha_kd: float = 5.0                  # KL of the softened logits (masked tokens, classes, or tokens)
     alpha_mlm: float = 2.0                 # mlm: MLM cross-entropy
     alpha_ce: float = 0.0                  # task: hard-label cross-entropy
     alpha_cos: float = 1.0                 # 1 - cos of the last hidden states, real tokens
@@ -98,9 +101,6 @@ class DistillConfig:
 
     # ------------------------------------------------------------------ validation, by concern
     def _check_mode(self) -> None:
-        if self.task in TOKEN_TASKS:
-            raise ConfigError(f"task distillation of token classifiers ({self.task}) is not supported",
-                              f"use one of {', '.join(DISTILL_TASKS)}")
         if self.task not in DISTILL_TASKS:
             raise ConfigError(f"unknown distillation task {self.task!r}", f"use one of {', '.join(DISTILL_TASKS)}")
         if self.is_task:
@@ -109,7 +109,11 @@ class DistillConfig:
             if self.corpus or self.eval_corpus:
                 raise ConfigError("--corpus is for text distillation (mlm, embed)", "drop --task, or drop --corpus")
         elif self.train_file or self.dev_file:
-            raise ConfigError("--train/--dev are for task distillation", "pass --task sst2|mrpc|tsv")
+            raise ConfigError("--train/--dev are for task distillation", "pass --task sst2|mrpc|tsv|ner")
+        if self.tag_column is not None and not self.is_token_task:
+            raise ConfigError(f"--tag-column is for CoNLL files (--task ner), not --task {self.task}")
+        if self.tag_column is not None and self.tag_column < 2:
+            raise ConfigError(f"--tag-column {self.tag_column} must be 2 or more", "column 1 holds the word")
         if self.corpus_format not in FORMATS:
             raise ConfigError(f"unknown corpus format {self.corpus_format!r}", f"use one of {', '.join(FORMATS)}")
         if self.epochs is not None:
@@ -167,7 +171,12 @@ class DistillConfig:
     # ------------------------------------------------------------------ what the config implies
     @property
     def is_task(self) -> bool:
-        return self.task in SEQUENCE_TASKS
+        """Task distillation of a fine-tuned classifier (sequence or token)."""
+        return self.task in LABELLED_TASKS
+
+    @property
+    def is_token_task(self) -> bool:
+        return self.task in TOKEN_TASKS
 
     @property
     def mode(self) -> str:
@@ -239,6 +248,11 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
     "task": dict(task="sst2", temperature=2.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=0.0, alpha_cos=0.0,
                  max_seq_len=64, epochs=2.0,
                  train=dict(max_steps=1000, batch_size=32, lr=1e-4, warmup_ratio=0.06, log_every=20)),
+    # a fine-tuned token classifier (CoNLL NER) -> a 4-layer one: per-token logit KD over the real
+    # sub-tokens + hard-label CE on the first sub-token of each word, 3 epochs as the teacher had
+    "ner": dict(task="ner", temperature=2.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=1.0, alpha_cos=0.0,
+                max_seq_len=128, epochs=3.0,
+                train=dict(max_steps=1000, batch_size=32, lr=1e-4, warmup_ratio=0.1, log_every=20)),
     # tests
     "tiny": dict(task="mlm", layers=1, max_seq_len=32, max_eval_examples=32, eval_batch_size=16,
                  train=dict(max_steps=8, batch_size=8, lr=1e-3, warmup_ratio=0.1, log_every=1,
@@ -248,8 +262,11 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
 
 def default_preset(teacher: str | Path, task: str | None) -> str:
     """The recipe for a teacher when none is named: by ``task``, else by the teacher's heads (an MLM
-    head: ``distilbert``; a bare encoder: ``embed``; a classifier: ``task``)."""
+    head: ``distilbert``; a bare encoder: ``embed``; a sequence classifier: ``task``; a token
+    classifier: ``ner``)."""
     if task is not None:
+        if task in TOKEN_TASKS:
+            return "ner"
         return "task" if task in SEQUENCE_TASKS else "embed" if task == "embed" else "distilbert"
     config = Path(teacher) / "config.json"
     if not config.is_file():
@@ -257,6 +274,8 @@ def default_preset(teacher: str | Path, task: str | None) -> str:
     architecture = BertConfig.load(teacher).architecture
     if architecture in MLM_ARCHITECTURES:
         return "distilbert"
+    if architecture == "BertForTokenClassification":
+        return "ner"
     return "task" if architecture == "BertForSequenceClassification" else "embed"
 
 

@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from ...model import IGNORE_INDEX
 from .config import DistillConfig
 
 
@@ -74,7 +75,7 @@ def attention_kl_loss(student_attn, teacher_attn, layer_map, attention_mask) -> 
 class ModelOutputs:
     """What the loss needs from one model on one batch."""
 
-    logits: torch.Tensor | None                # (M, V) masked-token logits, (B, C) class logits, or None
+    logits: torch.Tensor | None                # (M, V) masked-token, (B, C) class or (B, T, C) token logits
     last_hidden_state: torch.Tensor | None     # (B, T, H); None when only the logits are known
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
@@ -85,20 +86,30 @@ class ModelOutputs:
         return cls(logits, e.last_hidden_state, e.hidden_states, e.attentions)
 
 
+def hard_label_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy on (..., C) logits and (...) targets; IGNORE_INDEX targets (sub-tokens after a
+    word's first, specials, padding) do not count."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
 def distillation_loss(cfg: DistillConfig, student: ModelOutputs, teacher: ModelOutputs,
                       attention_mask: torch.Tensor, hard_targets: torch.Tensor | None,
-                      layer_map: Sequence[int]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                      layer_map: Sequence[int], kd_positions: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The weighted sum of the enabled terms, and each term (detached) for the logs.
 
-    Every term is 0 when the student's outputs equal the teacher's (the hard-label term aside).
+    ``kd_positions``: for per-token logits (B, T, C), the (B, T) positions the KD term averages over
+    (token distillation: every real sub-token). Every term is 0 when the student's outputs equal the
+    teacher's (the hard-label term aside).
     """
     terms: dict[str, tuple[float, torch.Tensor]] = {}
     if cfg.alpha_kd:
-        terms["kd"] = (cfg.alpha_kd, kd_loss(student.logits, teacher.logits, cfg.temperature))
+        terms["kd"] = (cfg.alpha_kd, kd_loss(student.logits, teacher.logits, cfg.temperature, kd_positions))
     hard_alpha = cfg.alpha_ce if cfg.is_task else cfg.alpha_mlm
     if hard_alpha:
         name = "ce" if cfg.is_task else "mlm"
-        terms[name] = (hard_alpha, F.cross_entropy(student.logits.float(), hard_targets))
+        terms[name] = (hard_alpha, hard_label_loss(student.logits, hard_targets))
     if cfg.alpha_cos:
         terms["cos"] = (cfg.alpha_cos, cosine_loss(student.last_hidden_state, teacher.last_hidden_state,
                                                    attention_mask))

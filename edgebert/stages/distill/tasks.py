@@ -12,12 +12,12 @@ from torch import nn
 from ...data.mlm import MaskingCollator
 from ...data.task_data import EncodedDataset, TaskData, collate, eval_batches
 from ...data.tokenizer import SpecialIds, save_tokenizer
-from ...model import masked_positions_logits, save_model
+from ...model import IGNORE_INDEX, masked_positions_logits, save_model
 from ...training import LengthGroupedBatches, TrainingTask
 from ..classification import ClassificationTask
-from ..metrics import classifier_metrics, embedding_agreement, mean_pool, mlm_metrics, sentence_embeddings
+from ..metrics import embedding_agreement, mean_pool, mlm_metrics, sentence_embeddings
 from .config import DistillConfig
-from .losses import ModelOutputs, distillation_loss
+from .losses import ModelOutputs, distillation_loss, hard_label_loss
 
 
 class _DistillationTask(TrainingTask):
@@ -161,7 +161,12 @@ class EmbeddingDistillationTask(_DistillationTask):
 # =========================================================================== task distillation
 class TaskDistillationTask(ClassificationTask):
     """Classifier -> classifier: KD on the logits (+ hard-label CE and the optional terms); the dev
-    evaluation, length-grouped batches and best-checkpoint keeping are ``ClassificationTask``'s."""
+    evaluation, length-grouped batches and best-checkpoint keeping are ``ClassificationTask``'s.
+
+    A token classifier (``ner``) is distilled per token: KD over every real sub-token (not [CLS],
+    [SEP] or padding), so the student also follows the teacher on the sub-tokens after a word's first
+    (the ones ``EdgeSession.tag(aggregation="simple")`` groups); hard-label CE on the first sub-token
+    of each word, where the gold tags are."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, tokenizer, data: TaskData,
                  cfg: DistillConfig, layer_map: list[int]):
@@ -169,7 +174,11 @@ class TaskDistillationTask(ClassificationTask):
                          eval_batch_size=cfg.eval_batch_size, max_seq_len=cfg.max_seq_len)
         self.teacher, self.cfg, self.layer_map = teacher, cfg, layer_map
         self.teacher_metrics: dict[str, float] | None = None
-        self.logit_cache: torch.Tensor | None = None   # (N, C) teacher logits of the training set
+        self.token_task = data.train.is_token_task
+        specials = SpecialIds.of(tokenizer)
+        self.not_real = torch.tensor(sorted({specials.cls, specials.sep, specials.pad}))
+        # the teacher's logits of the training set: (N, C), or one (T_i, C) per example (token task)
+        self.logit_cache: torch.Tensor | list[torch.Tensor] | None = None
         self.logits_only = not (cfg.alpha_cos or cfg.alpha_hidden or cfg.alpha_attn)
         # hard labels only (the no-distillation baseline): the teacher is not run during training
         self.needs_teacher = bool(cfg.alpha_kd) or not self.logits_only
@@ -182,33 +191,55 @@ class TaskDistillationTask(ClassificationTask):
             self.logit_cache = self._teacher_logits(device)
 
     @torch.no_grad()
-    def _teacher_logits(self, device: torch.device) -> torch.Tensor:
+    def _teacher_logits(self, device: torch.device) -> torch.Tensor | list[torch.Tensor]:
         """The teacher's logits for every training example (eval mode: deterministic), in one pass
         over length-sorted batches: cheaper than recomputing them every epoch."""
-        out = torch.zeros(len(self.data.train), len(self.data.labels))
-        for idx, batch in eval_batches(self.data.train, self.eval_batch_size, self.pad_id):
+        train = self.data.train
+        out: torch.Tensor | list = ([None] * len(train) if self.token_task
+                                    else torch.zeros(len(train), len(self.data.labels)))
+        for idx, batch in eval_batches(train, self.eval_batch_size, self.pad_id):
             batch.pop("labels")
-            out[torch.as_tensor(idx)] = self.teacher(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+            logits = self.teacher(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
+            if self.token_task:
+                for row, i in enumerate(idx):
+                    out[i] = logits[row, :len(train.input_ids[i])].clone()
+            else:
+                out[torch.as_tensor(idx)] = logits
+        return out
+
+    def _cached(self, indices, width: int) -> torch.Tensor:
+        if not self.token_task:
+            return self.logit_cache[list(indices)]
+        out = torch.zeros(len(indices), width, len(self.data.labels))
+        for row, i in enumerate(indices):
+            cached = self.logit_cache[i]
+            out[row, :len(cached)] = cached
         return out
 
     def make_batch(self, indices, keys):
         batch = collate(self.data.train, indices, self.pad_id)
         if self.logit_cache is not None:
-            batch["teacher_logits"] = self.logit_cache[list(indices)]
+            batch["teacher_logits"] = self._cached(indices, batch["input_ids"].shape[1])
         return batch
+
+    def real_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) True at the real sub-tokens: not [CLS], [SEP] or padding."""
+        return ~torch.isin(input_ids, self.not_real.to(input_ids.device))
 
     def loss(self, model, batch):
         labels = batch["labels"]
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
         kwargs = dict(output_hidden_states=self.cfg.needs_hidden_states,
                       output_attentions=self.cfg.needs_attentions)
+        positions = self.real_tokens(inputs["input_ids"]) if self.token_task else None
+        labelled = labels != IGNORE_INDEX
         if "teacher_logits" in batch:
             t_out = ModelOutputs(batch["teacher_logits"], None)
         elif not self.needs_teacher:
             s = model(**inputs)
-            loss = F.cross_entropy(s.logits.float(), labels)
+            loss = hard_label_loss(s.logits, labels)
             with torch.no_grad():
-                acc = (s.logits.argmax(-1) == labels).float().mean()
+                acc = (s.logits.argmax(-1)[labelled] == labels[labelled]).float().mean()
             return self.cfg.alpha_ce * loss, {"loss_ce": loss.detach(), "accuracy": acc}
         else:
             with torch.no_grad():
@@ -216,11 +247,12 @@ class TaskDistillationTask(ClassificationTask):
             t_out = ModelOutputs.of(t.encoder, t.logits)
         s = model(**inputs, **kwargs)
         total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s.encoder, s.logits), t_out,
-                                           inputs["attention_mask"], labels, self.layer_map)
+                                           inputs["attention_mask"], labels, self.layer_map, positions)
         with torch.no_grad():
             pred = s.logits.argmax(-1)
-            metrics["accuracy"] = (pred == labels).float().mean()
-            metrics["teacher_agreement"] = (pred == t_out.logits.argmax(-1)).float().mean()
+            agree = pred == t_out.logits.argmax(-1)
+            metrics["accuracy"] = (pred[labelled] == labels[labelled]).float().mean()
+            metrics["teacher_agreement"] = (agree[positions] if positions is not None else agree).float().mean()
         return total, metrics
 
     def evaluate(self, model):
@@ -228,7 +260,7 @@ class TaskDistillationTask(ClassificationTask):
         if not metrics:
             return metrics
         if self.teacher_metrics is None:
-            m = classifier_metrics(self.teacher, self.data.dev, len(self.data.labels), self.eval_batch_size,
-                                   self.pad_id)
-            self.teacher_metrics = {"teacher_accuracy": float(m["accuracy"]), "teacher_f1": float(m["f1"])}
+            m = self.dev_metrics(self.teacher)
+            self.teacher_metrics = {f"teacher_{k}": float(m[k]) for k in ("accuracy", "f1", "precision", "recall")
+                                    if k in m}
         return {**metrics, **self.teacher_metrics}
