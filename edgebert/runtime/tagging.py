@@ -118,15 +118,7 @@ class Tagger:
                 "start": records[0]["start"], "end": records[-1]["end"]}
 
     def _words(self, records: list[dict]) -> list[dict]:
-        words, group = [], []
-        for record in records:
-            if group and not record["is_subword"]:
-                words.append(self._word(group))
-                group = []
-            group.append(record)
-        if group:
-            words.append(self._word(group))
-        return words
+        return [self._word(g) for g in _runs(records, lambda prev, r: not r["is_subword"])]
 
     def _group(self, entities: list[dict]) -> dict:
         return {"entity_group": entities[0]["entity"].split("-", 1)[-1],
@@ -136,17 +128,11 @@ class Tagger:
 
     def _group_entities(self, entities: list[dict]) -> list[dict]:
         """Adjacent entities of one type merge unless the next one says ``B-``."""
-        groups, current = [], []
-        for entity in entities:
-            if current:
-                bi, tag = _tag(entity["entity"])
-                if not (tag == _tag(current[-1]["entity"])[1] and bi != "B"):
-                    groups.append(self._group(current))
-                    current = []
-            current.append(entity)
-        if current:
-            groups.append(self._group(current))
-        return groups
+        def starts_group(prev: dict, entity: dict) -> bool:
+            bi, tag = _tag(entity["entity"])
+            return not (tag == _tag(prev["entity"])[1] and bi != "B")
+
+        return [self._group(g) for g in _runs(entities, starts_group)]
 
     def entities(self, text: str, pieces: Pieces, probs: np.ndarray, aggregation: str,
                  ignore_labels: Sequence[str]) -> list[Entity]:
@@ -222,3 +208,14 @@ def join_words(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
         spans.append((pos, pos + len(w)))
         pos += len(w) + 1
     return " ".join(words), spans
+
+
+def _runs(items: list[dict], starts_new) -> list[list[dict]]:
+    """``items`` cut into consecutive runs; ``starts_new(previous, item)`` says where a new run begins."""
+    runs: list[list[dict]] = []
+    for item in items:
+        if runs and not starts_new(runs[-1][-1], item):
+            runs[-1].append(item)
+        else:
+            runs.append([item])
+    return runs
