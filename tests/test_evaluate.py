@@ -145,3 +145,24 @@ def test_bundle_scores_like_its_model(toy, tmp_path):
     from_model = evaluate(toy / "clf", "sst2", toy / "dev.tsv")
     assert from_bundle.kind == "bundle" and from_bundle.details["provider"] == "cpu"
     assert from_bundle.metrics == from_model.metrics
+    # the device that serves the bundle can score it: the runtime install has no torch
+    assert torch_free_metrics(tmp_path / "bundle", "sst2", toy / "dev.tsv") == from_bundle.metrics
+
+
+def torch_free_metrics(bundle, task: str, data) -> dict:
+    """``evaluate(bundle, task, data)`` in a fresh interpreter where importing torch (or onnx) fails."""
+    import subprocess
+    import sys
+
+    # a finder that refuses them, as a runtime install would (a None in sys.modules confuses scipy)
+    code = ("import importlib.abc, json, sys\n"
+            "class NotInstalled(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('torch', 'onnx', 'transformers'):\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, NotInstalled())\n"
+            "from edgebert.stages.evaluate import evaluate\n"
+            f"print(json.dumps(evaluate({str(bundle)!r}, {task!r}, {str(data)!r}, precision='fp32').metrics))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

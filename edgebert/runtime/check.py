@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ..bundle import int8_graphs, read_manifest, verify_files
 from ..errors import BundleError, EdgebertError
 from ..textfiles import builtin_texts, is_conll, iter_texts, read_conll
 from .fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker
 from .hostcpu import PRECISION_OPTION, detect_host
-from .tagging import join_words, word_tags
+from .tagging import tag_sentences
 from .text import length_sorted_batches, pad_batch
 
 BATCH = 32
@@ -198,12 +197,11 @@ def _entity_scores(sessions: dict[str, Any], data: Path, max_texts: int) -> dict
     from ..ner_eval import entity_scores
 
     sentences = read_conll(data)[:max_texts]
-    texts, spans = zip(*(join_words(s.words) for s in sentences))
     gold = [list(s.tags) for s in sentences]
     out: dict[str, Any] = {"sentences": len(sentences), "file": str(data)}
     for name, session in sessions.items():
-        entities = session.tag(list(texts), aggregation="none", batch_size=BATCH)
-        predicted = [word_tags(e, sp) for e, sp in zip(entities, spans)]
+        predicted = tag_sentences(partial(session.tag, aggregation="none", batch_size=BATCH),
+                                  [s.words for s in sentences])
         try:
             scores = entity_scores(gold, predicted)
         except ConfigError as exc:        # seqeval is not installed on this device

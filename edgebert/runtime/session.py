@@ -20,7 +20,7 @@ from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host
 from .providers import short_name
 from .results import ClassificationResult, MaskPrediction
-from .tagging import Entity, Tagger, tag_texts
+from .tagging import Entity, Tagger, batched_logits, tag_texts
 from .text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_batch
 from .trt_profile import TrtProfile
 
@@ -258,13 +258,8 @@ class EdgeSession:
         width = int(self.manifest["outputs"][0]["shape"][-1])     # labels of a manifest that names none
         labels = tuple(self.label_names) or tuple(f"LABEL_{i}" for i in range(width))
 
-        def run(rows: list[Encoded]) -> list[np.ndarray]:
-            out: list[np.ndarray] = [np.zeros(0)] * len(rows)
-            for idx, _, result in self._batches(rows, ["logits"], batch_size):
-                for r, i in enumerate(idx):
-                    out[i] = result["logits"][r, :len(rows[i])]
-            return out
-
+        size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
+        run = batched_logits(lambda feeds: self.run(feeds, ["logits"])["logits"], self.pad_id, size)
         results = tag_texts(Tagger(self.encoder, labels), items, run, aggregation, stride, ignore_labels)
         return results[0] if isinstance(texts, str) else results
 

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .text import Encoded, Pieces, TextEncoder
+from .text import Encoded, Pieces, TextEncoder, length_sorted_batches, pad_batch
 
 AGGREGATIONS = ("none", "simple", "first")
 Entity = dict  # {"entity_group" | "entity", "score", "word", "start", "end"(, "index")}
@@ -148,6 +148,21 @@ class Tagger:
 
 
 # =========================================================================== a batch of texts
+def batched_logits(run_feeds: Callable[[dict[str, np.ndarray]], np.ndarray], pad_id: int, batch_size: int
+                   ) -> Callable[[list[Encoded]], list[np.ndarray]]:
+    """``tag_texts``'s ``run`` from any model call on padded feeds -> (B, T, C) logits (an onnxruntime
+    session, the PyTorch reference of ``edgebert bench``): rows in length-sorted batches of
+    ``batch_size``, each row's logits cut to its own length, in the order of the rows."""
+    def run(rows: list[Encoded]) -> list[np.ndarray]:
+        out: list[np.ndarray] = [np.zeros(0)] * len(rows)
+        for idx in length_sorted_batches(rows, batch_size):
+            logits = run_feeds(pad_batch([rows[i] for i in idx], pad_id))
+            for r, i in enumerate(idx):
+                out[i] = logits[r, :len(rows[i])]
+        return out
+    return run
+
+
 def tag_texts(tagger: Tagger, texts: Sequence[str], run: Callable[[list[Encoded]], list[np.ndarray]],
               aggregation: str = "simple", stride: int | None = None,
               ignore_labels: Sequence[str] = ("O",)) -> list[list[Entity]]:
@@ -199,6 +214,19 @@ def word_tags(entities: Sequence[Entity], word_spans: Sequence[tuple[int, int]])
         for k, i in enumerate(inside):
             tags[i] = ("B-" if k == 0 else "I-") + entity["entity_group"]
     return tags
+
+
+def tag_sentences(tag: Callable[[list[str]], list[list[Entity]]],
+                  sentences: Sequence[Sequence[str]]) -> list[list[str]]:
+    """One IOB tag per word of pre-split sentences (a CoNLL file's), as an app would get them: each
+    sentence is tagged as text (its words joined by single spaces) by ``tag`` (texts -> one list of
+    ``aggregation="none"`` entities per text, e.g. ``EdgeSession.tag``), so the tags include the
+    tokenizer's offsets and the windows of long sentences; each word takes the label of the sub-token
+    that starts it (``word_tags``). ``edgebert evaluate``, ``check`` and ``bench`` score bundles so."""
+    if not sentences:
+        return []
+    texts, spans = zip(*(join_words(words) for words in sentences))
+    return [word_tags(entities, sp) for entities, sp in zip(tag(list(texts)), spans)]
 
 
 def join_words(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:

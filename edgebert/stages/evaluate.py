@@ -16,7 +16,9 @@
   pretraining, distillation and this command are directly comparable.
 
 ``path`` is either a model directory (``config.json`` + ``model.safetensors``, run in PyTorch) or a
-bundle directory (``manifest.json``, run with ``edgebert.runtime.EdgeSession`` on onnxruntime).
+bundle directory (``manifest.json``, run with ``edgebert.runtime.EdgeSession`` on onnxruntime). A
+classifier or NER bundle is scored without PyTorch (the runtime install, plus seqeval for entities), so
+the device that serves it can evaluate it; ``mlm`` counts its figures in torch.
 
 Every figure is counted by ``edgebert.stages.metrics``, as fine-tuning and distillation count theirs.
 """
@@ -25,21 +27,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..bundle import read_manifest
 from ..data.corpus import read_corpus
-from ..data.mlm import mlm_eval_batches
-from ..data.task_data import encode_examples, encode_tagged
 from ..data.tasks import SEQUENCE_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
-from ..data.tokenizer import SpecialIds, load_tokenizer
 from ..errors import CheckpointError, ConfigError, DataError
-from ..model import IGNORE_INDEX, BertConfig, load_model
+from ..label_scores import classification_metrics
 from ..ner_eval import entity_report, entity_scores
-from .metrics import MlmCounts, classification_metrics, classifier_metrics, mlm_metrics, predict_words, word_tags
 
 EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, "mlm")
 
@@ -114,6 +111,12 @@ def _entity_result(gold: list[list[str]], predicted: list[list[str]], details: d
 def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_size: int,
                     max_examples: int | None, mlm_probability: float, corpus_format: str, device: str,
                     tag_column: int | None):
+    from ..data.mlm import mlm_eval_batches
+    from ..data.task_data import encode_examples, encode_tagged
+    from ..data.tokenizer import SpecialIds, load_tokenizer
+    from ..model import BertConfig, load_model
+    from .metrics import classifier_metrics, mlm_metrics, predict_words, word_tags
+
     cfg = BertConfig.load(path)
     tok = load_tokenizer(path)
     max_seq_len = min(max_seq_len, cfg.max_position_embeddings)
@@ -165,6 +168,13 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
         if session.task != "mlm":
             raise ConfigError(f"{path} is a '{session.task}' bundle; --task mlm needs an 'mlm' bundle",
                               "export the model with --task mlm")
+        import torch   # the masked-LM figures are counted in torch (edgebert.stages.metrics)
+
+        from ..data.mlm import mlm_eval_batches
+        from ..data.tokenizer import load_tokenizer
+        from ..model import IGNORE_INDEX
+        from .metrics import MlmCounts
+
         batches = mlm_eval_batches(read_corpus(data, corpus_format), load_tokenizer(path), session.max_length,
                                    max_examples or 2000, batch_size, mlm_probability)
         counts, n = MlmCounts(), 0
@@ -192,7 +202,7 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
 def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, tag_column: int | None,
                 details: dict[str, Any]):
     """Entity scores of a ``token-cls`` bundle through ``EdgeSession.tag`` (see the module docstring)."""
-    from ..runtime.tagging import join_words, word_tags as tags_of_words
+    from ..runtime.tagging import tag_sentences
 
     if session.task != "token-cls":
         raise ConfigError(f"{session.bundle_dir} is a '{session.task}' bundle; --task ner needs a 'token-cls' "
@@ -200,9 +210,8 @@ def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, 
     labels = tuple(session.label_names)
     sentences, tags = read_tagged(data, labels or None, tag_column)
     sentences = sentences[:max_examples] if max_examples else sentences
-    texts, spans = zip(*(join_words(s.words) for s in sentences))
-    entities = session.tag(list(texts), aggregation="none", batch_size=batch_size)
+    predicted = tag_sentences(partial(session.tag, aggregation="none", batch_size=batch_size),
+                              [s.words for s in sentences])
     gold = [[tags[t] for t in s.tags] for s in sentences]
-    predicted = [tags_of_words(e, sp) for e, sp in zip(entities, spans)]
     return _entity_result(gold, predicted, {**details, "max_length": session.max_length,
                                             "through": "EdgeSession.tag(aggregation='none')"})
