@@ -25,6 +25,11 @@ def _seqeval():
     return metrics
 
 
+def require_seqeval() -> None:
+    """A ConfigError with the install hint when seqeval is missing (check before long work)."""
+    _seqeval()
+
+
 def entity_report(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """seqeval's report: ``{"overall": {...}, "types": {TYPE: {precision, recall, f1, entities}}}``
     plus word ``accuracy`` and counts. Default (conlleval) mode: an ``I-X`` after ``O`` starts an

@@ -86,6 +86,23 @@ def test_ner_distillation_keeps_the_toy_task(tmp_path, toy):
     cfg = json.loads((tmp_path / "student" / "config.json").read_text())
     assert cfg["architectures"] == ["BertForTokenClassification"] and cfg["num_hidden_layers"] == 1
     assert cfg["id2label"] == {"0": "O", "1": "B-LOC", "2": "I-LOC", "3": "B-PER", "4": "I-PER"}
+    assert result.eval_metrics["n"] == 60                       # the whole dev file by default
+
+
+def test_task_distillation_evaluates_max_eval_examples(tmp_path, toy):
+    """``--max-eval-examples`` caps the dev set of task distillation too (it was ignored there); the
+    text modes keep their default of 2000 held-out examples."""
+    root, _ = toy
+    cfg = DistillConfig.preset("ner", root / "teacher", tmp_path / "student", train_file=root / "train.txt",
+                               dev_file=root / "dev.txt", layers=1, max_eval_examples=17, max_seq_len=32,
+                               train=dict(max_steps=2, batch_size=8, progress=False))
+    assert cfg.eval_limit == 17
+    result = distill(cfg.replace(epochs=None))
+    assert result.eval_metrics["n"] == 17 and result.best_metrics["n"] == 17
+    assert DistillConfig.preset("distilbert", "t", "o").eval_limit == 2000
+    assert DistillConfig.preset("ner", "t", "o", train_file="x").eval_limit is None
+    with pytest.raises(ConfigError, match="max_eval_examples and eval_batch_size must be >= 1"):
+        DistillConfig.preset("ner", "t", "o", train_file="x", max_eval_examples=0)
 
 
 def test_config_and_teacher_errors(toy):
@@ -131,3 +148,37 @@ def test_cli_finetune_export_evaluate_checkpoint_and_bundle(tmp_path, toy, capsy
     code, _, err = run_cli(capsys, "finetune", root / "base", "--task", "conll", "--train", root / "train.txt",
                            "--out", tmp_path / "x")
     assert_one_line_error(code, err, "unknown task 'conll'", "ner")
+
+
+def test_bench_scores_entity_f1_of_every_path_on_conll_data(tmp_path, toy):
+    """``edgebert bench --data dev.txt`` on the toy teacher's bundle: every path, the PyTorch reference
+    included, tags the sentences as an app would and is scored by seqeval; the fp32 graph and PyTorch
+    score what ``edgebert evaluate`` gives the checkpoint, INT8 close to it."""
+    from edgebert.bench import BenchConfig, run_bench
+    from edgebert.stages.evaluate import evaluate
+    from exporters import ExportConfig, export_bundle
+
+    root, _ = toy
+    bundle = tmp_path / "bundle"
+    export_bundle(ExportConfig(model_dir=root / "teacher", out_dir=bundle, int8=True,
+                               validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    report = run_bench(BenchConfig(bundle, providers=("cpu",), precisions=("fp32", "int8"), batches=(1,),
+                                   seqs=(16,), data=root / "dev.txt", reference=root / "teacher", threads=1,
+                                   warmup=1, iters=3, calibration_size=32, eval_texts=8, progress=False,
+                                   report_dir=tmp_path / "report"))
+    ents = report["entities"]
+    assert ents["sentences"] == 60 and ents["file"] == str(root / "dev.txt")
+    scores = ents["results"]
+    assert set(scores) == {"torch fp32", "onnx cpu fp32", "onnx cpu int8"}
+    checkpoint = evaluate(root / "teacher", "ner", root / "dev.txt").metrics["f1"]
+    assert checkpoint > 0.75
+    assert scores["torch fp32"]["f1"] == pytest.approx(checkpoint, abs=1e-5)
+    assert scores["onnx cpu fp32"]["f1"] == pytest.approx(checkpoint, abs=1e-5)
+    assert abs(scores["onnx cpu int8"]["f1"] - checkpoint) < 0.05
+    assert set(scores["onnx cpu int8"]["f1_per_type"]) == {"LOC", "PER"}
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Entity F1 on" in md and f"| onnx cpu fp32 | {scores['onnx cpu fp32']['f1']:.4f} |" in md
+    # edgebert evaluate scores the bundle without PyTorch (a runtime install + seqeval), as bench did
+    from test_evaluate import torch_free_metrics
+
+    assert torch_free_metrics(bundle, "ner", root / "dev.txt")["f1"] == pytest.approx(checkpoint, abs=1e-5)

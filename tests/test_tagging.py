@@ -130,8 +130,8 @@ def test_bench_measures_token_label_agreement_over_a_conll_length_mix(ner_bundle
     model_dir, bundle_dir = ner_bundle
     conll = write_toy_ner(tmp_path / "toy.txt", 12, seed=7)
     data = run_bench(BenchConfig(bundle_dir, providers=("cpu",), precisions=("fp32", "int8"), batches=(1,),
-                                 seqs=(8,), lengths_from=conll, reference=model_dir, threads=1, warmup=1, iters=3,
-                                 calibration_size=32, eval_texts=6, progress=False))
+                                 seqs=(8,), lengths_from=conll, mix_modes=("dynamic",), reference=model_dir, threads=1, warmup=1, iters=3, calibration_size=32,
+                                 eval_texts=6, progress=False))
     assert data["reference"]["same_model"] and data["reference"]["comparable"]
     acc = {p["path"]: p["accuracy"] for p in data["paths"] if p["available"] and not p["reference"]}
     fp32, int8 = acc["onnx cpu fp32"], acc["onnx cpu int8"]
@@ -140,6 +140,28 @@ def test_bench_measures_token_label_agreement_over_a_conll_length_mix(ner_bundle
     assert fp32["inputs"] > 6                      # tokens, not texts: each toy sentence has several
     assert int8["token_label_agreement"] >= 0.9 and int8["max_abs_diff"] > 1e-6
     assert data["length_mix"]["texts"] == 12
+    assert {r["mode"] for r in data["length_mix"]["results"]} == {"dynamic"}       # --mix-modes dynamic
+    assert len(data["length_mix"]["results"]) == 3                                 # torch, fp32, int8 at batch 1
+    assert data["entities"] is None                                                # no --data
+
+
+def test_bench_data_errors_come_before_any_measurement(ner_bundle, tmp_path):
+    from distill_helpers import write_toy_ner
+    from edgebert.bench import BenchConfig, run_bench
+
+    model_dir, bundle_dir = ner_bundle
+    quick = dict(providers=("cpu",), batches=(1,), seqs=(8,), threads=1, progress=False,
+                 report_dir=tmp_path / "report")
+    text = tmp_path / "plain.txt"
+    text.write_text("Anna lives in Oslo .\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="is not a CoNLL file"):
+        run_bench(BenchConfig(bundle_dir, data=text, **quick))
+    embed_dir = _export(make_tiny_model_dir(tmp_path / "m"), tmp_path / "b")
+    with pytest.raises(ConfigError, match="--data scores entity F1 of a token-cls bundle"):
+        run_bench(BenchConfig(embed_dir, data=write_toy_ner(tmp_path / "t.txt", 3, seed=1), **quick))
+    with pytest.raises(ConfigError, match="unknown length-mix mode 'static'"):
+        BenchConfig(bundle_dir, mix_modes=("dynamic", "static"))
+    assert not (tmp_path / "report").exists()
 
 
 # --------------------------------------------------------------------------- windows
@@ -293,3 +315,49 @@ def test_entities_equal_the_transformers_pipeline_on_real_sentences(tmp_path, mi
                     assert [e["index"] for e in g] == [int(e["index"]) for e in w]
                 compared += len(g)
     assert compared > 2000
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+def test_a_trained_ner_model_tags_real_sentences_as_pytorch_does(tmp_path, minilm_dir):
+    """A real token classifier (all-MiniLM-L6-v2 fine-tuned 150 steps on CoNLL-2003 train: its entities
+    come in B-/I- runs of several sub-tokens with unsure edges, unlike a random model's) exported to
+    ONNX: on 300 real test sentences ``EdgeSession.tag`` (fp32) must give transformers' pipeline
+    entities on the PyTorch checkpoint, and ``evaluate`` the bundle the checkpoint's entity F1."""
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    from edgebert.runtime import EdgeSession
+    from edgebert.stages.evaluate import evaluate
+    from edgebert.stages.finetune import FinetuneConfig, finetune
+    from edgebert.textfiles import read_conll
+
+    torch.set_num_threads(2)
+    train, test = shared_file("conll2003", "train.txt"), shared_file("conll2003", "test.txt")
+    finetune(FinetuneConfig.preset("ner", model=minilm_dir, task="ner", train_file=train, out=tmp_path / "model",
+                                   epochs=None, max_train_examples=4800, train=dict(max_steps=150, progress=False)))
+    session = EdgeSession(_export(tmp_path / "model", tmp_path / "bundle"), precision="fp32")
+    model = transformers.AutoModelForTokenClassification.from_pretrained(tmp_path / "model").eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "model")
+    texts = [join_words(s.words)[0] for s in read_conll(test)[:300]]
+    # the pipeline silently cuts a text at the tokenizer's 128 tokens; tag() reads all of it (one window
+    # up to the bundle's length, then overlapping windows)
+    long = {t for t in texts if len(tokenizer(t)["input_ids"]) > tokenizer.model_max_length}
+    entities, past_the_cut = 0, 0
+    for aggregation in ("simple", "first", "none"):
+        pipe = transformers.pipeline("token-classification", model=model, tokenizer=tokenizer,
+                                     aggregation_strategy=aggregation, device="cpu")
+        key = "entity" if aggregation == "none" else "entity_group"
+        for text, want, got in zip(texts, pipe(texts), session.tag(texts, aggregation)):
+            if text in long:
+                past_the_cut += max(e["end"] for e in got) > max(int(e["end"]) for e in want)
+                continue
+            assert [(e[key], e["word"], e["start"], e["end"]) for e in got] == \
+                   [(e[key], e["word"], int(e["start"]), int(e["end"])) for e in want], (aggregation, text)
+            assert np.allclose([e["score"] for e in got], [float(e["score"]) for e in want], atol=1e-4)
+            entities += len(got)
+    assert entities > 1500                              # a trained model finds entities in most sentences
+    assert len(long) >= 1 and past_the_cut == 3 * len(long)   # entities found after the pipeline's cut
+    checkpoint = evaluate(tmp_path / "model", "ner", test, max_examples=300).metrics["f1"]
+    bundle = evaluate(tmp_path / "bundle", "ner", test, max_examples=300, precision="fp32").metrics["f1"]
+    assert checkpoint > 0.5 and bundle == pytest.approx(checkpoint, abs=1e-9)

@@ -12,6 +12,17 @@ from ..environment import check_threads
 from ..errors import ConfigError
 from ..runtime.providers import PROVIDERS
 
+MIX_MODES = ("dynamic", "padded")     # how the length mix is replayed: see BenchConfig
+
+
+def _names(what: str, values: Any, known: tuple[str, ...]) -> tuple[str, ...]:
+    """``values`` lower-cased, without repeats, each one of ``known`` (at least one)."""
+    names = tuple(dict.fromkeys(v.strip().lower() for v in values))
+    bad = [v for v in names if v not in known]
+    if not names or bad:
+        raise ConfigError(f"unknown {what} {bad[0] if bad else '(none)'!r}", f"use a comma list of {', '.join(known)}")
+    return names
+
 
 def _positive_ints(name: str, values: Any) -> tuple[int, ...]:
     values = tuple(values)
@@ -29,7 +40,11 @@ class BenchConfig:
 
     reference: a model directory timed with PyTorch fp32 in the same run (speedups are ratios
     measured side by side) and used for accuracy deltas where its outputs are comparable.
-    lengths_from: a text/TSV file whose real length mix is replayed (dynamic vs padded-to-max).
+    lengths_from: a text/TSV/CoNLL file whose real length mix is replayed, in each of ``mix_modes``:
+    ``dynamic`` (each batch padded to its longest text, as EdgeSession runs) and ``padded`` (every
+    batch padded to the longest --seq, as a static-shape export must).
+    data: a CoNLL file scored on every path of a token-cls bundle, the PyTorch reference included:
+    entity precision / recall / F1 against its gold tags (``edgebert.bench.entities``).
     max_seconds: per measured shape, stop early once the timed loop has run this long (>= 3 iters).
     torch_gpu: when a GPU provider is benchmarked and torch sees a GPU, also time the reference with
     PyTorch on CUDA in fp32 and fp16 (the GPU baseline); otherwise say why it was not measured.
@@ -45,7 +60,9 @@ class BenchConfig:
     batches: tuple[int, ...] = (1, 8, 32)
     seqs: tuple[int, ...] = (16, 64, 128)
     lengths_from: Path | None = None
-    max_texts: int | None = None          # cap on texts replayed from lengths_from (None: all)
+    mix_modes: tuple[str, ...] = MIX_MODES
+    data: Path | None = None
+    max_texts: int | None = None          # cap on texts replayed from lengths_from / scored from data (None: all)
     reference: Path | None = None
     threads: int | None = None            # onnxruntime intra-op and torch threads (None: defaults)
     warmup: int = 5
@@ -62,21 +79,12 @@ class BenchConfig:
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
         set_("bundle_dir", Path(self.bundle_dir))
-        for key in ("lengths_from", "reference", "report_dir"):
+        for key in ("lengths_from", "data", "reference", "report_dir"):
             if getattr(self, key) is not None:
                 set_(key, Path(getattr(self, key)))
-        providers = tuple(dict.fromkeys(p.strip().lower() for p in self.providers))
-        bad = [p for p in providers if p not in PROVIDERS]
-        if not providers or bad:
-            raise ConfigError(f"unknown provider {bad[0] if bad else '(none)'!r}",
-                              f"use a comma list of {', '.join(PROVIDERS)}")
-        set_("providers", providers)
-        precisions = tuple(dict.fromkeys(p.strip().lower() for p in self.precisions))
-        bad = [p for p in precisions if p not in PRECISIONS]
-        if not precisions or bad:
-            raise ConfigError(f"unknown precision {bad[0] if bad else '(none)'!r}",
-                              f"use a comma list of {', '.join(PRECISIONS)}")
-        set_("precisions", precisions)
+        set_("providers", _names("provider", self.providers, PROVIDERS))
+        set_("precisions", _names("precision", self.precisions, PRECISIONS))
+        set_("mix_modes", _names("length-mix mode", self.mix_modes, MIX_MODES))
         set_("batches", _positive_ints("batch", self.batches))
         set_("seqs", _positive_ints("seq", self.seqs))
         if min(self.seqs) < 3:

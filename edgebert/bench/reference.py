@@ -66,6 +66,12 @@ class TorchReference:
         self.size_bytes = weights.stat().st_size if weights.exists() else 4 * self.parameters
         self.threads = torch.get_num_threads()
 
+    @property
+    def label_names(self) -> tuple[str, ...] | None:
+        """The classifier's labels in id order (None: no label map)."""
+        id2label = self.config.id2label
+        return tuple(id2label[i] for i in range(len(id2label))) if id2label else None
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = self._torch
         args = [torch.from_numpy(feeds[k]).to(self.device) for k in ("input_ids", "attention_mask", "token_type_ids")]
@@ -77,6 +83,10 @@ class TorchReference:
         if self.task in ("embed", "encoder"):
             return {"last_hidden_state": host(out.last_hidden_state), "pooler_output": host(out.pooler_output)}
         return {"logits": host(out.logits)}
+
+    def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The classifier's (B, T, C) or (B, C) logits (``--data`` scoring)."""
+        return self.run(feeds)["logits"]
 
     def describe(self) -> dict[str, Any]:
         return {"dir": str(self.model_dir), "architecture": type(self.model).__name__, "device": self.device,

@@ -130,8 +130,9 @@ def to_markdown(report: dict) -> str:
     if mix:
         out += ["", f"## Real length mix: `{mix['file']}`", "",
                 f"{mix['texts']} texts in file order; tokens per text mean {mix['tokens_mean']}, median "
-                f"{mix['tokens_p50']}, p90 {mix['tokens_p90']}, max {mix['tokens_max']}; padded mode pads "
-                f"every batch to {mix['pad_to']} ({mix['truncated']} texts truncated to that).", "",
+                f"{mix['tokens_p50']}, p90 {mix['tokens_p90']}, max {mix['tokens_max']}; texts longer than "
+                f"{mix['pad_to']} tokens are cut to that ({mix['truncated']} texts); replayed "
+                f"{' and '.join(_mix_modes(report))} (padded: every batch padded to {mix['pad_to']}).", "",
                 "| path | batch | mode | p50 ms/batch | p99 ms/batch | total s | seq/s | real tokens/s | "
                 "padding % | dynamic vs padded | speedup vs torch |",
                 "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -153,8 +154,22 @@ def to_markdown(report: dict) -> str:
                 out.append(f"| {p['path']} | {agree} | {diff} | {_fmt(p['load_rss_mb'], '.0f')} | {notes} |")
     else:
         out.append("No reference given.")
+    ents = report.get("entities")
+    if ents:
+        out += ["", f"## Entity F1 on `{ents['file']}`", "",
+                f"{ents['sentences']} sentences ({ents['words']} words), scored by {ents['entities_scored_by']}; "
+                f"{ents['through']}.", "",
+                "| path | F1 | precision | recall | F1 per type | word accuracy |", "|---|---:|---:|---:|---|---:|"]
+        for name, r in ents["results"].items():
+            types = ", ".join(f"{t} {v:.4f}" for t, v in sorted(r["f1_per_type"].items()))
+            out.append(f"| {name} | {r['f1']:.4f} | {r['precision']:.4f} | {r['recall']:.4f} | {types} | "
+                       f"{r['word_accuracy']:.4f} |")
     out += ["", "## Methods", ""] + [f"- {k}: {v}" for k, v in report["methods"].items()]
     return "\n".join(out) + "\n"
+
+
+def _mix_modes(report: dict) -> list[str]:
+    return list(report["config"].get("mix_modes") or ("dynamic", "padded"))
 
 
 def _pct(fraction: float | None) -> float | None:
@@ -272,15 +287,26 @@ def print_report(report: dict, console) -> None:
 
     mix = report.get("length_mix")
     if mix:
+        padded = f", padded mode pads to {mix['pad_to']}" if "padded" in _mix_modes(report) else ""
         t = _table(f"length mix: {mix['texts']} texts from {Path(mix['file']).name}, mean {mix['tokens_mean']} "
-                   f"tokens, padded mode pads to {mix['pad_to']}",
-                   ("path", "batch", "mode", "total s", "seq/s", "real tok/s", "padding %", "vs padded",
-                    "vs torch"), left=("path", "mode"))
+                   f"tokens{padded}",
+                   ("path", "batch", "mode", "p50 ms", "total s", "seq/s", "real tok/s", "padding %",
+                    "vs padded", "vs torch"), left=("path", "mode"))
         for r in sorted(mix["results"], key=lambda r: (r["batch"], r["path"], r["mode"])):
-            t.add_row(r["path"], str(r["batch"]), r["mode"], f"{r['total_s']:.2f}", _rate(r["sequences_per_s"]),
-                      f"{r['real_tokens_per_s']:.0f}", f"{100 * r['padding_fraction']:.1f}",
-                      _fmt(r["speedup_vs_padded"], ".2f", "x"), _fmt(r["speedup_vs_reference"], ".2f", "x"))
+            t.add_row(r["path"], str(r["batch"]), r["mode"], _ms(r["latency_ms"]["p50"]), f"{r['total_s']:.2f}",
+                      _rate(r["sequences_per_s"]), f"{r['real_tokens_per_s']:.0f}",
+                      f"{100 * r['padding_fraction']:.1f}", _fmt(r["speedup_vs_padded"], ".2f", "x"),
+                      _fmt(r["speedup_vs_reference"], ".2f", "x"))
         console.print(t)
+
+    ents = report.get("entities")
+    if ents:
+        et = _table(f"entity F1 on {ents['sentences']} sentences of {Path(ents['file']).name} (seqeval)",
+                    ("path", "F1", "precision", "recall", "word acc"))
+        for name, r in ents["results"].items():
+            et.add_row(name, f"{r['f1']:.4f}", f"{r['precision']:.4f}", f"{r['recall']:.4f}",
+                       f"{r['word_accuracy']:.4f}")
+        console.print(et)
 
     if report.get("reference"):
         acc = _table("accuracy vs PyTorch reference", ("path", "agreement", "max abs diff"),

@@ -4,7 +4,9 @@ Order of work: calibrate the matmul peak; load the reference (if any) and measur
 its outputs on the accuracy inputs, then (GPU providers requested, torch sees a GPU) the reference on
 CUDA in fp32 and fp16; then each ONNX path (provider x precision): open it (cold start timed; TensorRT
 with an empty, then a warm engine cache), compare with the reference, time every shape smallest first
-(GPU memory through NVML where it works), replay the length mix. An unavailable provider, a path that
+(GPU memory through NVML where it works), replay the length mix (``mix_modes``); with ``data`` (a
+CoNLL file, token-cls bundle) every path, the reference included, is scored on it (entity F1,
+``edgebert.bench.entities``). An unavailable provider, a path that
 cannot run here or one that fails at run time is recorded with its reason and the run goes on; so is
 every figure that could not be measured (``not_measured``). Speedups and roofline fractions are filled
 in at the end from the measured figures.
@@ -29,6 +31,7 @@ from ..errors import BundleError, ConfigError, EdgebertError
 from ..outdirs import OutputDir
 from .accuracy import AccuracyTracker
 from .config import BenchConfig
+from .entities import EntityData
 from .flops import ModelShape, forward_flops
 from .gpu import GPU_MEMORY_METHOD, Nvml, gpu_environment
 from .measure import (MEMORY_METHOD, Latency, OtherCpuLoad, peak_rss_mb, release_memory, reset_peak_rss, rss_mb,
@@ -142,7 +145,7 @@ def _time_shapes(path, name: str, config: BenchConfig, manifest: dict, shapes, b
 def _replay(path, name: str, config: BenchConfig, mix: LengthMix, pad_id: int, log) -> list[dict]:
     rows = []
     for batch in config.batches:
-        for mode in ("dynamic", "padded"):
+        for mode in config.mix_modes:
             feeds = mix.batches(batch, padded=mode == "padded", pad_id=pad_id)
             for f in feeds[:config.warmup]:
                 path.run(f)
@@ -179,6 +182,9 @@ class _OnnxPath:
     def run(self, feeds):
         return self.session.run(feeds)
 
+    def logits(self, feeds):
+        return self.session.run(feeds, ["logits"])["logits"]
+
 
 @dataclass
 class _Run:
@@ -195,12 +201,13 @@ class _Run:
     log: _Log
     nvml: Nvml | None = None
     cache_root: Path | None = None
+    entities: EntityData | None = None
     ref_outputs: list[dict[str, np.ndarray]] | None = None
     comparison: dict[str, Any] | None = None
 
     @property
     def steps_per_path(self) -> int:
-        return len(self.shapes) + (2 * len(self.config.batches) if self.mix else 0)
+        return len(self.shapes) + (len(self.config.mix_modes) * len(self.config.batches) if self.mix else 0)
 
     def measure(self, path, name: str, before_mb: float | None, gpu_before: float | None = None) -> None:
         """Time every fixed shape (smallest first), then replay the length mix."""
@@ -219,6 +226,18 @@ class _Run:
         for feeds, ref_out in zip(self.eval_feeds, self.ref_outputs):
             tracker.add(feeds, run_fn(feeds), ref_out)
         return tracker.result()
+
+    def score_entities(self, name: str, run_feeds, labels: tuple[str, ...] | None = None) -> None:
+        """Entity F1 of one path on ``--data`` (``labels``: the path's own label names, when they may
+        differ from the bundle's, as a reference model's may)."""
+        if self.entities is None:
+            return
+        if labels is not None and tuple(labels) != self.entities.labels:
+            self.not_measured(f"entity F1 of {name}", f"its labels {list(labels)} are not the bundle's "
+                                                       f"{list(self.entities.labels)}")
+            return
+        self.log.say(f"{name}: entity F1 on {len(self.entities.words)} sentences")
+        self.report["entities"]["results"][name] = self.entities.score(run_feeds)
 
     def not_measured(self, what: str, reason: str) -> None:
         self.report["not_measured"].append({"what": what, "reason": reason})
@@ -256,7 +275,7 @@ def _header(config: BenchConfig, manifest: dict, hf_config: dict, max_len: int,
                               "= each batch padded to its longest row, padded = every batch padded to pad_to",
                     "gpu_memory": GPU_MEMORY_METHOD, "startup": STARTUP_METHOD},
         "calibration": {}, "providers": [], "paths": [], "reference": None, "results": [],
-        "length_mix": None, "unavailable": [], "startup": [], "not_measured": [],
+        "length_mix": None, "entities": None, "unavailable": [], "startup": [], "not_measured": [],
     }
 
 
@@ -276,6 +295,9 @@ def _measure_reference(run: _Run, hf_config: dict, num_labels: int) -> None:
     run.report["environment"]["torch_threads"] = ref.threads
     if run.comparison["comparable"]:
         run.ref_outputs = [ref.run(f) for f in run.eval_feeds]
+        run.score_entities(REFERENCE_PATH, ref.logits, ref.label_names)
+    elif run.entities is not None:
+        run.not_measured(f"entity F1 of {REFERENCE_PATH}", run.comparison["note"])
     run.report["paths"].append({"path": REFERENCE_PATH, "provider": "torch", "precision": "fp32",
                                 "available": True, "model_bytes": ref.size_bytes,
                                 "load_rss_mb": _delta(loaded, before), "providers": ["torch (CPU)"],
@@ -303,6 +325,8 @@ def _measure_reference_gpu(run: _Run) -> None:
             run.not_measured(f"PyTorch reference on CUDA {precision}", " ".join(str(exc).split())[:300])
             continue
         accuracy = run.accuracy(ref.run)
+        if run.comparison["comparable"]:
+            run.score_entities(name, ref.logits, ref.label_names)
         run.report["paths"].append({"path": name, "provider": "torch-cuda", "precision": precision,
                                     "available": True, "model_bytes": ref.size_bytes, "load_rss_mb": None,
                                     "providers": ["torch (CUDA)"], "notes": ref.notes, "accuracy": accuracy,
@@ -345,6 +369,7 @@ def _measure_onnx(run: _Run, provider: str, precision: str) -> None:
     path = _OnnxPath(session)
     loaded = rss_mb()
     accuracy = run.accuracy(session.run)
+    run.score_entities(name, path.logits)
     if accuracy is None and run.comparison is not None:
         accuracy = {"comparable": False, "reason": run.comparison["note"]}
     run.report["paths"].append({"path": name, "provider": provider, "precision": precision,
@@ -388,9 +413,15 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
                           "pass a directory written by edgebert or a Hugging Face BERT directory")
     pad_id = int(manifest["tokenizer"].get("pad_id", 0))
     encoder = TextEncoder(tokenizer_path(config.bundle_dir, manifest), max_len, pad_id)
+    entities = None
+    if config.data is not None:
+        entities = EntityData.load(config.data, task, encoder, tuple(labels[str(i)] for i in range(len(labels))),
+                                   pad_id, config.max_texts)
     gpu_requested = any(p in GPU_PROVIDERS for p in config.providers)
     nvml = Nvml() if gpu_requested else None
     report = _header(config, manifest, hf_config, max_len, nvml)
+    if entities is not None:
+        report["entities"] = entities.summary()
     others = OtherCpuLoad()
     with _Log(config, out) as log, tempfile.TemporaryDirectory(prefix="edgebert-trt-") as cache_root:
         log.say("calibrating matmul peak")
@@ -402,7 +433,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
         shapes = sorted(((b, s) for b in config.batches for s in config.seqs),
                         key=lambda bs: (bs[0] * bs[1], bs))             # smallest first: see measure.py
         run = _Run(config, manifest, task, shapes, mix, _eval_batches(config, manifest, encoder, pad_id),
-                   pad_id, report, log, nvml, Path(cache_root))
+                   pad_id, report, log, nvml, Path(cache_root), entities)
         statuses = {p: probe(p) for p in config.providers}
         for p, status in statuses.items():
             report["providers"].append(status.as_dict())

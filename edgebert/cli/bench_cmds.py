@@ -43,7 +43,11 @@ def bench(
     batch: _opt("--batch", "Comma list of batch sizes (default: 1,8,32).") = None,
     seq: _opt("--seq", "Comma list of sequence lengths (default: 16,64,128).") = None,
     lengths_from: o.LengthsFrom = None,
-    max_texts: _opt("--max-texts", "Replay at most this many texts.", int) = None,
+    mix_modes: _opt("--mix-modes", "How the length mix is replayed: dynamic (each batch padded to its "
+                                   "longest text), padded (to the longest --seq); default both.") = None,
+    data: _opt("--data", "token-cls bundles: a CoNLL file; every path (the PyTorch reference too) tags its "
+                         "sentences and is scored against the gold tags (entity F1).", Path) = None,
+    max_texts: _opt("--max-texts", "Replay (and with --data, score) at most this many texts.", int) = None,
     reference: _opt("--reference", "Model directory timed with PyTorch fp32 in the same run (speedup, "
                                    "accuracy columns).", Path) = None,
     threads: o.Threads = None,
@@ -62,7 +66,8 @@ def bench(
 
     overrides = {
         "providers": _names(providers), "precisions": _names(precisions), "batches": _ints("--batch", batch),
-        "seqs": _ints("--seq", seq), "lengths_from": lengths_from, "max_texts": max_texts,
+        "seqs": _ints("--seq", seq), "lengths_from": lengths_from, "mix_modes": _names(mix_modes),
+        "data": data, "max_texts": max_texts,
         "reference": reference, "threads": threads, "warmup": warmup, "iters": iters,
         "max_seconds": max_seconds, "report_dir": report,
     }

@@ -100,7 +100,7 @@ def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer
         labels = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] \
             if teacher.config.id2label else None
         data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
-                              cfg.max_train_examples, None, cfg.train.seed, labels, cfg.tag_column)
+                              cfg.max_train_examples, cfg.eval_limit, cfg.train.seed, labels, cfg.tag_column)
         if len(data.labels) != teacher.config.num_labels:
             raise CheckpointError(f"the teacher has {teacher.config.num_labels} labels, the data "
                                   f"{len(data.labels)}", "distil on the task the teacher was fine-tuned for")
@@ -113,13 +113,13 @@ def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer
     train_docs, eval_docs = mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format, cfg.eval_fraction,
                                           cfg.train.seed)
     if cfg.mode == "embed":
-        held_out = paragraphs(eval_docs)[:cfg.max_eval_examples]
+        held_out = paragraphs(eval_docs)[:cfg.eval_limit]
         task = EmbeddingDistillationTask(student, teacher, tok, encode_texts(paragraphs(train_docs), tok, cfg.max_seq_len),
                                          encode_texts(held_out, tok, cfg.max_seq_len) if held_out else None,
                                          cfg, layer_map)
         return task, len(task.train_data)
     examples = mlm_examples(train_docs, tok, cfg.max_seq_len, seed=cfg.train.seed, dupe_factor=cfg.dupe_factor)
-    batches = mlm_eval_batches(eval_docs, tok, cfg.max_seq_len, cfg.max_eval_examples, cfg.eval_batch_size,
+    batches = mlm_eval_batches(eval_docs, tok, cfg.max_seq_len, cfg.eval_limit, cfg.eval_batch_size,
                                cfg.mlm_probability)
     return MlmDistillationTask(student, teacher, tok, examples, batches, cfg, layer_map), len(examples)
 
