@@ -22,12 +22,12 @@ def reported_seconds(log: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def run_stage(name: str, argv: list, out_dir: Path, runs: Path, reuse: bool) -> dict:
+def run_stage(name: str, argv: list, out_dir: Path, runs: Path, reuse: bool, done_file: str = "config.json") -> dict:
     """Run ``edgebert ARGV`` (output to ``runs/<name>.log``), or with ``reuse`` take the finished
-    ``out_dir`` and its log as they are."""
+    ``out_dir`` (it holds ``done_file``) and its log as they are."""
     command = "edgebert " + " ".join(map(str, argv))
     log_path = runs / f"{name}.log"
-    if reuse and (out_dir / "config.json").is_file():
+    if reuse and (out_dir / done_file).is_file():
         log = log_path.read_text() if log_path.is_file() else ""
         return {"command": command, "reused": True, "wall_s": reported_seconds(log)}
     t0 = time.perf_counter()
