@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from edgebert.model import load_model
-from edgebert.environment import describe
-from edgebert.fileio import write_json, write_text
+from edgebert.system.environment import describe
+from edgebert.files.atomic import write_json, write_text
 from edgebert.model import count_parameters, encoder_of
 
 RESULTS = Path(__file__).resolve().parent / "results"

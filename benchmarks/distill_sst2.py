@@ -69,9 +69,9 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="use finished stages found under --runs")
     ap.add_argument("--ablation", action="store_true", help="also train the student on hard labels only")
     args = ap.parse_args()
-    from edgebert.environment import describe
+    from edgebert.system.environment import describe
     from edgebert.stages.evaluate import evaluate
-    from edgebert.fileio import write_json, write_text
+    from edgebert.files.atomic import write_json, write_text
     from edgebert.model import count_parameters
     from edgebert.model import load_model
 

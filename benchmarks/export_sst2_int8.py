@@ -53,7 +53,7 @@ def main() -> int:
     from rich.progress import Progress
 
     from edgebert.model import load_model, save_model
-    from edgebert.fileio import write_json
+    from edgebert.files.atomic import write_json
     from edgebert.data.tasks import read_task_tsv
     from quantization import encode_batch, prepared_tokenizer
 
@@ -125,8 +125,8 @@ def evaluate(args, model, ckpt: Path, training: dict | None, dev) -> int:
     import onnxruntime as ort
     import torch
 
-    from edgebert.environment import describe
-    from edgebert.fileio import write_json, write_text
+    from edgebert.system.environment import describe
+    from edgebert.files.atomic import write_json, write_text
     from edgebert.stages.metrics import accuracy
     from exporters import ExportConfig, export_bundle
     from quantization import DynamicInt8Quantizer, Int8Config, encode_batch, prepared_tokenizer

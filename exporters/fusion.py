@@ -22,7 +22,7 @@ from pathlib import Path
 
 from edgebert.model import BertConfig
 from edgebert.errors import ValidationError
-from edgebert.onnx_graph import op_type_counts, quiet_logging
+from edgebert.graph.ops import op_type_counts, quiet_logging
 
 GELU_OPS = ("BiasGelu", "Gelu", "FastGelu")
 SKIP_LN_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebert.errors import ValidationError
-from edgebert.onnx_graph import op_domains
+from edgebert.graph.ops import op_domains
 from edgebert.runtime.trt_profile import TrtProfile
 from quantization.config import Fp16Config
 from quantization.fp16 import check_fp16_structure, convert_to_fp16

@@ -20,7 +20,7 @@ from quantization.activations import ChannelStats
 from quantization.calibration import TextBatches, calibration_split, encode_batch, prepared_tokenizer
 from quantization.config import Int8Config
 from quantization.dynamic import DynamicInt8Quantizer
-from edgebert.onnx_graph import op_type_counts, quantized_biases, weight_node_inputs
+from edgebert.graph.ops import op_type_counts, quantized_biases, weight_node_inputs
 from quantization.outliers import split_outliers
 from quantization.static import StaticQdqInt8Quantizer
 from quantization.targets import Int8Recipe

@@ -3,7 +3,7 @@ atomically.
 
 Every graph is checked against the PyTorch model right after it is made (raw export, fusion, INT8,
 FP16, the TensorRT and CUDA graphs); any miss raises a typed error and leaves no bundle behind (an
-existing bundle at ``out_dir`` stays until the new one is complete). ``out_dir`` follows ``edgebert.outdirs``:
+existing bundle at ``out_dir`` stays until the new one is complete). ``out_dir`` follows ``edgebert.files.outdirs``:
 new or empty, or an earlier bundle with ``overwrite``; the scratch folders of killed exports are removed first.
 """
 
@@ -21,8 +21,8 @@ from edgebert.bundle import INPUT_NAMES, MANIFEST_NAME, TASK_OUTPUTS
 from edgebert.model import CONFIG_NAME, load_model
 from edgebert.model import BertConfig
 from edgebert.errors import CheckpointError, ConfigError
-from edgebert.fileio import current_umask, remove_stale_work_dirs, work_dir, write_text
-from edgebert.outdirs import OutputDir
+from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_dir, write_text
+from edgebert.files.outdirs import OutputDir
 
 from .bundle import MODEL_FILES, build_manifest, verify_bundle, write_manifest
 from .config import TASK_ARCHITECTURES, ExportConfig, default_task

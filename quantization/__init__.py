@@ -17,7 +17,7 @@ from .calibration import (CalibrationSplit, TextBatches, TextCalibrationReader, 
 from .config import INT8_MODES, INT8_PRESETS, Fp16Config, Int8Config
 from .dynamic import DynamicInt8Quantizer
 from .fp16 import check_fp16_structure, convert_to_fp16, fp16_structure
-from edgebert.onnx_graph import op_type_counts
+from edgebert.graph.ops import op_type_counts
 from .outliers import OUTLIER_SUFFIX, float_only_nodes, outlier_channels, split_outliers
 from .scales import freeze_activation_scales
 from .static import StaticQdqInt8Quantizer

@@ -26,7 +26,7 @@ import numpy as np
 import onnxruntime as ort
 
 from edgebert.errors import ValidationError
-from edgebert.fileio import work_dir
+from edgebert.files.atomic import work_dir
 from edgebert.runtime.fidelity import METRICS, OUTPUT, Fidelity, FidelityTracker, summarize
 from edgebert.runtime.hostcpu import PRECISION_OPTION
 

@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from edgebert.onnx_graph import load
+from edgebert.graph.ops import load
 
 Feeds = dict[str, np.ndarray]
 

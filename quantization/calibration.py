@@ -1,6 +1,6 @@
 """Real text for calibration and accuracy checks, streamed in token batches with bounded memory.
 
-``iter_sentences`` streams texts with ``edgebert.textfiles.iter_texts`` (TSV with a text column,
+``iter_sentences`` streams texts with ``edgebert.files.textfiles.iter_texts`` (TSV with a text column,
 WikiText raw, or plain text; nothing is loaded whole).
 
 ``TextSource`` is a re-iterable slice of texts (a file, streamed, or the built-in English text);
@@ -19,7 +19,7 @@ import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
 
 from edgebert.errors import DataError
-from edgebert.textfiles import builtin_texts, iter_texts
+from edgebert.files.textfiles import builtin_texts, iter_texts
 
 Feeds = dict[str, np.ndarray]
 MIN_GATE_TEXTS = 32      # fewer held-out texts than this cannot rank an accuracy loss of 0.005
@@ -27,7 +27,7 @@ MIN_GATE_TEXTS = 32      # fewer held-out texts than this cannot rank an accurac
 
 def iter_sentences(path: str | Path, limit: int | None = None) -> Iterator[str]:
     """Texts of ``path`` in file order, at most ``limit`` (the first text column of a pair TSV);
-    see ``edgebert.textfiles``. DataError if missing, not UTF-8 or empty."""
+    see ``edgebert.files.textfiles``. DataError if missing, not UTF-8 or empty."""
     return iter_texts(path, limit, pairs=False)
 
 

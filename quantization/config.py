@@ -9,7 +9,7 @@ Static INT8 (``mode="static"``) is QDQ, symmetric S8S8 on the *standard-op* (unf
 TensorRT consumes (TensorRT does not read ORT's contrib ops). Only MatMul/Gemm with a weight
 initializer are quantized; activation x activation MatMuls (QK^T, PV) stay float.
 
-Calibration text defaults to the built-in English text (``edgebert.textfiles.builtin_texts``); the
+Calibration text defaults to the built-in English text (``edgebert.files.textfiles.builtin_texts``); the
 accuracy gate measures on held-out text the calibration did not see, against a default budget per task
 (``edgebert.runtime.fidelity.DEFAULT_BUDGETS``).
 """

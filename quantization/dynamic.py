@@ -17,8 +17,8 @@ import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from .activations import ChannelStats
-from edgebert.fileio import work_dir
-from edgebert.onnx_graph import quiet_logging, weight_nodes
+from edgebert.files.atomic import work_dir
+from edgebert.graph.ops import quiet_logging, weight_nodes
 from .outliers import float_only_nodes
 from .scales import freeze_activation_scales
 from .targets import Int8Recipe

@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 
 from .config import Fp16Config
-from edgebert.onnx_graph import quiet_logging
+from edgebert.graph.ops import quiet_logging
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Attention")
 

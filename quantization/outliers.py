@@ -28,7 +28,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .activations import ChannelStats
-from edgebert.onnx_graph import drop_unused_initializers, load
+from edgebert.graph.ops import drop_unused_initializers, load
 
 OUTLIER_SUFFIX = "/outlier_float_MatMul"
 MASK_SUFFIX = "/outlier_Mul"      # the Mul that zeroes the outlier channels of the INT8 input

@@ -25,7 +25,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .activations import ChannelStats
-from edgebert.onnx_graph import drop_unused_initializers, load
+from edgebert.graph.ops import drop_unused_initializers, load
 from .outliers import MASK_SUFFIX
 
 MS_DOMAIN = "com.microsoft"

@@ -17,7 +17,7 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 
 from .calibration import TextBatches, TextCalibrationReader
 from .config import Int8Config
-from edgebert.onnx_graph import activation_matmuls, quiet_logging, weight_nodes
+from edgebert.graph.ops import activation_matmuls, quiet_logging, weight_nodes
 
 _METHODS = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
             "entropy": CalibrationMethod.Entropy}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgebert.attention_map import attention_map, plot_attention
+from edgebert.stages.attention import attention_map, plot_attention
 from edgebert.model import load_model
 from edgebert.cli import main
 from edgebert.errors import ConfigError

@@ -19,7 +19,7 @@ from exporters.config import default_task
 from exporters.fusion import check_fusion, fusion_shortfalls
 from exporters.onnx_export import export_onnx, prepare
 from exporters.validate import make_cases, torch_reference, validate_graph
-from edgebert.onnx_graph import op_type_counts
+from edgebert.graph.ops import op_type_counts
 
 from export_fixtures import make_calib_text, make_model_dir
 

@@ -13,7 +13,7 @@ import torch
 from edgebert.bundle import INPUT_NAMES, int8_graphs, read_manifest
 from edgebert.errors import ConfigError
 from edgebert.model import load_model
-from edgebert.onnx_graph import quantized_biases
+from edgebert.graph.ops import quantized_biases
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.trt_profile import TrtProfile
 from exporters import ExportConfig

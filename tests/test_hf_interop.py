@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from edgebert.model import load_model, save_model
 from edgebert.cli import main
 from edgebert.errors import OutputError, CheckpointError, ConfigError
-from edgebert.hf_interop import convert_hf, import_hf, output_tensors, probe_batch
+from edgebert.stages.import_hf import convert_hf, import_hf, output_tensors, probe_batch
 from edgebert.model import BertForPreTraining, BertForSequenceClassification, BertModel
 
 from conftest import shared_file

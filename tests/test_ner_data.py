@@ -12,8 +12,8 @@ from edgebert.data.task_data import encode_tagged
 from edgebert.data.tasks import read_tagged, tag_order
 from edgebert.errors import DataError
 from edgebert.model import IGNORE_INDEX
-from edgebert.ner_eval import entity_report, entity_scores
-from edgebert.textfiles import is_conll, iter_texts, read_conll
+from edgebert.scores.entities import entity_report, entity_scores
+from edgebert.files.textfiles import is_conll, iter_texts, read_conll
 
 FOUR_COLUMNS = """-DOCSTART- -X- -X- O
 

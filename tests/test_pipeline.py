@@ -197,7 +197,7 @@ def test_encoder_teacher_is_distilled_on_its_hidden_states_and_benchmarked(embed
     assert 0 <= agree["after"]["neighbour_agreement"] <= 1
     # the INT8 gate measures on the calibration file's texts after the 24 that calibrate (or, when fewer
     # than 32 are left, on the built-in held-out text), never on calibration text
-    from edgebert.textfiles import iter_texts
+    from edgebert.files.textfiles import iter_texts
 
     left = sum(1 for _ in iter_texts(out / "calib.txt")) - 24
     assert 0.9 < figures["int8_vs_fp32"]["mean"] <= 1

@@ -18,9 +18,9 @@ import torch
 
 from edgebert.cli import main
 from edgebert.errors import BundleError, CheckpointError, ConfigError, DataError, OutputError
-from edgebert.fileio import current_umask, remove_stale_temps, remove_stale_work_dirs
+from edgebert.files.atomic import current_umask, remove_stale_temps, remove_stale_work_dirs
 from edgebert.model import load_model, save_model
-from edgebert.outdirs import MARKER, OutputDir
+from edgebert.files.outdirs import MARKER, OutputDir
 from runtime_fixtures import make_tiny_model_dir, tiny_bundle
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgebert.errors import DataError
-from edgebert.textfiles import iter_texts
+from edgebert.files.textfiles import iter_texts
 
 MRPC = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said \"no\".\t\"No,\" he said.\n0\t3\t4\tA\t\n"
 QNLI = "index\tquestion\tsentence\tlabel\n0\tWho?\tHim.\tentailment\n"

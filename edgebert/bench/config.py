@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import PRECISIONS
-from ..environment import check_threads
+from edgebert.system.environment import check_threads
 from ..errors import ConfigError
 from ..runtime.providers import PROVIDERS
 

@@ -3,7 +3,7 @@
 Each path, the PyTorch reference included, tags the file's sentences as an app would
 (``edgebert.runtime.tagging``: each sentence as text, the bundle's tokenizer and offsets, overlapping
 windows for a sentence longer than the bundle's input, each word labelled by the sub-token that starts
-it) and is scored against the gold tags by seqeval (``edgebert.ner_eval``, conlleval's definition).
+it) and is scored against the gold tags by seqeval (``edgebert.scores.entities``, conlleval's definition).
 So every path sees the same sub-tokens, and an ONNX path's figure is the one ``edgebert evaluate``
 reports for the bundle.
 """
@@ -18,10 +18,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ConfigError
-from ..ner_eval import entity_scores, require_seqeval
+from edgebert.scores.entities import entity_scores, require_seqeval
 from ..runtime.tagging import Tagger, batched_logits, tag_sentences, tag_texts
 from ..runtime.text import TextEncoder
-from ..textfiles import is_conll, read_conll
+from edgebert.files.textfiles import is_conll, read_conll
 
 BATCH = 32      # sentences per model call (length-sorted), as edgebert evaluate and check run them
 

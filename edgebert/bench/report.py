@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_path, write_json, write_text
+from edgebert.files.atomic import atomic_path, write_json, write_text
 from .gpu import gpu_summary
 
 

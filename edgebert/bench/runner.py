@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from ..bundle import open_bundle, tokenizer_path
-from ..environment import describe
+from edgebert.system.environment import describe
 from ..errors import BundleError, ConfigError, EdgebertError
-from ..outdirs import OutputDir
+from edgebert.files.outdirs import OutputDir
 from .accuracy import AccuracyTracker
 from .config import BenchConfig
 from .entities import EntityData
@@ -395,7 +395,7 @@ def run_bench(config: BenchConfig) -> dict[str, Any]:
     from ..runtime.providers import probe
     from ..runtime.text import TextEncoder
 
-    # --report: a new or empty folder, or an earlier report (whose files are replaced): edgebert.outdirs
+    # --report: a new or empty folder, or an earlier report (whose files are replaced): edgebert.files.outdirs
     out = (OutputDir(config.report_dir, "bench", names=REPORT_FILES, overwrite=True, signature="report.json")
            if config.report_dir is not None else None)
     manifest = open_bundle(config.bundle_dir, verify=True)

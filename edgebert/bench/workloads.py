@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..textfiles import Text, iter_texts
+from edgebert.files.textfiles import Text, iter_texts
 from ..runtime.text import Encoded, TextEncoder, pad_batch
 
 def synthetic_feeds(batch: int, seq: int, manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
@@ -31,7 +31,7 @@ def synthetic_feeds(batch: int, seq: int, manifest: dict[str, Any], seed: int = 
 
 
 def read_texts(path: str | Path, limit: int | None = None) -> list[Text]:
-    """Texts (or pairs, for pair TSVs) of a file, in file order; see ``edgebert.textfiles``."""
+    """Texts (or pairs, for pair TSVs) of a file, in file order; see ``edgebert.files.textfiles``."""
     return list(iter_texts(path, limit, pairs=True, what="lengths file",
                            hint="pass a text or TSV file to --lengths-from"))
 

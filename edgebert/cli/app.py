@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 
 from ..errors import EdgebertError
-from ..extras import missing_extra
-from ..outdirs import os_error
+from edgebert.system.extras import missing_extra
+from edgebert.files.outdirs import os_error
 
 # typer >= 0.20 vendors click as typer._click and no longer installs click; older typer uses click.
 try:

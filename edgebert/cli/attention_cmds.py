@@ -21,7 +21,7 @@ def attention(
     pair: Annotated[Optional[str], typer.Option("--pair", help="Optional second text (sentence-pair input).")] = None,
 ) -> None:
     """Draw the attention probabilities of one layer/head of a PyTorch model as a heat map."""
-    from ..attention_map import plot_attention
+    from edgebert.stages.attention import plot_attention
 
     result = plot_attention(model_dir, text, out, layer=layer, head=head, pair=pair)
     say(f"wrote {result.path} (layer {result.layer}, {result.head_label}, {len(result.tokens)} tokens)")

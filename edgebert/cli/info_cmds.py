@@ -8,7 +8,7 @@ from .app import app, console
 @app.command("info")
 def info() -> None:
     """Print versions, threads and the onnxruntime execution providers on this machine."""
-    from ..environment import describe
+    from edgebert.system.environment import describe
 
     info = describe()
     for key, value in info.items():

@@ -22,7 +22,7 @@ def import_hf_cmd(
     overwrite: o.Overwrite = False,
 ) -> None:
     """Import a Hugging Face BERT as an edgebert checkpoint (verified to reload with identical outputs)."""
-    from ..hf_interop import convert_hf
+    from edgebert.stages.import_hf import convert_hf
 
     report = convert_hf(src, out, architecture=architecture, overwrite=overwrite)
     arch = report.architecture

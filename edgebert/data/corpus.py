@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ConfigError, DataError
-from ..textfiles import read_utf8, wikitext_heading
+from edgebert.files.textfiles import read_utf8, wikitext_heading
 
 FORMATS = ("auto", "text", "lines", "wikitext")
 

@@ -2,7 +2,7 @@
 
 ``read_task_tsv(path, task)`` returns ``LabelledExample``s and ``read_tagged(path)`` returns
 ``TaggedSentence``s (task ``ner``: a CoNLL file, one ``TOKEN TAG`` or ``TOKEN POS CHUNK TAG`` per
-line, IOB tags, a blank line between sentences; see ``edgebert.textfiles.read_conll``); every
+line, IOB tags, a blank line between sentences; see ``edgebert.files.textfiles.read_conll``); every
 malformed row is a DataError that names the file and line. ``spec_for_model`` gives a task's spec in
 the label order of a model that was fine-tuned on it.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import CheckpointError, DataError
-from ..textfiles import IOB_TAG, first_line, read_conll, read_utf8
+from edgebert.files.textfiles import IOB_TAG, first_line, read_conll, read_utf8
 
 TASKS = ("sst2", "mrpc", "tsv", "ner")
 SEQUENCE_TASKS = ("sst2", "mrpc", "tsv")   # one label per example
@@ -64,7 +64,7 @@ def tag_order(tags: set[str] | Sequence[str]) -> tuple[str, ...]:
 
 def read_tagged(path: str | Path, labels: Sequence[str] | None = None, tag_column: int | None = None
                 ) -> tuple[list[TaggedSentence], tuple[str, ...]]:
-    """A CoNLL file (``edgebert.textfiles.read_conll``: tag = last column, or ``tag_column``) as tag
+    """A CoNLL file (``edgebert.files.textfiles.read_conll``: tag = last column, or ``tag_column``) as tag
     ids. Tags must be IOB (``O``, ``B-TYPE``, ``I-TYPE``; IOB1 or IOB2), which entity-level scoring
     needs. The tag set is the file's (``tag_order``) unless ``labels`` is given (then a tag outside it
     is an error)."""

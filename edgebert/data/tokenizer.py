@@ -22,7 +22,7 @@ from tokenizers.models import WordPiece
 from tokenizers.trainers import WordPieceTrainer
 
 from ..errors import CheckpointError, ConfigError, DataError
-from ..fileio import write_json, write_text
+from edgebert.files.atomic import write_json, write_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # trained vocabularies start with these, so [PAD] = 0

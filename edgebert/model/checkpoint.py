@@ -16,7 +16,7 @@ from torch import nn
 
 from .config import BertConfig
 from ..errors import CheckpointError
-from ..fileio import atomic_path
+from edgebert.files.atomic import atomic_path
 from .bert import MODEL_CLASSES, build_model
 
 WEIGHTS_NAME = "model.safetensors"

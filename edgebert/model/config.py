@@ -174,7 +174,7 @@ class BertConfig:
         return cls(**kwargs, architecture=arch, id2label=id2label, extra=extra)
 
     def save(self, path: str | Path) -> None:
-        from ..fileio import write_json
+        from edgebert.files.atomic import write_json
 
         write_json(path, self.to_hf_dict())
 

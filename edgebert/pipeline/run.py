@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..fileio import jsonable, write_json, write_text
-from ..outdirs import OutputDir
+from edgebert.files.atomic import jsonable, write_json, write_text
+from edgebert.files.outdirs import OutputDir
 from .config import PipelineConfig, teacher_name
 from .steps import (HELD_OUT_FRACTION, SPLIT_SEED, STAGE_LOG, StageLog, bench_bundle, distill_student,
                     export_student, pretrain_teacher, split_corpus, write_calibration_text)
@@ -30,7 +30,7 @@ class PipelineResult:
 
 def run_pipeline(cfg: PipelineConfig, *, console=None, say: Callable[[str], None] | None = None) -> PipelineResult:
     """Run every step (see ``edgebert.pipeline``); returns the summary written to ``out/pipeline.json``.
-    ``cfg.out`` follows ``edgebert.outdirs``; a run that fails removes what it wrote."""
+    ``cfg.out`` follows ``edgebert.files.outdirs``; a run that fails removes what it wrote."""
     out = OutputDir(cfg.out, "pipeline", names=PIPELINE_OUTPUTS, overwrite=cfg.overwrite, signature=STAGE_LOG,
                     flags="--overwrite")
     with out.writing():

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from ..data.corpus import paragraphs, read_corpora, split_documents
 from ..data.mlm import regroup_documents
-from ..fileio import jsonable, write_text
+from edgebert.files.atomic import jsonable, write_text
 from .config import PipelineConfig
 
 STAGE_LOG = "pipeline.jsonl"

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..bundle import int8_graphs, read_manifest, verify_files
 from ..errors import BundleError, EdgebertError
-from ..textfiles import builtin_texts, is_conll, iter_texts, read_conll
+from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
 from .fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker
 from .hostcpu import PRECISION_OPTION, detect_host
 from .tagging import tag_sentences
@@ -112,7 +112,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
                  threads: int | None = None) -> CheckReport:
     """Check ``bundle_dir`` on this machine; see the module docstring. ``BundleError`` only when the
     folder is not a bundle at all (every other problem is a failed check with its reason)."""
-    from ..environment import check_threads
+    from edgebert.system.environment import check_threads
     from .session import EdgeSession
 
     check_threads(threads)          # a bad argument is a usage error (exit 2), not a failed check
@@ -194,7 +194,7 @@ def _entity_scores(sessions: dict[str, Any], data: Path, max_texts: int) -> dict
     tagged through ``EdgeSession.tag`` as ``edgebert evaluate`` does (``aggregation="none"``: the label
     of the sub-token that starts the word)."""
     from ..errors import ConfigError
-    from ..ner_eval import entity_scores
+    from edgebert.scores.entities import entity_scores
 
     sentences = read_conll(data)[:max_texts]
     gold = [list(s.tags) for s in sentences]

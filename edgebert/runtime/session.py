@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..bundle import PRECISIONS, open_bundle, tokenizer_path
-from ..environment import check_threads
+from edgebert.system.environment import check_threads
 from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable
 from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host

@@ -14,7 +14,7 @@ from torch import nn
 
 from ..data.task_data import TaskData, collate
 from ..data.tokenizer import SpecialIds, save_tokenizer
-from ..fileio import write_json
+from edgebert.files.atomic import write_json
 from ..model import IGNORE_INDEX, load_model, save_model
 from ..training import LengthGroupedBatches, TrainingTask
 from .metrics import task_metrics

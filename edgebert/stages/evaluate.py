@@ -5,7 +5,7 @@
 - classifiers (``sst2``, ``mrpc``, ``tsv``): accuracy and F1 (positive-class F1 for two labels, as
   GLUE reports MRPC; macro F1 otherwise);
 - named entities (``ner``, a CoNLL file): entity precision / recall / F1 overall and per type, and
-  word accuracy (seqeval, ``edgebert.ner_eval``). A checkpoint predicts each word's tag at its first
+  word accuracy (seqeval, ``edgebert.scores.entities``). A checkpoint predicts each word's tag at its first
   sub-token; a bundle is run through ``EdgeSession.tag`` on the sentence as text (words joined by
   spaces, ``aggregation="none"``: each word takes the label of the sub-token that starts it, the same
   position), so the figure includes the runtime's tokenization, offsets and windowing. Sentences are
@@ -35,8 +35,8 @@ from ..bundle import read_manifest
 from ..data.corpus import read_corpus
 from ..data.tasks import SEQUENCE_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
 from ..errors import CheckpointError, ConfigError, DataError
-from ..label_scores import classification_metrics
-from ..ner_eval import entity_report, entity_scores
+from edgebert.scores.labels import classification_metrics
+from edgebert.scores.entities import entity_report, entity_scores
 
 EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, "mlm")
 

@@ -36,9 +36,9 @@ from ..data.task_data import load_task_data
 from ..data.tasks import TASKS, TOKEN_TASKS
 from ..data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ..errors import CheckpointError, ConfigError
-from ..fileio import jsonable, write_json
+from edgebert.files.atomic import jsonable, write_json
 from ..model import MODEL_OUTPUTS, BertConfig, count_parameters, freeze_word_embeddings, load_model
-from ..outdirs import OutputDir
+from edgebert.files.outdirs import OutputDir
 from ..training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, checkpoint_dir
 from .classification import BEST_FILE, ClassificationTask
 

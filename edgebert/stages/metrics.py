@@ -1,5 +1,5 @@
 """Every metric a stage reports, counted one way: classification (accuracy, F1), named entities
-(entity-level precision / recall / F1 by seqeval, ``edgebert.ner_eval``), masked LM (accuracy, mean
+(entity-level precision / recall / F1 by seqeval, ``edgebert.scores.entities``), masked LM (accuracy, mean
 cross-entropy, perplexity) and sentence embeddings (cosine, nearest-neighbour agreement).
 
 Fine-tuning, distillation, pretraining and ``edgebert evaluate`` (PyTorch models and ONNX bundles)
@@ -18,9 +18,9 @@ from torch import nn
 
 from ..data.task_data import EncodedDataset, eval_batches
 from ..errors import CheckpointError
-from ..label_scores import accuracy, classification_metrics, f1_binary, f1_macro  # noqa: F401
+from edgebert.scores.labels import accuracy, classification_metrics, f1_binary, f1_macro  # noqa: F401
 from ..model import IGNORE_INDEX, has_mlm_head, masked_positions_logits
-from ..ner_eval import entity_scores
+from edgebert.scores.entities import entity_scores
 
 
 # =========================================================================== classification
@@ -90,7 +90,7 @@ def word_tags(predicted: Sequence[np.ndarray], data: EncodedDataset, labels: Seq
 def ner_metrics(model: nn.Module, data: EncodedDataset, labels: Sequence[str], batch_size: int = 64,
                 pad_id: int = 0) -> dict[str, float]:
     """Entity precision / recall / F1 (overall and per type), word accuracy, and ``n`` sentences of a
-    token classifier on ``data`` (``edgebert.ner_eval.entity_scores``)."""
+    token classifier on ``data`` (``edgebert.scores.entities.entity_scores``)."""
     gold, pred = word_tags(predict_words(model, data, batch_size, pad_id), data, labels)
     return {**entity_scores(gold, pred), "n": float(len(data)), "truncated": float(data.truncated)}
 

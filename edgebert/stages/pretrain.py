@@ -38,10 +38,10 @@ from ..data.mlm import (MaskingCollator, PretrainingExamples, mlm_documents, mlm
 from ..data.tokenizer import (TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer, load_vocab_tokenizer,
                               save_tokenizer, train_tokenizer)
 from ..errors import ConfigError, DataError
-from ..fileio import jsonable, write_json
+from edgebert.files.atomic import jsonable, write_json
 from ..model import MODEL_OUTPUTS, BertConfig, BertForPreTraining, count_parameters, masked_positions_logits, save_model
 from ..model import PRESETS as MODEL_SIZES
-from ..outdirs import OutputDir
+from edgebert.files.outdirs import OutputDir
 from ..training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, TrainingTask, checkpoint_dir
 from .metrics import MlmCounts
 
@@ -288,7 +288,7 @@ def _tokenizer_for(cfg: PretrainConfig, train_docs: Sequence[str]):
 def pretrain(cfg: PretrainConfig, *, console=None, stop_at_step: int | None = None) -> PretrainResult:
     """Run one pretraining stage; checkpoints and metrics.jsonl go to ``cfg.out``. Everything is
     checked and built before the first file is written; a run that fails before its first checkpoint
-    leaves nothing behind (``edgebert.outdirs``)."""
+    leaves nothing behind (``edgebert.files.outdirs``)."""
     t0 = time.perf_counter()
     out = OutputDir(cfg.out, "pretrain", names=PRETRAIN_OUTPUTS, resume=cfg.resume, overwrite=cfg.overwrite,
                     signature=STATE_FILE)

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from ..fileio import atomic_dir, atomic_path, fsync_dir, remove_path, remove_stale_temps, write_json, write_text
+from edgebert.files.atomic import atomic_dir, atomic_path, fsync_dir, remove_path, remove_stale_temps, write_json, write_text
 from .config import TrainConfig
 
 STATE_FILE = "training_state.pt"

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError, ConfigError, TrainingError
-from ..fileio import atomic_path, write_json
+from edgebert.files.atomic import atomic_path, write_json
 from .config import TrainConfig
 from .distributed import init_distributed
 from .optim import build_optimizer, build_scheduler

@@ -18,7 +18,7 @@ from typing import Any
 from ...data.corpus import FORMATS
 from ...data.tasks import SEQUENCE_TASKS, TOKEN_TASKS
 from ...errors import ConfigError
-from ...fileio import jsonable
+from edgebert.files.atomic import jsonable
 from ...model import BertConfig
 from ...training import TrainConfig
 

@@ -22,10 +22,10 @@ from ...data.task_data import encode_texts, load_task_data
 from ...data.tasks import TOKEN_TASKS
 from ...data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ...errors import CheckpointError, ConfigError
-from ...fileio import write_json
+from edgebert.files.atomic import write_json
 from ...model import (MODEL_OUTPUTS, BertConfig, build_model, count_parameters, freeze_word_embeddings, load_model,
                       make_student, parse_layer_map, read_state_dict)
-from ...outdirs import OutputDir
+from edgebert.files.outdirs import OutputDir
 from ...training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
 from .config import MLM_ARCHITECTURES, DistillConfig
 from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask

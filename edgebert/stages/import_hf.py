@@ -26,13 +26,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import CheckpointError, ConfigError, EdgebertError, ValidationError
-from .fileio import copy_file, write_text
-from .model.bert import build_model, count_parameters
-from .model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, check_weights, load_model, map_state_dict,
+from edgebert.errors import CheckpointError, ConfigError, EdgebertError, ValidationError
+from edgebert.files.atomic import copy_file, write_text
+from edgebert.model.bert import build_model, count_parameters
+from edgebert.model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, check_weights, load_model, map_state_dict,
                          model_state_dict, read_state_dict, save_model)
-from .model.config import ARCHITECTURES, BertConfig
-from .outdirs import OutputDir
+from edgebert.model.config import ARCHITECTURES, BertConfig
+from edgebert.files.outdirs import OutputDir
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -73,7 +73,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     ``architecture`` overrides the source's (e.g. ``BertModel`` to keep only the encoder of a
     pretraining checkpoint); heads may be dropped this way, never invented.
     ``out_dir`` must be new or empty, or (``overwrite``) an earlier import, which is then replaced as a
-    whole; a folder holding other files is refused (``edgebert.outdirs``).
+    whole; a folder holding other files is refused (``edgebert.files.outdirs``).
     """
     src, out_dir = Path(src), Path(out_dir)
     raw = _read_source_config(src)
@@ -257,7 +257,7 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
             copied.append(name)
     built = False
     if "tokenizer.json" not in copied and "vocab.txt" in copied:
-        from .data.tokenizer import load_vocab_tokenizer
+        from edgebert.data.tokenizer import load_vocab_tokenizer
 
         tok = load_vocab_tokenizer(out / "vocab.txt", lowercase=_do_lower_case(src))
         write_text(out / "tokenizer.json", tok.to_str())

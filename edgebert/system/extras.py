@@ -8,7 +8,7 @@ interop tests ``edgebert[hf]``. Torch-free (stdlib only).
 
 from __future__ import annotations
 
-from .errors import MissingExtra
+from edgebert.errors import MissingExtra
 
 ORT_HINT = "pip install 'edgebert[cpu]', or 'edgebert[gpu]' for CUDA/TensorRT"
 # top-level module -> (what it is called, the install hint)

@@ -151,7 +151,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     """
     target = Path(target)
     if target.is_symlink() or (target.exists() and not target.is_dir()):
-        from .errors import OutputError
+        from edgebert.errors import OutputError
 
         raise OutputError(f"{target} is {'a symlink' if target.is_symlink() else 'a file'}, not a folder",
                           "choose a new or empty folder")

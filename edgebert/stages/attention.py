@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CheckpointError, ConfigError, DataError
+from edgebert.errors import CheckpointError, ConfigError, DataError
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def attention_map(model_dir: str | Path, text: str, layer: int = -1, head: int |
     import torch
     from tokenizers import Tokenizer
 
-    from .model import encoder_of, load_model
+    from edgebert.model import encoder_of, load_model
 
     model_dir = Path(model_dir)
     if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
@@ -77,8 +77,8 @@ def plot_attention(model_dir: str | Path, text: str, out: str | Path, layer: int
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .fileio import atomic_path
-    from .outdirs import check_output_file
+    from edgebert.files.atomic import atomic_path
+    from edgebert.files.outdirs import check_output_file
 
     out = check_output_file(out)
     amap = attention_map(model_dir, text, layer, head, pair)

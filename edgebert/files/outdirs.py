@@ -28,8 +28,8 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from .errors import CheckpointError, ConfigError, OutputError
-from .fileio import atomic_dir, is_stale_temp, remove_path, remove_stale_temps, write_json
+from edgebert.errors import CheckpointError, ConfigError, OutputError
+from edgebert.files.atomic import atomic_dir, is_stale_temp, remove_path, remove_stale_temps, write_json
 
 MARKER = ".edgebert-out.json"
 

@@ -25,7 +25,7 @@ def usable_cpus() -> int:
 def check_threads(threads: object, what: str = "threads") -> int | None:
     """``threads`` if it is None or an integer from 1 to ``usable_cpus()``, else ``ConfigError``: more
     threads than CPUs only contend (2,000 onnxruntime threads take minutes just to start)."""
-    from .errors import ConfigError
+    from edgebert.errors import ConfigError
 
     if threads is None:
         return None

@@ -24,7 +24,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterator, Union
 
-from .errors import DataError
+from edgebert.errors import DataError
 
 PAIR_COLUMNS = (("sentence1", "sentence2"), ("#1 String", "#2 String"), ("question", "sentence"))
 SINGLE_COLUMNS = ("sentence", "sentence1", "#1 String", "text", "question")
@@ -199,7 +199,7 @@ def is_conll(path: str | Path, sniff: int = 20) -> bool:
 
 
 # ------------------------------------------------------------------ the built-in English text
-BUILTIN_TEXT = Path(__file__).resolve().parent / "assets" / "calibration_en.txt"
+BUILTIN_TEXT = Path(__file__).resolve().parents[1] / "assets" / "calibration_en.txt"
 BUILTIN_PARTS = ("calibration", "held-out")
 
 

@@ -1,0 +1,389 @@
+"""``manifest.json`` as a type: the one place that knows the bundle manifest's keys and versions.
+
+A ``Manifest`` is frozen and validated when it is made (``Manifest.from_dict`` / ``Manifest.read``):
+every field the runtime reads is present and of the right type, or a one-line ``BundleError`` names
+the first one that is not. Keys it does not know (newer exporters add some) are kept as they are, so
+``to_dict()`` gives back exactly the JSON it was made from and a bundle re-written through it is
+byte-identical.
+
+Readers use the typed fields (``manifest.task``, ``manifest.models["int8"].target``,
+``manifest.tokenizer.pad_id``, ``manifest.max_length``, ``manifest.io``); the JSON form is
+``to_dict()``. For code written against the dict a ``Manifest`` is also a read-only mapping of its
+JSON (``manifest["models"]["int8"]["accuracy"]``), and a ``ModelEntry`` one of its entry.
+
+Versions: 1 (one INT8 graph, no precision / target / requires per entry: read with ``LEGACY_INT8``)
+and 2 (current). Any other version is a ``BundleError`` that says to re-export.
+
+Stdlib only: the runtime imports this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from edgebert.errors import BundleError
+
+__all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "READABLE_VERSIONS", "TASKS", "PRECISIONS",
+           "TASK_OUTPUTS", "INPUT_NAMES", "LEGACY_INT8", "TensorSpec", "TokenizerFacts", "ModelShape",
+           "ModelEntry", "Manifest", "io_spec"]
+
+MANIFEST_NAME = "manifest.json"
+BUNDLE_FORMAT = "edgebert-bundle"
+BUNDLE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+TASKS = ("embed", "mlm", "cls", "token-cls")
+PRECISIONS = ("fp32", "int8", "fp16")
+# Output names per task, in graph order.
+TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "embed": ("last_hidden_state", "pooler_output"),
+    "mlm": ("logits",),
+    "cls": ("logits",),
+    "token-cls": ("logits",),       # (batch, sequence, num_labels): one score row per token
+}
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+_REQUIRED_KEYS = ("format", "version", "task", "config", "tokenizer", "inputs", "outputs", "models", "files")
+_CONFIG_KEYS = ("hidden_size", "max_position_embeddings", "vocab_size", "num_hidden_layers", "num_attention_heads")
+_TOKEN_IDS = ("pad_id", "mask_id", "cls_id", "sep_id", "unk_id")
+_MAX_ID = 2 ** 31 - 1          # ids are int64 in the graph; anything past int32 is no vocabulary's
+
+# Version 1 bundles: their one INT8 graph has 8-bit weights, exact only where U8S8 products are.
+LEGACY_INT8 = {"target": "legacy-8bit",
+               "requires": {"arch": ["x86_64", "arm64"], "u8s8_exact": True,
+                            "exact_on": ["x86-vnni", "arm64"],
+                            "elsewhere": "run with session.x64quantprecision=1"}}
+
+
+def _is_int(value: Any, minimum: int = 0, maximum: int | None = None) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+            and (maximum is None or value <= maximum))
+
+
+class _JsonView(Mapping):
+    """A read-only mapping over ``self._json`` (copies out, so nothing outside can change it)."""
+    _json: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return copy.deepcopy(self._json[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._json)
+
+    def __len__(self) -> int:
+        return len(self._json)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, a fresh copy."""
+        return copy.deepcopy(self._json)
+
+    __eq__ = Mapping.__eq__
+    __hash__ = None  # type: ignore[assignment]
+
+
+# --------------------------------------------------------------------------- parts
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output: its name, dtype and shape (named axes are dynamic: "batch", "sequence")."""
+    name: str
+    dtype: str = "float32"
+    shape: tuple[int | str, ...] = ()
+
+    @property
+    def dynamic_axes(self) -> dict[int, str]:
+        """``{axis: name}`` of the named (dynamic) axes, as ``torch.onnx.export`` takes them."""
+        return {i: d for i, d in enumerate(self.shape) if isinstance(d, str)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> "TensorSpec":
+        shape = value.get("shape")
+        return cls(value["name"], str(value.get("dtype") or ""), tuple(shape) if isinstance(shape, list) else ())
+
+
+def io_spec(task: str, hidden_size: int, vocab_size: int, num_labels: int) -> tuple[tuple[TensorSpec, ...],
+                                                                                     tuple[TensorSpec, ...]]:
+    """The inputs and outputs of a ``task`` graph: the one definition of a bundle's I/O names and axes."""
+    inputs = tuple(TensorSpec(n, "int64", ("batch", "sequence")) for n in INPUT_NAMES)
+    logits = {"mlm": ("batch", "sequence", vocab_size), "token-cls": ("batch", "sequence", num_labels)}
+    shapes = {"last_hidden_state": ("batch", "sequence", hidden_size), "pooler_output": ("batch", hidden_size),
+              "logits": logits.get(task, ("batch", num_labels))}
+    return inputs, tuple(TensorSpec(n, "float32", shapes[n]) for n in TASK_OUTPUTS[task])
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The encoder's sizes the runtime needs (``manifest.config``)."""
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    vocab_size: int
+    max_position_embeddings: int
+    intermediate_size: int | None = None
+    type_vocab_size: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenizerFacts:
+    """The bundle's tokenizer file and the special-token ids the runtime feeds."""
+    file: str
+    pad_id: int = 0
+    cls_id: int | None = None
+    sep_id: int | None = None
+    mask_id: int | None = None
+    unk_id: int | None = None
+    vocab_size: int | None = None
+    lowercase: bool | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ModelEntry(_JsonView):
+    """One graph of the bundle (``manifest.models[key]``)."""
+    key: str
+    file: str
+    precision: str
+    graph: str | None
+    providers: tuple[str, ...]
+    target: str | None
+    requires: Mapping[str, Any] | None
+    quantization: Mapping[str, Any]
+    tensorrt_profile: Mapping[str, Any] | None
+    _json: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_dict(cls, key: str, value: dict[str, Any], version: int = BUNDLE_VERSION) -> "ModelEntry":
+        """``value`` as an entry; ``BundleError`` if it lacks what the runtime reads."""
+        problem = _entry_problem(key, value, version)
+        if problem:
+            raise BundleError(f"{MANIFEST_NAME}: {problem}", "re-export the bundle")
+        value = copy.deepcopy(value)
+        precision = str(value.get("precision") or key.split("-", 1)[0])
+        quant = value.get("quantization") if isinstance(value.get("quantization"), dict) else {}
+        if precision == "int8" and "requires" not in value and "cpu" in _providers(precision, quant, value):
+            value = {**copy.deepcopy(LEGACY_INT8), **value}          # version 1's one INT8 graph
+        return cls(key, value["file"], precision, value.get("graph"), _providers(precision, quant, value),
+                   value.get("target"), value.get("requires"), quant, value.get("tensorrt_profile"), value)
+
+    @property
+    def is_cpu_int8(self) -> bool:
+        """A CPU INT8 graph (dynamic format, one per target); the TensorRT QDQ graph is not."""
+        return self.precision == "int8" and "cpu" in self.providers
+
+    @property
+    def is_static_qdq(self) -> bool:
+        return self.quantization.get("mode") == "static" or self.quantization.get("format") == "QDQ"
+
+
+def _providers(precision: str, quant: Mapping[str, Any], value: dict[str, Any]) -> tuple[str, ...]:
+    """The providers an entry is made for (entries written before GPU graphs: by their kind)."""
+    if value.get("providers"):
+        return tuple(value["providers"])
+    if precision == "fp16":
+        return ("cuda",)
+    if quant.get("format") == "QDQ":
+        return ("cpu",)
+    return ("cpu", "cuda")
+
+
+def _entry_problem(key: str, entry: Any, version: int) -> str | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+        return f"models.{key} must be an object with a file name"
+    if version >= 2 and not isinstance(entry.get("precision"), str):
+        return f"models.{key} has no precision"
+    if entry.get("providers") is not None and not (isinstance(entry["providers"], list)
+                                                   and all(isinstance(p, str) for p in entry["providers"])):
+        return f"models.{key}.providers must be a list of provider names"
+    if entry.get("quantization") is not None and not isinstance(entry["quantization"], dict):
+        return f"models.{key}.quantization must be an object"
+    precision = str(entry.get("precision") or key.split("-", 1)[0])
+    if precision == "int8" and "requires" in entry:
+        if not isinstance(entry["requires"], dict) or not isinstance(entry.get("target"), str):
+            return f"models.{key} must carry a target name and a requires object"
+    return None
+
+
+# --------------------------------------------------------------------------- the manifest
+@dataclass(frozen=True, eq=False)
+class Manifest(_JsonView):
+    """A bundle's ``manifest.json``, validated. Make one with ``from_dict``, ``read`` or ``build``."""
+    version: int
+    task: str
+    config: ModelShape
+    max_sequence_length: int | None
+    labels: Mapping[str, str] | None
+    tokenizer: TokenizerFacts
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    models: Mapping[str, ModelEntry]
+    files: Mapping[str, str]
+    _json: dict[str, Any] = field(repr=False)
+
+    # ------------------------------------------------------------------ making one
+    @classmethod
+    def from_dict(cls, value: Any, where: str | os.PathLike = MANIFEST_NAME) -> "Manifest":
+        """``value`` (parsed JSON) as a ``Manifest``; ``BundleError`` naming ``where`` and the first
+        field that is missing or wrong. Extra keys and entries are kept."""
+        if not isinstance(value, dict):
+            raise BundleError(f"{where} must hold a JSON object", "re-export the bundle")
+        if value.get("format") != BUNDLE_FORMAT:
+            raise BundleError(f"{where} is not an edgebert bundle manifest (format={value.get('format')!r})")
+        if value.get("version") not in READABLE_VERSIONS:
+            raise BundleError(f"{where} has bundle version {value.get('version')!r}; this edgebert reads "
+                              f"versions {', '.join(map(str, READABLE_VERSIONS))}",
+                              "re-export the bundle with this edgebert")
+        missing = [k for k in _REQUIRED_KEYS if k not in value]
+        if missing:
+            raise BundleError(f"{where} lacks {', '.join(missing)}", "re-export the bundle")
+        if value["task"] not in TASKS:
+            raise BundleError(f"{where} has unknown task {value['task']!r}")
+        if not isinstance(value["models"], dict) or "fp32" not in value["models"]:
+            raise BundleError(f"{where} lists no fp32 model", "re-export the bundle")
+        problem = _problem(value)
+        if problem:
+            raise BundleError(f"{where}: {problem}", "re-export the bundle")
+        value = copy.deepcopy(value)
+        cfg, tok = value["config"], value["tokenizer"]
+        shape = ModelShape(**{k: cfg.get(k) for k in ModelShape.__dataclass_fields__})
+        facts = TokenizerFacts(file=tok["file"], **{k: tok.get(k) for k in _TOKEN_IDS if k != "pad_id"},
+                               pad_id=tok.get("pad_id", 0), vocab_size=tok.get("vocab_size"),
+                               lowercase=tok.get("lowercase"))
+        models = {k: ModelEntry.from_dict(k, e, value["version"]) for k, e in value["models"].items()}
+        return cls(value["version"], value["task"], shape, value.get("max_sequence_length"), value.get("labels"),
+                   facts, tuple(TensorSpec.from_dict(i) for i in value["inputs"]),
+                   tuple(TensorSpec.from_dict(o) for o in value["outputs"]), models, dict(value["files"]), value)
+
+    @classmethod
+    def read(cls, bundle_dir: str | os.PathLike) -> "Manifest":
+        """Parse ``bundle_dir/manifest.json`` (a regular file inside the bundle, not a symlink)."""
+        bundle_dir = Path(bundle_dir)
+        path = bundle_dir / MANIFEST_NAME
+        if not bundle_dir.is_dir():
+            raise BundleError(f"bundle directory {bundle_dir} not found", "run `edgebert export` first")
+        if path.is_symlink():
+            raise BundleError(f"{path} is a symlink (to {os.path.realpath(path)})",
+                              "copy the manifest into the bundle, or re-export it")
+        if not path.is_file():
+            raise BundleError(f"{bundle_dir} has no {MANIFEST_NAME}", "pass a directory written by `edgebert export`")
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BundleError(f"{path} is not valid JSON ({exc})", "re-export the bundle") from exc
+        except RecursionError as exc:
+            raise BundleError(f"{path} is nested too deeply to be a manifest", "re-export the bundle") from exc
+        except OSError as exc:
+            raise BundleError(f"{path} cannot be read ({exc.strerror or exc})", "re-export the bundle") from exc
+        return cls.from_dict(value, path)
+
+    @classmethod
+    def build(cls, *, task: str, config: ModelShape, num_labels: int, source: dict[str, Any],
+              max_sequence_length: int, labels: dict[str, str] | None, tokenizer: dict[str, Any],
+              opset: int, versions: dict[str, Any], models: dict[str, dict[str, Any]],
+              tensorrt_profile: dict[str, Any], extra: dict[str, Any] | None = None) -> "Manifest":
+        """A new bundle's manifest, without file hashes yet (``with_files`` adds them)."""
+        inputs, outputs = io_spec(task, config.hidden_size, config.vocab_size, num_labels)
+        value = {
+            "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "task": task, "source": source,
+            "config": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                        "vocab_size", "max_position_embeddings",
+                                                        "intermediate_size", "type_vocab_size")},
+            "max_sequence_length": max_sequence_length, "labels": labels, "tokenizer": tokenizer,
+            "inputs": [i.as_dict() for i in inputs], "outputs": [o.as_dict() for o in outputs],
+            "padding": "right", "opset": opset, "versions": versions, "models": models,
+            "tensorrt_profile": tensorrt_profile, **(extra or {}), "files": {},
+        }
+        return cls.from_dict(value)
+
+    def with_files(self, files: dict[str, str]) -> "Manifest":
+        """The same manifest with ``files`` (name -> sha256) replaced."""
+        value = self.to_dict()
+        value.pop("files", None)
+        return Manifest.from_dict({**value, "files": dict(files)})
+
+    def to_json(self) -> str:
+        return json.dumps(self._json, indent=2) + "\n"
+
+    # ------------------------------------------------------------------ what readers ask
+    @property
+    def max_length(self) -> int:
+        """The longest input the bundle takes: its export length, never past its position table."""
+        limit = self.config.max_position_embeddings
+        return int(min(self.max_sequence_length or limit, limit))
+
+    @property
+    def label_names(self) -> list[str]:
+        """The label names in id order (empty when the manifest names none)."""
+        labels = self.labels or {}
+        return [labels[k] for k in sorted(labels, key=int)]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
+
+    def get_extra(self, key: str, default: Any = None) -> Any:
+        """A top-level field this type does not model (``source``, ``versions``, ``export_host``, ...)."""
+        return copy.deepcopy(self._json.get(key, default))
+
+    def file_names(self) -> list[str]:
+        """Every file the manifest names: graphs, tokenizer, hashed files."""
+        return [*(m.file for m in self.models.values()), self.tokenizer.file, *self.files]
+
+    def int8_graphs(self) -> dict[str, ModelEntry]:
+        """``{key: entry}`` of every CPU INT8 graph, the default (``int8``) first. The TensorRT INT8 graph
+        (``int8-trt``) is not one of them."""
+        out = {k: e for k, e in self.models.items() if e.is_cpu_int8}
+        return dict(sorted(out.items(), key=lambda kv: kv[0] != "int8"))
+
+    def entry(self, key: str) -> ModelEntry | None:
+        return self.models.get(key)
+
+
+def _problem(manifest: dict[str, Any]) -> str | None:
+    """The first structural problem of a manifest, as a phrase (None if it is usable)."""
+    cfg = manifest["config"]
+    if not isinstance(cfg, dict):
+        return "config must be an object"
+    for key in _CONFIG_KEYS:
+        if not _is_int(cfg.get(key), 1, _MAX_ID):
+            return f"config.{key} is {cfg.get(key)!r}, not a positive integer"
+    max_len = manifest.get("max_sequence_length")
+    if max_len is not None and not _is_int(max_len, 3, _MAX_ID):
+        return f"max_sequence_length is {max_len!r}, not an integer >= 3"
+    tok = manifest["tokenizer"]
+    if not isinstance(tok, dict) or not isinstance(tok.get("file"), str):
+        return "tokenizer must be an object with a file name"
+    for key in _TOKEN_IDS:
+        if tok.get(key) is not None and not _is_int(tok[key], 0, _MAX_ID):
+            return f"tokenizer.{key} is {tok[key]!r}, not a token id"
+    for key in ("inputs", "outputs"):
+        if not (isinstance(manifest[key], list) and manifest[key]
+                and all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in manifest[key])):
+            return f"{key} must be a non-empty list of objects with a name"
+    bad_inputs = sorted({i["name"] for i in manifest["inputs"]} - set(INPUT_NAMES))
+    if bad_inputs:
+        return f"input {bad_inputs[0]!r} is not one the runtime feeds ({', '.join(INPUT_NAMES)})"
+    expected = TASK_OUTPUTS.get(manifest["task"])
+    declared = tuple(o["name"] for o in manifest["outputs"])
+    if expected is not None and declared != expected:
+        return f"task {manifest['task']!r} has outputs {', '.join(expected)}, the manifest declares {', '.join(declared)}"
+    for key, entry in manifest["models"].items():
+        problem = _entry_problem(key, entry, manifest["version"])
+        if problem:
+            return problem
+    files = manifest["files"]
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return "files must map file names to sha256 strings"
+    labels = manifest.get("labels")
+    if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+                                   and sorted(labels, key=str) == sorted(map(str, range(len(labels))), key=str)):
+        return "labels must map 0..N-1 to label names"
+    return None

@@ -1,0 +1,197 @@
+"""The ONNX bundle on disk: ``manifest.json`` + model files + tokenizer, opened and hash-checked.
+
+Torch-free on purpose (stdlib only): the runtime and ``edgebert bench`` import this module to open a
+bundle written by ``edgebert export``, so it must not pull in torch, onnx or onnxruntime. The
+manifest's keys are known to ``edgebert.bundle.manifest`` alone; this module checks the files.
+
+Layout of a bundle directory::
+
+    manifest.json      {"format": "edgebert-bundle", "version": 1, "task": ..., "models": {...}, "files": {...}}
+    model.onnx         fused fp32 graph            (models.fp32.file)
+    model.int8.onnx    default INT8 graph          (models.int8.file; its target, e.g. "portable")
+    model.int8-<t>.onnx  more INT8 graphs          (models["int8-<t>"], one per extra target)
+    model.fp16.onnx    FP16 graph, if exported     (models.fp16.file)
+    tokenizer.json     Hugging Face tokenizers JSON
+    config.json        the source model's Hugging Face BertConfig JSON
+
+``Manifest.files`` maps every file name (except the manifest) to its sha256; ``verify_files``
+re-hashes them and raises ``BundleError`` on any mismatch.
+
+``read_manifest`` checks the structure the runtime relies on (``Manifest.read``: types and presence
+of what is read, never a ban on extra keys, so newer entries and tasks pass) and every file it names
+must stay inside the bundle, symlinks resolved (``bundle_file``), with or without hash checks.
+``open_bundle`` also checks that each graph's declared inputs and outputs agree with the ONNX file's
+own (``check_graph_io``, read by ``edgebert.graph.declared_io`` without onnxruntime). Every problem is a one-line
+``BundleError``.
+
+Version 2 gives every model entry a ``precision``, and every INT8 entry its ``target`` and
+``requires`` (what a host needs to run it exactly: ``u8s8_exact``, see ``edgebert.runtime.hostcpu``).
+Version 1 bundles are still read: their one INT8 graph has 8-bit int8 weights, so it is treated as
+needing exact U8S8 products (``LEGACY_INT8``).
+
+GPU graphs are further entries (``edgebert.runtime.graphs``): ``fp32-trt`` / ``int8-trt``
+(``model.trt.onnx`` / ``model.int8.trt.onnx``: standard ONNX ops only, QDQ S8S8 for INT8, with a
+TensorRT min/opt/max profile for every input) and ``fp32-cuda`` / ``fp16-cuda`` (``model.cuda.onnx`` /
+``model.fp16.cuda.onnx``: fused with the 1-D mask index). Every entry names its ``graph`` kind and the
+``providers`` it is made for; entries written before that carry neither (``entry_providers``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from edgebert.errors import BundleError
+from edgebert.files.atomic import sha256_file  # stdlib only, like this module
+from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, graph_io
+from edgebert.bundle.manifest import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, LEGACY_INT8, MANIFEST_NAME, PRECISIONS,
+                                       TASK_OUTPUTS, TASKS, Manifest, ModelEntry, _is_int)
+
+__all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
+           "INPUT_NAMES", "LEGACY_INT8", "Manifest", "ModelEntry", "sha256_file", "read_manifest", "entry_providers",
+           "int8_graphs", "verify_files", "model_path", "tokenizer_path", "open_bundle", "check_graph_io",
+           "bundle_file"]
+
+
+def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
+    """Parse and check ``bundle_dir/manifest.json`` (``Manifest.read``); every file it names must stay
+    inside the bundle. ``BundleError`` if unusable."""
+    manifest = Manifest.read(bundle_dir)
+    for name in manifest.file_names():
+        bundle_file(bundle_dir, name)
+    return manifest
+
+
+def bundle_file(bundle_dir: str | os.PathLike, name: str) -> Path:
+    """``bundle_dir/name``, refused unless it stays inside the bundle once symlinks are resolved."""
+    bundle_dir = Path(bundle_dir)
+    if not name or "\x00" in name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} names a file outside the bundle: {name!r}",
+                          "re-export the bundle")
+    path = bundle_dir / name
+    root = bundle_dir.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise BundleError(f"{path} is a symlink that leaves the bundle (to {path.resolve()})",
+                          "copy the file into the bundle, or re-export it")
+    return path
+
+
+# --------------------------------------------------------------------------- graphs vs manifest
+def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) -> None:
+    """``BundleError`` unless the graph of ``models[key]`` takes exactly the manifest's inputs (int64)
+    and gives its outputs (floating point, of the manifest's fixed sizes, e.g. hidden_size)."""
+    path = bundle_file(bundle_dir, manifest.models[key].file)
+    if not path.is_file():
+        raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
+    try:
+        inputs, outputs = graph_io(path)
+    except (NotOnnx, OSError, ValueError) as exc:
+        raise BundleError(f"{path} is not a readable ONNX model ({exc})", "re-export the bundle") from exc
+    where = f"{path.name} ({key})"
+    wanted = set(manifest.input_names)
+    have = {i.name: i for i in inputs}
+    if set(have) != wanted:
+        raise BundleError(f"{where} takes inputs {', '.join(sorted(have))}; the manifest declares "
+                          f"{', '.join(sorted(wanted))}", "the manifest and the graph come from different exports")
+    wrong = [i.name for i in inputs if i.dtype and i.dtype != "int64"]
+    if wrong:
+        raise BundleError(f"{where} input {wrong[0]} is {have[wrong[0]].dtype}, the runtime feeds int64")
+    produced = {o.name: o for o in outputs}
+    for out in manifest.outputs:
+        got = produced.get(out.name)
+        if got is None:
+            raise BundleError(f"{where} has no output {out.name!r} (it gives {', '.join(produced)}), yet the "
+                              f"manifest's task {manifest.task!r} needs it",
+                              "the manifest and the graph come from different exports")
+        if got.dtype and got.dtype not in FLOAT_TYPES:
+            raise BundleError(f"{where} output {got.name} is {got.dtype}, not floating point")
+        declared = out.shape
+        if got.shape and declared and len(declared) == len(got.shape):
+            for axis, (a, b) in enumerate(zip(declared, got.shape)):
+                if _is_int(a) and _is_int(b) and a != b:
+                    raise BundleError(f"{where} output {got.name} has size {b} on axis {axis}; the manifest "
+                                      f"says {a}", "the manifest and the graph come from different exports")
+    hidden = produced.get("last_hidden_state")
+    if hidden is not None and hidden.shape and _is_int(hidden.shape[-1]) \
+            and hidden.shape[-1] != manifest.config.hidden_size:
+        raise BundleError(f"{where} gives vectors of {hidden.shape[-1]}; config.hidden_size is "
+                          f"{manifest.config.hidden_size}", "the manifest and the graph come from different exports")
+
+
+def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None) -> dict[str, str]:
+    """Re-hash every file listed in ``manifest.files``; ``BundleError`` on a missing or changed file.
+
+    Also checks that every model file and the tokenizer named in the manifest is listed.
+    Returns the verified ``{name: sha256}``.
+    """
+    bundle_dir = Path(bundle_dir)
+    manifest = manifest if manifest is not None else read_manifest(bundle_dir)
+    files = dict(manifest.files)
+    named = [m.file for m in manifest.models.values()] + [manifest.tokenizer.file]
+    unlisted = [n for n in named if n not in files]
+    if unlisted:
+        raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} has no hash for {', '.join(unlisted)}",
+                          "re-export the bundle")
+    for name, expected in files.items():
+        path = bundle_file(bundle_dir, name)
+        if not path.is_file():
+            raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise BundleError(f"{path} does not match its manifest hash "
+                              f"(sha256 {actual[:12]}..., expected {expected[:12]}...)",
+                              "the file was changed or corrupted; re-export the bundle")
+    return dict(files)
+
+
+def entry_providers(key: str, entry: ModelEntry | dict[str, Any]) -> tuple[str, ...]:
+    """The providers a model entry is made for (entries written before GPU graphs: by their kind)."""
+    return (entry if isinstance(entry, ModelEntry) else ModelEntry.from_dict(key, entry, 1)).providers
+
+
+def int8_graphs(manifest: Manifest) -> dict[str, ModelEntry]:
+    """``{model key: entry}`` of every CPU INT8 graph, the default (``int8``) first (``Manifest.int8_graphs``)."""
+    return manifest.int8_graphs()
+
+
+def model_path(bundle_dir: str | os.PathLike, precision: str = "fp32",
+               manifest: Manifest | None = None, key: str | None = None) -> Path:
+    """Path of the ``fp32`` / ``int8`` / ``fp16`` model of a bundle (or of the model entry ``key``, e.g.
+    ``int8-x86-vnni``); ``BundleError`` if not exported."""
+    if precision not in PRECISIONS:
+        raise BundleError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    bundle_dir = Path(bundle_dir)
+    manifest = manifest if manifest is not None else read_manifest(bundle_dir)
+    entry = manifest.models.get(key or precision)
+    if entry is None:
+        have = ", ".join(manifest.models)
+        flag = {"int8": " with --int8", "fp16": " with --fp16"}.get(precision, "")
+        raise BundleError(f"{bundle_dir} has no {precision} model (it has: {have})",
+                          f"re-export{flag}")
+    path = bundle_file(bundle_dir, entry.file)
+    if not path.is_file():
+        raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
+    return path
+
+
+def tokenizer_path(bundle_dir: str | os.PathLike, manifest: Manifest | None = None) -> Path:
+    """Path of the bundle's ``tokenizer.json``."""
+    bundle_dir = Path(bundle_dir)
+    manifest = manifest if manifest is not None else read_manifest(bundle_dir)
+    path = bundle_file(bundle_dir, manifest.tokenizer.file)
+    if not path.is_file():
+        raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
+    return path
+
+
+def open_bundle(bundle_dir: str | os.PathLike, verify: bool = True) -> Manifest:
+    """``read_manifest`` + (optionally) ``verify_files`` + ``check_graph_io`` of every graph: the one
+    call a runtime needs before loading."""
+    manifest = read_manifest(bundle_dir)
+    if verify:
+        verify_files(bundle_dir, manifest)
+    for key, entry in manifest.models.items():
+        if entry.precision in PRECISIONS:   # graphs of kinds this runtime loads
+            check_graph_io(bundle_dir, manifest, key)
+    return manifest
