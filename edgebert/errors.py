@@ -61,3 +61,17 @@ class MissingExtra(EdgebertError):
 
 class ProviderUnavailable(EdgebertError):
     """An onnxruntime execution provider cannot be used on this machine."""
+
+
+class RuntimeFault(EdgebertError):
+    """A bundle's graph failed inside onnxruntime, or gave NaN / infinite outputs, at run time."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) that stopped a command; ``message`` says what was kept. The CLI raises it from
+    its SIGINT handler and prints ``error: interrupted (<message>)``, exit 130; code that keeps
+    something on the way out (the trainer's last checkpoint) sets ``message`` and re-raises it."""
+
+    def __init__(self, message: str = "nothing half-written is left"):
+        super().__init__(message)
+        self.message = message

@@ -117,14 +117,18 @@ class ExportConfig:
         if self.fp16:
             self.fp16_config()
 
-    def int8_config(self) -> Int8Config:
+    def int8_config(self, max_len: int | None = None) -> Int8Config:
+        """The INT8 settings; with ``max_len``, calibration and gate texts are cut to fit the model's positions."""
         op_types = None
         if self.int8_mode == "dynamic" and not self.quantize_attention:
             op_types = ("MatMul",)
-        return Int8Config(mode=self.int8_mode, targets=self.int8_targets, per_channel=self.per_channel,
+        qcfg = Int8Config(mode=self.int8_mode, targets=self.int8_targets, per_channel=self.per_channel,
                           op_types=op_types, calib=self.calib, calib_size=self.calib_size, gate_size=self.gate_size,
                           max_accuracy_loss=self.max_accuracy_loss, outlier_ratio=self.outlier_ratio,
                           activation_scales=self.activation_scales)
+        if max_len is not None and qcfg.calib_seq_len > max_len:
+            qcfg = qcfg.replace(calib_seq_len=max_len)
+        return qcfg
 
     def fp16_config(self) -> Fp16Config:
         return Fp16Config(tolerance=self.fp16_tolerance)

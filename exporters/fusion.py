@@ -14,15 +14,21 @@ only right for right padding, which the runtime always uses (``runtime.text.pad_
 The level-1 ORT pass runs on the CPU provider for the GPU graph too (``use_gpu=False``): basic
 optimizations are provider-independent, and running them on a CUDA session would make the saved graph
 depend on the export host (onnxruntime can insert Memcpy nodes for nodes it places on the CPU).
+
+``fused_entry`` is the export step: fuse, gate, validate against PyTorch, and the graph's manifest entry.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
-from edgebert.model import BertConfig
 from edgebert.errors import ValidationError
 from edgebert.graph.ops import op_type_counts, quiet_logging
+from edgebert.model import BertConfig
+
+from .job import ExportJob
+from .validate import GraphValidator
 
 GELU_OPS = ("BiasGelu", "Gelu", "FastGelu")
 SKIP_LN_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
@@ -30,6 +36,22 @@ SKIP_LN_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 
 MASK_FORMATS = {"raw": "raw 2-D mask (any padding side)",
                 "index": "1-D mask index (sequence lengths: right padding only)"}
+
+
+class FusedKind(NamedTuple):
+    """What a fused graph of each mask format is: its manifest kind and providers, its validation
+    label and progress messages."""
+    graph: str
+    providers: tuple[str, ...]
+    label: str
+    start: str
+    done: str
+
+
+FUSED_KINDS = {"raw": FusedKind("fused", ("cpu", "cuda"), "fusion", "fusing (onnxruntime transformer optimizer)",
+                                "validated fused graph"),
+               "index": FusedKind("fused-gpu", ("cuda",), "cuda fusion", "fusing the CUDA graph (1-D mask index)",
+                                  "validated CUDA graph")}
 
 
 def fuse_bert(raw_path: str | Path, out_path: str | Path, cfg: BertConfig, mask: str = "raw") -> dict[str, int]:
@@ -84,3 +106,16 @@ def check_fusion(counts: dict[str, int], cfg: BertConfig, task: str = "embed") -
         raise ValidationError(f"ONNX Runtime fusion incomplete: {', '.join(missing)}",
                               "the model code no longer matches the BERT pattern the optimizer fuses",
                               figures={"fused_ops": counts, "layers": cfg.num_hidden_layers})
+
+
+def fused_entry(job: ExportJob, check: GraphValidator, out: Path, mask: str = "raw") -> dict:
+    """Fuse ``job.raw`` into ``out`` (``mask``: see the module docstring), gate and validate it; the
+    graph's manifest entry."""
+    kind = FUSED_KINDS[mask]
+    check.say(kind.start)
+    counts = fuse_bert(job.raw, out, job.model, mask)
+    check_fusion(counts, job.model, job.task)
+    validation = check.check(out, kind.label)
+    check.say(kind.done, fused_ops=counts, max_abs_diff=validation["max_abs_diff"])
+    return {"file": out.name, "precision": "fp32", "graph": kind.graph, "providers": list(kind.providers),
+            "attention_mask": MASK_FORMATS[mask], "fused_ops": counts, "validation": validation}

@@ -1,4 +1,5 @@
-"""Trace a BERT to ONNX with the TorchScript exporter: dynamic batch/sequence axes, named outputs.
+"""Trace a BERT to ONNX with the TorchScript exporter: dynamic batch/sequence axes, named outputs (names
+and axes from ``edgebert.bundle.manifest.io_spec``, the one definition the manifest declares too).
 
 ``dynamo=False`` on purpose: the TorchScript exporter with the model's eager attention yields the
 MatMul/Div/Add/Softmax/MatMul pattern that onnxruntime's BERT optimizer fuses into ``Attention``.
@@ -13,7 +14,7 @@ import onnx
 import torch
 from torch import nn
 
-from edgebert.bundle import INPUT_NAMES, TASK_OUTPUTS
+from edgebert.bundle.manifest import io_spec
 from edgebert.errors import ValidationError
 from edgebert.model import encoder_of
 
@@ -45,18 +46,12 @@ def prepare(model: nn.Module, task: str) -> TaskModel:
     return TaskModel(model, task).eval()
 
 
-def dynamic_axes(task: str) -> dict[str, dict[int, str]]:
-    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
-    for name in TASK_OUTPUTS[task]:
-        per_token = name in ("last_hidden_state",) or (name == "logits" and task in ("mlm", "token-cls"))
-        axes[name] = {0: "batch", 1: "sequence"} if per_token else {0: "batch"}
-    return axes
-
-
 def export_onnx(wrapped: TaskModel, path: str | Path, opset: int, pad_id: int = 0) -> Path:
     """Trace ``wrapped`` to ``path``, then run the ONNX checker and strict shape inference."""
     path = Path(path)
-    vocab = wrapped.model.config.vocab_size
+    cfg = wrapped.model.config
+    inputs, outputs = io_spec(wrapped.task, cfg.hidden_size, cfg.vocab_size, cfg.num_labels)
+    vocab = cfg.vocab_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (TRACE_BATCH, TRACE_SEQUENCE), generator=g)
     mask = torch.ones_like(ids)
@@ -67,8 +62,8 @@ def export_onnx(wrapped: TaskModel, path: str | Path, opset: int, pad_id: int = 
         warnings.simplefilter("ignore")
         torch.onnx.export(
             wrapped, (ids, mask, types), str(path),
-            input_names=list(INPUT_NAMES), output_names=list(TASK_OUTPUTS[wrapped.task]),
-            dynamic_axes=dynamic_axes(wrapped.task), opset_version=opset,
+            input_names=[t.name for t in inputs], output_names=[t.name for t in outputs],
+            dynamic_axes={t.name: t.dynamic_axes for t in (*inputs, *outputs)}, opset_version=opset,
             do_constant_folding=True, dynamo=False)
     onnx.checker.check_model(str(path), full_check=False)
     inferred = onnx.shape_inference.infer_shapes(onnx.load(str(path)), check_type=True, strict_mode=True)

@@ -3,24 +3,29 @@
 Cases: every batch size x sequence length (default 1/3/8 x 7/64/max), right padding with uneven
 lengths (row 0 full, other rows shorter), two token-type segments per row. Per-token outputs are
 compared at real (mask = 1) positions; outputs at padded positions are undefined by contract (they
-drift ~1e-4 between kernels) and are reported apart, not gated. The PyTorch reference is
-computed once and reused for every graph (raw export, fused, INT8, FP16). A miss raises
-``ValidationError`` whose ``figures`` hold the measured numbers.
+drift ~1e-4 between kernels) and are reported apart, not gated. A miss raises ``ValidationError``
+whose ``figures`` hold the measured numbers.
+
+``GraphValidator`` is one export's validation context, built once (cases, the PyTorch reference
+computed once for them, output names, the fp32 tolerance, the progress callback) and handed to every
+graph step (raw export, fusion, outlier split, INT8 per target, FP16, the TensorRT and CUDA graphs).
+Graphs run on onnxruntime's CPU provider with exact U8S8 products (``quantization.accuracy.cpu_session``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
-import onnxruntime as ort
 import torch
 
 from edgebert.errors import ValidationError
-from edgebert.runtime.hostcpu import PRECISION_OPTION
+from quantization.accuracy import cpu_session
 
 Arrays = dict[str, np.ndarray]
+Say = Callable[..., None]      # progress: say(message, **figures)
 
 
 @dataclass
@@ -63,15 +68,6 @@ def torch_reference(wrapped: torch.nn.Module, cases: list[Case], output_names: t
                                                                        "token_type_ids")))
             refs.append({n: o.float().numpy() for n, o in zip(output_names, outs)})
     return refs
-
-
-def cpu_session(path: str | Path) -> ort.InferenceSession:
-    """CPU session computing U8S8 products exactly on every host (a no-op for float graphs), so an INT8
-    graph made for a VNNI/ARM64 target is validated as that target runs it."""
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_session_config_entry(PRECISION_OPTION, "1")
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 def validate_graph(path: str | Path, cases: list[Case], references: list[Arrays],
@@ -138,3 +134,21 @@ def validate_graph(path: str | Path, cases: list[Case], references: list[Arrays]
             "the exported graph does not compute the model; set EDGEBERT_DEBUG=1 and report it",
             figures={"stage": label, **figures})
     return figures
+
+
+@dataclass(frozen=True)
+class GraphValidator:
+    """One export's validation context (see the module docstring): ``check`` gates a graph at the fp32
+    tolerance, ``measure`` at another one (relative or absolute) or none (reports only: INT8)."""
+
+    cases: list[Case]
+    references: list[Arrays]
+    output_names: tuple[str, ...]
+    tolerance: float               # fp32: max |onnx - torch|
+    say: Say
+
+    def check(self, path: str | Path, label: str) -> dict:
+        return validate_graph(path, self.cases, self.references, self.output_names, self.tolerance, label)
+
+    def measure(self, path: str | Path, label: str, tolerance: float | None = None, relative: bool = False) -> dict:
+        return validate_graph(path, self.cases, self.references, self.output_names, tolerance, label, relative)

@@ -7,28 +7,43 @@ CPU INT8 on the fused graph: outlier activation channels split off into float
 on text (``quantization.scales``: batch-invariant). Calibration text defaults to the built-in English
 text shipped with edgebert.
 
+Modules, each with one job:
+
+* ``int8_graphs``: ``Int8Maker``, what an exporter asks for: the INT8 graphs of one fp32 model, made
+  and measured on text (it never compares with PyTorch nor imports ``exporters``: the exporter validates);
+* ``config``: ``Int8Config`` / ``Fp16Config``; ``targets``: the target recipes, as data;
+* ``calibration``: text sources, the calibration / held-out split, token batches;
+* ``activations``: per-channel ranges on calibration text; ``outliers``: the outlier-channel split;
+  ``scales``: calibrated activation scales;
+* ``dynamic``: CPU integer-op quantization; ``static``: QDQ S8S8 for TensorRT; ``fp16``: FP16 conversion
+  and its structural check;
+* ``accuracy``: the accuracy gate (probe, sensitivity search), batch invariance, exact CPU sessions.
+
     from quantization import Int8Config, DynamicInt8Quantizer, AccuracyProbe, quantize_with_guard
 """
 
-from .accuracy import AccuracyProbe, GuardResult, batch_invariance, quantize_with_guard
+from edgebert.graph.ops import op_type_counts
+
+from .accuracy import AccuracyProbe, GuardResult, batch_invariance, cpu_session, quantize_with_guard
 from .activations import ChannelStats
 from .calibration import (CalibrationSplit, TextBatches, TextCalibrationReader, TextSource, calibration_split,
                           encode_batch, iter_sentences, prepared_tokenizer)
 from .config import INT8_MODES, INT8_PRESETS, Fp16Config, Int8Config
 from .dynamic import DynamicInt8Quantizer
-from .fp16 import check_fp16_structure, convert_to_fp16, fp16_structure
-from edgebert.graph.ops import op_type_counts
+from .fp16 import check_fp16_structure, convert_to_fp16, fp16_structure, make_fp16
+from .int8_graphs import Int8Graph, Int8Maker, OutlierSplit
 from .outliers import OUTLIER_SUFFIX, float_only_nodes, outlier_channels, split_outliers
 from .scales import freeze_activation_scales
 from .static import StaticQdqInt8Quantizer
 from .targets import TARGET_NAMES, TARGETS, Int8Recipe, resolve_targets
 
 __all__ = [
-    "AccuracyProbe", "GuardResult", "batch_invariance", "quantize_with_guard", "ChannelStats",
+    "AccuracyProbe", "GuardResult", "batch_invariance", "cpu_session", "quantize_with_guard", "ChannelStats",
     "CalibrationSplit", "TextBatches", "TextCalibrationReader", "TextSource", "calibration_split",
     "encode_batch", "iter_sentences", "prepared_tokenizer",
     "INT8_MODES", "INT8_PRESETS", "Fp16Config", "Int8Config", "DynamicInt8Quantizer",
-    "check_fp16_structure", "convert_to_fp16", "fp16_structure", "op_type_counts",
+    "check_fp16_structure", "convert_to_fp16", "fp16_structure", "make_fp16", "op_type_counts",
+    "Int8Graph", "Int8Maker", "OutlierSplit",
     "OUTLIER_SUFFIX", "float_only_nodes", "outlier_channels", "split_outliers", "freeze_activation_scales",
     "StaticQdqInt8Quantizer", "TARGETS", "TARGET_NAMES", "Int8Recipe", "resolve_targets",
 ]

@@ -9,6 +9,7 @@ Every graph is measured as the target computes it: sessions set ``session.x64qua
 on an export host whose U8S8 kernel saturates (AVX2 without VNNI) a graph made for a VNNI/ARM target
 is still measured with exact products (the option is a no-op where products are exact already, and
 for 7-bit weights). The figure in the manifest is therefore the target's, not the export host's.
+``cpu_session`` makes those sessions (the exporter validates every graph with it too).
 
 Sensitivity is measured per node: quantize *only* that node and record the distance it alone causes
 (errors of separate nodes add up nearly linearly in BERT, measured on MiniLM). Then the shortest

@@ -1,4 +1,6 @@
-"""FP16 conversion of the fused graph for GPU execution providers (CUDA, TensorRT, DirectML...).
+"""FP16 conversion of the fused graph for GPU execution providers (CUDA, TensorRT, DirectML...), and
+its structural check (``make_fp16``: convert, then every weight matrix must be fp16 and the graph's
+inputs and outputs fp32, or ``ValidationError``). Comparing its outputs with PyTorch is the exporter's.
 
 Uses onnxruntime.transformers' converter (symbolic shape inference types the fused contrib ops);
 graph inputs/outputs stay fp32 so callers feed and read the same arrays as the fp32 model.
@@ -10,8 +12,10 @@ from pathlib import Path
 
 import onnx
 
-from .config import Fp16Config
+from edgebert.errors import ValidationError
 from edgebert.graph.ops import quiet_logging
+
+from .config import Fp16Config
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Attention")
 
@@ -49,3 +53,14 @@ def check_fp16_structure(path: str | Path) -> dict:
     facts["ok"] = facts["weight_matrices"] > 0 and facts["fp16_weight_matrices"] == facts["weight_matrices"] \
         and outputs_fp32
     return facts
+
+
+def make_fp16(fused_path: str | Path, out_path: str | Path, cfg: Fp16Config | None = None) -> dict:
+    """``convert_to_fp16``, then ``check_fp16_structure``: its facts, ``ValidationError`` if not fp16."""
+    convert_to_fp16(fused_path, out_path, cfg)
+    structure = check_fp16_structure(out_path)
+    if not structure["ok"]:
+        raise ValidationError(f"fp16: {structure['fp16_weight_matrices']} of {structure['weight_matrices']} "
+                              "weight matrices are fp16, or graph inputs/outputs are not fp32",
+                              figures={"stage": "fp16", **structure})
+    return structure

@@ -21,6 +21,8 @@ from edgebert.graph.ops import activation_matmuls, quiet_logging, weight_nodes
 
 _METHODS = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
             "entropy": CalibrationMethod.Entropy}
+# what a host needs to run the QDQ graph (its manifest ``requires``): TensorRT, on any architecture
+STATIC_REQUIREMENTS = {"arch": ["any"], "u8s8_exact": False, "exact_on": ["TensorRT (QDQ S8S8, trt_int8_enable)"]}
 
 
 class StaticQdqInt8Quantizer:

@@ -246,9 +246,10 @@ def test_gpu_bench_preset_sweeps_batch_to_128_and_sequence_to_512(tmp_path):
     assert BenchConfig.preset("gpu", tmp_path, providers=("cpu", "cuda")).providers == ("cpu", "cuda")
 
 
-def test_tensorrt_start_up_is_timed_with_an_empty_then_a_filled_engine_cache(monkeypatch, tmp_path):
+def test_tensorrt_start_up_is_timed_with_an_empty_then_a_filled_engine_cache(monkeypatch, tmp_path, bundle):
     import edgebert.runtime as runtime
     from edgebert.bench import startup
+    from edgebert.bundle import read_manifest
     from edgebert.runtime.trt_profile import TrtProfile
 
     opened = []
@@ -264,9 +265,7 @@ def test_tensorrt_start_up_is_timed_with_an_empty_then_a_filled_engine_cache(mon
             return {}
 
     monkeypatch.setattr(runtime, "EdgeSession", FakeSession)
-    manifest = {"inputs": [{"name": n} for n in ("input_ids", "attention_mask", "token_type_ids")],
-                "config": {"vocab_size": 50},
-                "tokenizer": {"pad_id": 0, "cls_id": 1, "sep_id": 2}}
+    manifest = read_manifest(bundle[1])
     config = BenchConfig(tmp_path, providers=("tensorrt",), precisions=("fp16",), batches=(1, 64),
                          seqs=(8, 256), progress=False)
     session, rows = startup.open_path(config, manifest, "tensorrt", "fp16", tmp_path / "caches")

@@ -162,6 +162,22 @@ def test_manifest_schema_and_hashes(embed_bundle):
     assert (bundle / "tokenizer.json").read_bytes() == (model_dir / "tokenizer.json").read_bytes()
 
 
+def test_result_manifest_is_the_typed_manifest_written_to_disk(embed_bundle):
+    from edgebert.bundle import Manifest
+    from edgebert.system.environment import versions
+
+    _, bundle, manifest = embed_bundle
+    assert isinstance(manifest, Manifest) and manifest.task == "embed"
+    assert (bundle / "manifest.json").read_text(encoding="utf-8") == manifest.to_json()
+    assert manifest.get_extra("versions") == versions()
+    assert list(versions()) == ["onnxruntime", "onnx", "torch", "edgebert", "tokenizers"]
+    # the graph's I/O is the manifest's declared I/O (one definition: io_spec)
+    graph = onnx.load(str(bundle / "model.onnx")).graph
+    assert [v.name for v in graph.input] == manifest.input_names
+    assert [v.name for v in graph.output] == manifest.output_names
+    assert [manifest.models["int8"].target, manifest.models["int8"].file] == ["portable", "model.int8.onnx"]
+
+
 def test_tampered_or_missing_file_fails_verification(embed_bundle, tmp_path):
     copy = tmp_path / "bundle"
     shutil.copytree(embed_bundle[1], copy)

@@ -1,4 +1,4 @@
-"""The GPU check (``benchmarks/gpu_check.py``, ``edgebert.bench.gpu_check``) without a GPU: what passes, what
+"""The GPU check (``benchmarks/gpu_paths.py``, ``edgebert.bench.gpu_check``) without a GPU: what passes, what
 is a silent fallback, what is unmeasured, and the script stopping with exit code 2 and no figure here."""
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def test_gpu_check_stops_with_exit_code_2_and_no_figure_without_a_gpu(tmp_path):
     if probe("cuda").available or probe("tensorrt").available:
         pytest.skip("this machine has a usable GPU provider")
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(out),
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_paths.py"), "--out", str(out),
                            "--bundle", str(tmp_path / "bundle")], capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 2 and done.stdout == ""

@@ -207,3 +207,28 @@ def test_guard_search_finds_the_shortest_sufficient_prefix(tmp_path):
     assert result.accuracy.loss == pytest.approx(0.04) and result.before.loss == pytest.approx(0.1)
     assert [r["node"] for r in result.sensitivity] == nodes
     assert len(result.search) <= 4                          # guess + bisection, not one by one
+
+
+# --------------------------------------------------------------------------- boundaries
+def test_quantization_never_imports_exporters():
+    """The exporter asks quantization for graphs and validates them itself; nothing calls back."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "quantization"
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [m for m in names if m.split(".")[0] == "exporters"], path.name
+
+
+def test_fp16_structure_check_rejects_a_graph_left_in_fp32(fp32_bundle, tmp_path):
+    from quantization import Fp16Config, make_fp16
+
+    fused = fp32_bundle / "model.onnx"
+    facts = make_fp16(fused, tmp_path / "ok.onnx")
+    assert facts["ok"] and facts["fp16_weight_matrices"] == facts["weight_matrices"] >= 4 * LAYERS
+    blocked = Fp16Config(op_block_list=("MatMul", "Gemm", "Attention"))      # every weight op stays fp32
+    with pytest.raises(ValidationError, match="fp16: 0 of") as err:
+        make_fp16(fused, tmp_path / "blocked.onnx", blocked)
+    assert err.value.figures["stage"] == "fp16" and err.value.figures["weight_matrices"] >= 4 * LAYERS

@@ -488,11 +488,12 @@ def test_failed_pipeline_leaves_nothing_and_the_rerun_is_accepted(material, tmp_
 
 def test_bench_measures_only_the_files_it_checked(material, tmp_path):
     """Defect 5: a graph changed between bench's hash check and its session is refused."""
-    from edgebert.bench.runner import _same_as_checked
+    from edgebert.bench.paths import same_as_checked as _same_as_checked
+    from edgebert.bundle import read_manifest
 
     bundle = _bundle_copy(material["bundle"], tmp_path / "b")
     session = _session(bundle, precision="fp32")
-    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest = read_manifest(bundle)
     _same_as_checked(session, manifest)                       # unchanged: fine
     with open(bundle / "model.onnx", "ab") as fh:
         fh.write(b"\0")

@@ -5,7 +5,9 @@ Each path, the PyTorch reference included, tags the file's sentences as an app w
 windows for a sentence longer than the bundle's input, each word labelled by the sub-token that starts
 it) and is scored against the gold tags by seqeval (``edgebert.scores.entities``, conlleval's definition).
 So every path sees the same sub-tokens, and an ONNX path's figure is the one ``edgebert evaluate``
-reports for the bundle.
+reports for the bundle. The file is read and checked as ``edgebert evaluate`` reads it
+(``edgebert.data.tasks.read_tagged``: IOB tags, each one of the bundle's labels), with the same one-line
+error, before anything is measured.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..data.tasks import read_tagged
+from ..errors import ConfigError, DataError
 from edgebert.scores.entities import entity_scores, require_seqeval
 from ..runtime.tagging import Tagger, batched_logits, tag_sentences, tag_texts
 from ..runtime.text import TextEncoder
-from edgebert.files.textfiles import is_conll, read_conll
+from edgebert.files.textfiles import is_conll
 
 BATCH = 32      # sentences per model call (length-sorted), as edgebert evaluate and check run them
 
@@ -40,21 +43,27 @@ class EntityData:
     @classmethod
     def load(cls, path: Path, task: str, encoder: TextEncoder, labels: tuple[str, ...], pad_id: int,
              limit: int | None = None) -> "EntityData":
-        """Check that ``--data`` can be scored (a token-cls bundle, a CoNLL file, seqeval installed)
-        and read it; every problem is a ConfigError / DataError before anything is measured."""
+        """Check that ``--data`` can be scored (a token-cls bundle, a CoNLL file whose every tag is one of
+        the bundle's labels, seqeval installed) and read it as ``edgebert evaluate`` does
+        (``edgebert.data.tasks.read_tagged``: the same one-line error for a bad line or an unknown tag);
+        every problem is a ConfigError / DataError before anything is measured or written."""
         if task != "token-cls":
             raise ConfigError(f"--data scores entity F1 of a token-cls bundle; this bundle's task is {task!r}",
                               "drop --data (edgebert evaluate scores other tasks)")
         if not labels:
             raise ConfigError("the bundle's manifest has no label names, so tags cannot be scored",
                               "re-export the token classifier with edgebert export")
-        if not Path(path).is_file() or not is_conll(path):
-            raise ConfigError(f"--data {path} is not a CoNLL file (one 'TOKEN TAG' per line, IOB tags)",
-                              "pass a CoNLL file such as conll2003/test.txt")
+        try:     # the reader and the tag checks of edgebert evaluate, against the bundle's labels
+            sentences, tagset = read_tagged(path, labels)
+        except DataError as exc:
+            if not Path(path).is_file() or is_conll(path):
+                raise
+            raise ConfigError(f"--data {path} is not a CoNLL file (one 'TOKEN TAG' per line, IOB tags): "
+                              f"{exc.message}", "pass a CoNLL file such as conll2003/test.txt") from None
         require_seqeval()
-        sentences = read_conll(path, what="--data file")[:limit]
-        return cls(str(path), [s.words for s in sentences], [list(s.tags) for s in sentences], encoder,
-                   labels, pad_id)
+        sentences = sentences[:limit]
+        return cls(str(path), [s.words for s in sentences], [[tagset[t] for t in s.tags] for s in sentences],
+                   encoder, labels, pad_id)
 
     def score(self, run_feeds: Callable[[dict[str, np.ndarray]], np.ndarray]) -> dict[str, Any]:
         """Entity scores of one path: ``run_feeds`` maps padded feeds to (B, T, C) logits."""

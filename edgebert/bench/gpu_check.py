@@ -1,24 +1,28 @@
-"""The GPU acceptance check behind ``benchmarks/gpu_check.py``: every GPU provider x precision really runs
-where it says, gives the CPU's answers, and never falls back in silence.
+"""The GPU acceptance check (``benchmarks/gpu_paths.py`` runs it): every GPU provider x precision really
+runs where it says, gives the CPU's answers, and never falls back in silence; then the bench's GPU paths
+get the same scrutiny.
 
 A path passes when the session asked for provider P reports P, onnxruntime's node placement gives P
 nodes, nothing was printed on stdout (onnxruntime prints "EP Error ... Falling back" there when it
 reroutes), its embeddings match the CPU fp32 ones (cosine per text, per-precision floor), and, on
 TensorRT, a batch above the profile is refused. A provider the probe says this machine cannot run is
 "unmeasured" with the probe's reason; a provider that probes fine and then fails is a failure. The
-bench report gets the same scrutiny (``bench_problems``). Torch-free; the orchestration that exports,
-benches and writes files is the script's.
+bench report gets the same scrutiny (``bench_problems``). ``run_gpu_check`` does it all on a bundle
+and writes gpu_check.json, gpu_check.md and the bench report. Torch-free (the bench's PyTorch reference
+imports torch when one is given).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import ConfigError, EdgebertError
+from .schema import BenchReport
 
 GPU_PROVIDERS = ("cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -87,28 +91,28 @@ def check_path(open_session: Any, provider: str, precision: str, texts: Sequence
             "cosine_mean": round(float(cosine.mean()), 6)}
 
 
-def bench_problems(report: dict[str, Any]) -> list[str]:
+def bench_problems(report: BenchReport | dict[str, Any]) -> list[str]:
     """Silent fallbacks and failures in a bench report: a GPU path that ran elsewhere, gave no node to its
-    provider, failed while timing, or a result row whose provider is not its path's."""
+    provider, failed, or a result row whose provider is not its path's."""
     from ..runtime.providers import short_name
 
+    report = BenchReport.of(report)
     problems = []
-    for path in report["paths"]:
-        provider = path["provider"]
-        if provider not in GPU_PROVIDERS or not path["available"]:
+    for path in report.paths:
+        if path.provider not in GPU_PROVIDERS or not path.available:
             continue
-        name = path["path"]
-        if short_name(path["providers"][0]) != provider:
-            problems.append(f"bench {name}: runs on {path['providers'][0]}")
-        nodes = (path.get("placement") or {}).get("nodes") or {}
-        if not nodes.get(provider):
-            problems.append(f"bench {name}: no node assigned to {provider} ({nodes})")
-        if path.get("failed"):
-            problems.append(f"bench {name}: {path['failed']}")
-    for row in report["results"]:
-        words = row["path"].split()
-        if words[0] == "onnx" and words[1] != row["provider"]:
-            problems.append(f"bench {row['path']} b={row['batch']} s={row['seq']}: timed on {row['provider']}")
+        ran_on = path.providers[0] if path.providers else "no provider"
+        if short_name(ran_on) != path.provider:
+            problems.append(f"bench {path.path}: runs on {ran_on}")
+        nodes = (path.placement or {}).get("nodes") or {}
+        if not nodes.get(path.provider):
+            problems.append(f"bench {path.path}: no node assigned to {path.provider} ({nodes})")
+        if path.failed:
+            problems.append(f"bench {path.path}: {path.failed}")
+    for row in report.results:
+        words = row.path.split()
+        if words[0] == "onnx" and words[1] != row.provider:
+            problems.append(f"bench {row.path} b={row.batch} s={row.seq}: timed on {row.provider}")
     return problems
 
 
@@ -145,3 +149,77 @@ def to_markdown(check: dict[str, Any]) -> str:
     if check["bench_problems"]:
         out += ["", "## Bench problems", ""] + [f"- {p}" for p in check["bench_problems"]]
     return "\n".join(out) + "\n"
+
+
+def environment(status: dict[str, Any]) -> dict[str, Any]:
+    """What the check runs on: GPU facts, the onnxruntime build, torch (``status``: provider -> probe)."""
+    import importlib.metadata as md
+
+    import onnxruntime as ort
+
+    from .gpu import Nvml, gpu_environment, gpu_summary
+
+    gpu = gpu_environment(Nvml())
+    packages = [name for name in ("onnxruntime-gpu", "onnxruntime") if _installed(md, name)]
+    env = {"gpu": gpu, "gpu_summary": gpu_summary(gpu), "onnxruntime": ort.__version__,
+           "onnxruntime_package": " + ".join(packages) or "unknown", "onnxruntime_device": ort.get_device(),
+           "onnxruntime_providers": ort.get_available_providers(),
+           "providers": {k: v.as_dict() for k, v in status.items()}}
+    try:
+        import torch
+
+        env["torch"], env["torch_cuda"] = torch.__version__, torch.version.cuda
+    except ImportError:
+        env["torch"] = env["torch_cuda"] = None
+    return env
+
+
+def _installed(md, name: str) -> bool:
+    try:
+        md.version(name)
+    except md.PackageNotFoundError:
+        return False
+    return True
+
+
+def run_gpu_check(bundle: Path, out: Path, texts: Sequence[str], status: dict[str, Any], *,
+                  reference: Path | None = None, lengths_from: Path | None = None, quick: bool = False,
+                  command: str = "") -> tuple[int, str]:
+    """The whole check on ``bundle`` (``status``: provider -> probe, of cuda and tensorrt): every provider x
+    precision through ``EdgeSession`` against the CPU fp32 embeddings of ``texts``, then the ``gpu`` bench
+    preset (``reference``: the PyTorch model, ``lengths_from``: the length mix) into ``out/bench``, its
+    paths checked the same way; writes ``out/gpu_check.json`` and ``gpu_check.md``. Returns ``verdict``."""
+    from rich.console import Console
+
+    from edgebert.files.atomic import write_json, write_text
+
+    from ..runtime import EdgeSession, probe
+    from .config import BenchConfig
+    from .report import print_report
+    from .runner import measure
+
+    env = environment(status)
+    cpu = EdgeSession(bundle, provider="cpu", precision="fp32").embed(list(texts))
+    cache = out / "tensorrt_cache"
+
+    def open_session(provider: str, precision: str) -> EdgeSession:
+        return EdgeSession(bundle, provider=provider, precision=precision, trt_cache_dir=cache)
+
+    rows = [check_path(open_session, p, q, texts, cpu, probe) for p in status for q in PRECISIONS]
+    for r in rows:
+        print(f"{r['provider']:9s} {r['precision']:5s} {r['status']:10s} "
+              f"{r.get('reason') or '; '.join(r.get('problems') or []) or r.get('model')}")
+    providers = tuple(p for p, s in status.items() if s.available)
+    extra = dict(iters=10, warmup=2, max_seconds=2.0, max_texts=200) if quick else {}
+    config = BenchConfig.preset("gpu", bundle, providers=providers, reference=reference, lengths_from=lengths_from,
+                                report_dir=out / "bench", **extra)
+    report = measure(config)
+    print_report(report, Console(width=160))
+    problems = bench_problems(report)
+    code, line = verdict(rows, problems)
+    check = {"verdict": line, "exit_code": code, "environment": env, "bundle": str(bundle), "texts": len(texts),
+             "runtime": rows, "bench_problems": problems, "bench_report": str(out / "bench" / "report.json"),
+             "command": command}
+    write_json(out / "gpu_check.json", check)
+    write_text(out / "gpu_check.md", to_markdown(check))
+    return code, line

@@ -18,6 +18,8 @@ from typing import Callable
 
 import numpy as np
 
+from .rows import Percentiles
+
 MEMORY_METHOD = (
     "process RSS from /proc/self/status. load_rss_mb = RSS after creating the session (or loading "
     "the PyTorch model) minus RSS before; peak_rss_mb = peak RSS (VmHWM, reset via "
@@ -76,12 +78,10 @@ class Latency:
     def iters(self) -> int:
         return int(len(self.samples))
 
-    def ms(self) -> dict[str, float]:
+    def ms(self) -> Percentiles:
         s = self.samples * 1e3
         p50, p90, p99 = np.percentile(s, [50, 90, 99])
-        return {"p50": round(float(p50), 4), "p90": round(float(p90), 4), "p99": round(float(p99), 4),
-                "mean": round(float(s.mean()), 4), "min": round(float(s.min()), 4),
-                "max": round(float(s.max()), 4)}
+        return Percentiles(*(round(float(v), 4) for v in (p50, p90, p99, s.mean(), s.min(), s.max())))
 
     @property
     def mean_s(self) -> float:

@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from .schema import Calibration
+
 
 def _best_seconds(fn, repeats: int, budget_s: float) -> float:
     fn()  # warm up: first call allocates and packs
@@ -56,37 +58,33 @@ def _ort_gemm(size: int, int8: bool, threads: int | None):
     return lambda: session.run(None, feeds)
 
 
-def calibrate(size: int = 1024, threads: int | None = None, repeats: int = 10, budget_s: float = 3.0) -> dict:
-    """GFLOP/s (GOP/s for int8) of an ``size``-cubed GEMM; ``{}`` when ``size`` is 0."""
+def calibrate(size: int = 1024, threads: int | None = None, repeats: int = 10, budget_s: float = 3.0) -> Calibration:
+    """GFLOP/s (GOP/s for int8) of an ``size``-cubed GEMM; an empty ``Calibration`` when ``size`` is 0."""
     if size <= 0:
-        return {}
+        return Calibration()
     flops = 2 * size ** 3
-    result: dict[str, object] = {
-        "method": f"best of up to {repeats} runs of a {size}x{size}x{size} GEMM on the CPU "
-                  "(onnxruntime MatMul fp32 / MatMulInteger u8xs8, benchmark threads; numpy fp32 "
-                  "with its own BLAS threads)",
-        "size": size, "threads": threads,
-    }
+    result = Calibration(method=f"best of up to {repeats} runs of a {size}x{size}x{size} GEMM on the CPU "
+                                "(onnxruntime MatMul fp32 / MatMulInteger u8xs8, benchmark threads; numpy fp32 "
+                                "with its own BLAS threads)", size=size, threads=threads)
     for key, int8 in (("fp32_gflops", False), ("int8_gops", True)):
         try:
-            result[key] = round(flops / _best_seconds(_ort_gemm(size, int8, threads), repeats, budget_s) / 1e9, 2)
+            gemm = _ort_gemm(size, int8, threads)
+            setattr(result, key, round(flops / _best_seconds(gemm, repeats, budget_s) / 1e9, 2))
         except Exception as exc:  # an onnxruntime build without the kernel: say so, keep going
-            result[key] = None
-            result[f"{key}_error"] = " ".join(str(exc).split())[:200]
+            setattr(result, f"{key}_error", " ".join(str(exc).split())[:200])
     rng = np.random.default_rng(0)
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
-    result["numpy_fp32_gflops"] = round(flops / _best_seconds(lambda: a @ b, repeats, budget_s) / 1e9, 2)
+    result.numpy_fp32_gflops = round(flops / _best_seconds(lambda: a @ b, repeats, budget_s) / 1e9, 2)
     return result
 
 
-def peak_for(calibration: dict, provider: str, precision: str) -> float | None:
+def peak_for(calibration: Calibration, provider: str, precision: str) -> float | None:
     """The ceiling (GFLOP/s) for one path: CPU int8 -> int8 peak, CPU fp32/fp16 -> fp32 peak.
 
     GPU providers get None: this calibration measures the CPU only.
     """
-    if provider not in ("cpu", "torch") or not calibration:
+    if provider not in ("cpu", "torch"):
         return None
-    key = "int8_gops" if precision == "int8" else "fp32_gflops"
-    value = calibration.get(key)
+    value = calibration.int8_gops if precision == "int8" else calibration.fp32_gflops
     return float(value) if value else None

@@ -1,4 +1,6 @@
-"""Bench report outputs: rich tables on the terminal, report.json, report.md and latency.png."""
+"""Rendering a ``BenchReport`` (``edgebert.bench.schema``): rich tables on the terminal, report.json,
+report.md and latency.png. Every function also takes a report.json's dict read back (``BenchReport.of``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.files.atomic import atomic_path, write_json, write_text
+
 from .gpu import gpu_summary
+from .rows import Accuracy, PathRow
+from .schema import BenchReport
+
+Report = BenchReport | dict[str, Any]
 
 
 def _mb(value: float | None) -> str:
@@ -19,191 +26,223 @@ def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
-def _path_sizes(report: dict) -> dict[str, float | None]:
-    return {p["path"]: p.get("model_bytes") for p in report["paths"]}
-
-
-def provider_lines(report: dict) -> list[tuple[str, str, str]]:
+def provider_lines(report: Report) -> list[tuple[str, str, str]]:
     """(provider, status, detail) for every requested provider."""
+    report = BenchReport.of(report)
     lines = []
-    for status in report["providers"]:
-        name = status["provider"]
-        if not status["available"]:
-            lines.append((name, "NOT MEASURED (unavailable)", status["reason"] or ""))
+    for status in report.providers:
+        name = status.provider
+        if not status.available:
+            lines.append((name, "NOT MEASURED (unavailable)", status.reason or ""))
             continue
-        paths = [p for p in report["paths"] if p["provider"] == name]
-        ok = [p for p in paths if p["available"]]
+        paths = [p for p in report.paths if p.provider == name]
+        ok = [p for p in paths if p.available]
         if ok:
-            lines.append((name, "measured", ", ".join(dict.fromkeys(ok[0]["providers"]))))
+            lines.append((name, "measured", ", ".join(dict.fromkeys(ok[0].providers))))
         for p in paths:
-            if not p["available"]:
-                lines.append((name, f"{p['precision']}: NOT MEASURED", p["reason"]))
-                continue
-            if p.get("failed"):
-                lines.append((name, f"{p['precision']}: FAILED", p["failed"]))
-            if p.get("placement") and name != "cpu":
-                lines.append((name, f"{p['precision']}: graph {p.get('model')}", _placement_text(p["placement"])))
-            if p.get("int8_graph"):
-                g = p["int8_graph"]
-                lines.append((name, f"int8 graph: {g['target']}", g["reason"]))
-    if report.get("reference"):
-        threads = report["reference"]["torch_threads"]
+            lines += [(name, what, detail) for what, detail in _path_lines(p, name != "cpu")]
+    if report.reference:
+        threads = report.reference.torch_threads
         lines.append(("torch", "measured (reference)", f"PyTorch fp32 on CPU, {threads} thread{'s' if threads != 1 else ''}"))
     return lines
 
 
-def _placement_text(placement: dict) -> str:
-    nodes = ", ".join(f"{k} {v}" for k, v in sorted(placement["nodes"].items(), key=lambda kv: -kv[1]))
-    return f"nodes {nodes} of {placement['total']}" if placement["total"] else f"registered: {nodes}"
+def _path_lines(p: PathRow, placement: bool) -> list[tuple[str, str]]:
+    """(status, detail) lines of one ONNX path in the providers table."""
+    if not p.available:
+        return [(f"{p.precision}: NOT MEASURED", p.reason or "")]
+    lines = [(f"{p.precision}: FAILED", p.failed)] if p.failed else []
+    if p.placement and placement:
+        lines.append((f"{p.precision}: graph {p.model}", _placement_text(p.placement)))
+    if p.int8_graph:
+        lines.append((f"int8 graph: {p.int8_graph.get('target')}", p.int8_graph.get("reason") or ""))
+    return lines
 
 
-def _accuracy_cells(acc: dict | None) -> tuple[str, str]:
+def _placement_text(placement: dict[str, Any]) -> str:
+    """A ``runtime.placement.Placement.as_dict()`` in a few words."""
+    nodes = placement.get("nodes") or {}
+    names = ", ".join(f"{k} {v}" for k, v in sorted(nodes.items(), key=lambda kv: -kv[1]))
+    total = placement.get("total")
+    return f"nodes {names} of {total}" if total else f"registered: {names}"
+
+
+def _accuracy_cells(acc: Accuracy | None, failed: str | None = None) -> tuple[str, str]:
+    """(agreement, max abs diff) cells: a path whose outputs are not all numbers is a FAIL, never 0."""
     if acc is None:
-        return "-", "-"
-    if acc.get("comparable") is False:
+        return ("FAILED (why: under not measured)", "-") if failed else ("-", "-")
+    if acc.comparable is False:
         return "not comparable", "-"
-    if acc["metric"] == "cosine":
-        return f"cosine mean {acc['cosine_mean']:.6f} / min {acc['cosine_min']:.6f}", f"{acc['max_abs_diff']:.2e}"
-    value = acc.get(acc["metric"])
-    return f"{acc['metric'].replace('_', ' ')} {value:.4f}", f"{acc['max_abs_diff']:.2e}"
+    if acc.non_finite:
+        return f"FAIL: non-finite outputs for {acc.non_finite} texts", "non-finite"
+    diff = _fmt(acc.max_abs_diff, ".2e")
+    if acc.metric == "cosine":
+        return f"cosine mean {_fmt(acc.cosine_mean, '.6f')} / min {_fmt(acc.cosine_min, '.6f')}", diff
+    return f"{acc.metric.replace('_', ' ')} {_fmt(acc.agreement, '.4f')}", diff
 
 
-def to_markdown(report: dict) -> str:
-    env, bundle, cal = report["environment"], report["bundle"], report["calibration"]
-    cfg = bundle["config"]
-    threads = report["config"]["threads"]
-    out = [f"# edgebert bench: `{bundle['dir']}`", "",
-           f"- created: {report['created']}",
-           f"- machine: {env.get('cpu')} ({env.get('machine')}), {env.get('cpu_count')} logical CPUs, "
-           f"flags {' '.join(env.get('cpu_flags') or []) or '-'}",
-           f"- INT8 kernels here: {(env.get('int8_host') or {}).get('summary', 'not probed')}",
-           f"- versions: onnxruntime {env.get('onnxruntime')}, torch {env.get('torch')}, "
-           f"tokenizers {env.get('tokenizers')}, python {env.get('python')}",
-           f"- GPU: {gpu_summary(env.get('gpu'))}",
+def _header_lines(report: BenchReport) -> list[str]:
+    """The report.md bullets on the machine, the bundle, the reference and the calibration."""
+    env, bundle, cal = report.environment, report.bundle, report.calibration
+    cfg = bundle.config
+    threads = report.threads
+    out = [f"- created: {report.created}",
+           f"- machine: {env.cpu} ({env.machine}), {env.cpu_count} logical CPUs, "
+           f"flags {' '.join(env.cpu_flags or []) or '-'}",
+           f"- INT8 kernels here: {env.int8_summary}",
+           f"- versions: onnxruntime {env.onnxruntime}, torch {env.torch}, tokenizers {env.tokenizers}, "
+           f"python {env.python}",
+           f"- GPU: {gpu_summary(env.gpu)}",
            f"- threads: {threads if threads else 'library defaults (onnxruntime: one per physical core)'}",
-           f"- other processes used {_fmt(_pct(env.get('cpu_share_used_by_other_processes')), '.1f', '%')} "
-           f"of the CPUs during the run (load average at start {env.get('load_average_at_start')}, at end "
-           f"{env.get('load_average_at_end')}); other work on these cores inflates latencies",
-           f"- bundle: task `{bundle['task']}`, {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
-           f"{cfg['num_attention_heads']} heads, FFN {cfg['intermediate_size']}, vocab {cfg['vocab_size']}; "
-           + ", ".join(f"{p} {_mb(m['bytes'])} MB" for p, m in bundle["models"].items())]
-    ref = report.get("reference")
+           f"- other processes used {_fmt(_pct(env.cpu_share_used_by_other_processes), '.1f', '%')} "
+           f"of the CPUs during the run (load average at start {env.load_average_at_start}, at end "
+           f"{env.load_average_at_end}); other work on these cores inflates latencies",
+           f"- bundle: task `{bundle.task}`, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
+           f"{cfg.num_attention_heads} heads, FFN {cfg.intermediate_size}, vocab {cfg.vocab_size}; "
+           + ", ".join(f"{key} {_mb(m.bytes)} MB" for key, m in bundle.models.items())]
+    ref = report.reference
     if ref:
-        out.append(f"- reference: `{ref['dir']}` ({ref['architecture']}, {ref['config']['num_hidden_layers']} "
-                   f"layers, hidden {ref['config']['hidden_size']}), PyTorch fp32, timed in this run. "
-                   f"{ref['note']}")
+        out.append(f"- reference: `{ref.dir}` ({ref.architecture}, {ref.config.num_hidden_layers} layers, hidden "
+                   f"{ref.config.hidden_size}), PyTorch fp32, timed in this run. {ref.note}")
     else:
         out.append("- reference: none (no --reference): no speedup or accuracy columns")
-    if cal:
-        out.append(f"- matmul peak (calibration): fp32 {_fmt(cal.get('fp32_gflops'), '.1f')} GFLOP/s, "
-                   f"int8 {_fmt(cal.get('int8_gops'), '.1f')} GOP/s ({cal['method']}); numpy fp32 "
-                   f"{_fmt(cal.get('numpy_fp32_gflops'), '.1f')} GFLOP/s")
-    out += ["", "## Providers", "", "| provider | status | detail |", "|---|---|---|"]
+    if cal.method:
+        out.append(f"- matmul peak (calibration): fp32 {_fmt(cal.fp32_gflops, '.1f')} GFLOP/s, "
+                   f"int8 {_fmt(cal.int8_gops, '.1f')} GOP/s ({cal.method}); numpy fp32 "
+                   f"{_fmt(cal.numpy_fp32_gflops, '.1f')} GFLOP/s")
+    return out
+
+
+def _startup_lines(report: BenchReport) -> list[str]:
+    if not report.startup:
+        return []
+    out = ["", "## Start-up (apart from latency)", "",
+           "| path | graph | engine cache | session s | first run s | cold start s | engine build s |",
+           "|---|---|---|---:|---:|---:|---:|"]
+    for r in report.startup:
+        out.append(f"| {r.path} | {r.model} | {r.engine_cache or '-'} | {r.session_s:.3f} | {r.first_run_s:.3f} | "
+                   f"{r.cold_start_s:.3f} | {_fmt(r.engine_build_s, '.2f')} |")
+    return out
+
+
+def _latency_lines(report: BenchReport) -> list[str]:
+    sizes = report.path_sizes()
+    out = ["", "## Latency and throughput (fixed shapes, no padding)", "",
+           "| path | batch | seq | p50 ms | p90 ms | p99 ms | seq/s | tokens/s | peak RSS MB | model MB | "
+           "GFLOP | GFLOP/s | % of peak | speedup vs torch | GPU MB | vs torch cuda |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(report.results, key=lambda r: (r.batch, r.seq, r.path)):
+        lat = r.latency_ms
+        out.append(f"| {r.path} | {r.batch} | {r.seq} | {lat.p50:.2f} | {lat.p90:.2f} | {lat.p99:.2f} | "
+                   f"{r.sequences_per_s:.1f} | {r.tokens_per_s:.0f} | {_fmt(r.peak_rss_mb, '.0f')} | "
+                   f"{_mb(sizes.get(r.path))} | {_fmt(r.gflop, '.3g')} | {_fmt(r.achieved_gflops, '.3g')} | "
+                   f"{_fmt(_pct(r.fraction_of_peak), '.1f', '%')} | {_fmt(r.speedup_vs_reference, '.2f', 'x')} | "
+                   f"{_fmt(r.gpu_mem_mb, '.0f')} | {_fmt(r.speedup_vs_torch_cuda, '.2f', 'x')} |")
+    return out
+
+
+def _mix_lines(report: BenchReport) -> list[str]:
+    mix = report.length_mix
+    if not mix:
+        return []
+    out = ["", f"## Real length mix: `{mix.file}`", "",
+           f"{mix.texts} texts in file order; tokens per text mean {mix.tokens_mean}, median {mix.tokens_p50}, "
+           f"p90 {mix.tokens_p90}, max {mix.tokens_max}; texts longer than {mix.pad_to} tokens are cut to that "
+           f"({mix.truncated} texts); replayed {' and '.join(report.mix_modes)} (padded: every batch padded to "
+           f"{mix.pad_to}).", "",
+           "| path | batch | mode | p50 ms/batch | p99 ms/batch | total s | seq/s | real tokens/s | "
+           "padding % | dynamic vs padded | speedup vs torch |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(mix.results, key=lambda r: (r.batch, r.path, r.mode)):
+        out.append(f"| {r.path} | {r.batch} | {r.mode} | {r.latency_ms.p50:.2f} | {r.latency_ms.p99:.2f} | "
+                   f"{r.total_s:.2f} | {r.sequences_per_s:.1f} | {r.real_tokens_per_s:.0f} | "
+                   f"{100 * r.padding_fraction:.1f} | {_fmt(r.speedup_vs_padded, '.2f', 'x')} | "
+                   f"{_fmt(r.speedup_vs_reference, '.2f', 'x')} |")
+    return out
+
+
+def _compared(report: BenchReport) -> list[PathRow]:
+    """The paths compared with the reference (loaded, not the reference itself)."""
+    return [p for p in report.paths if p.available and not p.reference]
+
+
+def _accuracy_lines(report: BenchReport) -> list[str]:
+    out = ["", "## Accuracy against the PyTorch reference", ""]
+    if not report.reference:
+        return out + ["No reference given."]
+    out += [report.reference.note, "", "| path | agreement | max abs diff | load RSS MB | notes |",
+            "|---|---|---:|---:|---|"]
+    skipped = ("tensorrt: not used", "cuda: not used")   # already in the providers table
+    for p in _compared(report):
+        agree, diff = _accuracy_cells(p.accuracy, p.failed)
+        notes = "; ".join(n for n in p.notes if not n.startswith(skipped))
+        out.append(f"| {p.path} | {agree} | {diff} | {_fmt(p.load_rss_mb, '.0f')} | {notes} |")
+    return out
+
+
+def _entity_lines(report: BenchReport) -> list[str]:
+    ents = report.entities
+    if not ents:
+        return []
+    out = ["", f"## Entity F1 on `{ents.file}`", "",
+           f"{ents.sentences} sentences ({ents.words} words), scored by {ents.entities_scored_by}; {ents.through}.",
+           "", "| path | F1 | precision | recall | F1 per type | word accuracy |", "|---|---:|---:|---:|---|---:|"]
+    for name, r in ents.results.items():
+        types = ", ".join(f"{t} {v:.4f}" for t, v in sorted(r.f1_per_type.items()))
+        out.append(f"| {name} | {r.f1:.4f} | {r.precision:.4f} | {r.recall:.4f} | {types} | {r.word_accuracy:.4f} |")
+    return out
+
+
+def to_markdown(report: Report) -> str:
+    """report.md."""
+    report = BenchReport.of(report)
+    out = [f"# edgebert bench: `{report.bundle.dir}`", "", *_header_lines(report),
+           "", "## Providers", "", "| provider | status | detail |", "|---|---|---|"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in provider_lines(report)]
-    if report["unavailable"]:
-        out += ["", "**Not measured:** " + "; ".join(
-            f"{u['provider']}{' ' + u['precision'] if u['precision'] else ''}: {u['reason']}"
-            for u in report["unavailable"]) + ". No figures are reported for these paths."]
-    for gap in report.get("not_measured", []):
-        out.append(f"\n**Not measured: {gap['what']}** ({gap['reason']}).")
-    if report.get("startup"):
-        out += ["", "## Start-up (apart from latency)", "",
-                "| path | graph | engine cache | session s | first run s | cold start s | engine build s |",
-                "|---|---|---|---:|---:|---:|---:|"]
-        for r in report["startup"]:
-            out.append(f"| {r['path']} | {r['model']} | {r['engine_cache'] or '-'} | {r['session_s']:.3f} | "
-                       f"{r['first_run_s']:.3f} | {r['cold_start_s']:.3f} | {_fmt(r.get('engine_build_s'), '.2f')} |")
-    sizes = _path_sizes(report)
-    out += ["", "## Latency and throughput (fixed shapes, no padding)", "",
-            "| path | batch | seq | p50 ms | p90 ms | p99 ms | seq/s | tokens/s | peak RSS MB | model MB | "
-            "GFLOP | GFLOP/s | % of peak | speedup vs torch | GPU MB | vs torch cuda |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in sorted(report["results"], key=lambda r: (r["batch"], r["seq"], r["path"])):
-        lat = r["latency_ms"]
-        out.append(f"| {r['path']} | {r['batch']} | {r['seq']} | {lat['p50']:.2f} | {lat['p90']:.2f} | "
-                   f"{lat['p99']:.2f} | {r['sequences_per_s']:.1f} | {r['tokens_per_s']:.0f} | "
-                   f"{_fmt(r['peak_rss_mb'], '.0f')} | {_mb(sizes.get(r['path']))} | {r['gflop']:.3g} | "
-                   f"{r['achieved_gflops']:.3g} | {_fmt(_pct(r['fraction_of_peak']), '.1f', '%')} | "
-                   f"{_fmt(r['speedup_vs_reference'], '.2f', 'x')} | {_fmt(r.get('gpu_mem_mb'), '.0f')} | "
-                   f"{_fmt(r.get('speedup_vs_torch_cuda'), '.2f', 'x')} |")
-    mix = report.get("length_mix")
-    if mix:
-        out += ["", f"## Real length mix: `{mix['file']}`", "",
-                f"{mix['texts']} texts in file order; tokens per text mean {mix['tokens_mean']}, median "
-                f"{mix['tokens_p50']}, p90 {mix['tokens_p90']}, max {mix['tokens_max']}; texts longer than "
-                f"{mix['pad_to']} tokens are cut to that ({mix['truncated']} texts); replayed "
-                f"{' and '.join(_mix_modes(report))} (padded: every batch padded to {mix['pad_to']}).", "",
-                "| path | batch | mode | p50 ms/batch | p99 ms/batch | total s | seq/s | real tokens/s | "
-                "padding % | dynamic vs padded | speedup vs torch |",
-                "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for r in sorted(mix["results"], key=lambda r: (r["batch"], r["path"], r["mode"])):
-            out.append(f"| {r['path']} | {r['batch']} | {r['mode']} | {r['latency_ms']['p50']:.2f} | "
-                       f"{r['latency_ms']['p99']:.2f} | {r['total_s']:.2f} | {r['sequences_per_s']:.1f} | "
-                       f"{r['real_tokens_per_s']:.0f} | {100 * r['padding_fraction']:.1f} | "
-                       f"{_fmt(r['speedup_vs_padded'], '.2f', 'x')} | "
-                       f"{_fmt(r['speedup_vs_reference'], '.2f', 'x')} |")
-    out += ["", "## Accuracy against the PyTorch reference", ""]
-    if ref:
-        out += [ref["note"], "", "| path | agreement | max abs diff | load RSS MB | notes |",
-                "|---|---|---:|---:|---|"]
-        for p in report["paths"]:
-            if p["available"] and not p.get("reference"):
-                agree, diff = _accuracy_cells(p.get("accuracy"))
-                skipped = ("tensorrt: not used", "cuda: not used")   # already in the providers table
-                notes = "; ".join(n for n in p.get("notes", []) if not n.startswith(skipped))
-                out.append(f"| {p['path']} | {agree} | {diff} | {_fmt(p['load_rss_mb'], '.0f')} | {notes} |")
-    else:
-        out.append("No reference given.")
-    ents = report.get("entities")
-    if ents:
-        out += ["", f"## Entity F1 on `{ents['file']}`", "",
-                f"{ents['sentences']} sentences ({ents['words']} words), scored by {ents['entities_scored_by']}; "
-                f"{ents['through']}.", "",
-                "| path | F1 | precision | recall | F1 per type | word accuracy |", "|---|---:|---:|---:|---|---:|"]
-        for name, r in ents["results"].items():
-            types = ", ".join(f"{t} {v:.4f}" for t, v in sorted(r["f1_per_type"].items()))
-            out.append(f"| {name} | {r['f1']:.4f} | {r['precision']:.4f} | {r['recall']:.4f} | {types} | "
-                       f"{r['word_accuracy']:.4f} |")
-    out += ["", "## Methods", ""] + [f"- {k}: {v}" for k, v in report["methods"].items()]
+    if report.unavailable:
+        out += ["", "**Not measured:** " + "; ".join(f"{u.name}: {u.reason}" for u in report.unavailable)
+                + ". No figures are reported for these paths."]
+    for gap in report.not_measured:
+        out.append(f"\n**Not measured: {gap.what}** ({gap.reason}).")
+    out += _startup_lines(report) + _latency_lines(report) + _mix_lines(report) + _accuracy_lines(report)
+    out += _entity_lines(report)
+    out += ["", "## Methods", ""] + [f"- {k}: {v}" for k, v in report.methods.items()]
     return "\n".join(out) + "\n"
-
-
-def _mix_modes(report: dict) -> list[str]:
-    return list(report["config"].get("mix_modes") or ("dynamic", "padded"))
 
 
 def _pct(fraction: float | None) -> float | None:
     return None if fraction is None else 100 * fraction
 
 
-def plot_title(report: dict, chars: int) -> str:
+def plot_title(report: Report, chars: int) -> str:
     """The plot's title, wrapped to ``chars`` per line: the bundle, then what was not measured."""
     import textwrap
 
-    missing = [u["provider"] + (f" {u['precision']}" if u["precision"] else "") for u in report["unavailable"]]
-    lines = textwrap.wrap(f"edgebert bench: {Path(report['bundle']['dir']).name}", chars)
+    report = BenchReport.of(report)
+    missing = [u.name for u in report.unavailable]
+    lines = textwrap.wrap(f"edgebert bench: {Path(report.bundle.dir).name}", chars)
     if missing:
         lines += textwrap.wrap(f"not measured (unavailable): {', '.join(missing)}", chars)
     return "\n".join(lines)
 
 
-def latency_figure(report: dict):
+def latency_figure(report: Report):
     """p50 latency vs sequence length, one panel per batch size, one line per path (a matplotlib figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    batches = sorted({r["batch"] for r in report["results"]}) or [1]
+    report = BenchReport.of(report)
+    batches = sorted({r.batch for r in report.results}) or [1]
     width = max(5.2, 4.2 * len(batches))
     fig, axes = plt.subplots(1, len(batches), figsize=(width, 3.8), squeeze=False, layout="constrained")
-    paths = list(dict.fromkeys(r["path"] for r in report["results"]))
+    paths = list(dict.fromkeys(r.path for r in report.results))
     for ax, batch in zip(axes[0], batches):
         for name in paths:
-            rows = sorted((r for r in report["results"] if r["path"] == name and r["batch"] == batch),
-                          key=lambda r: r["seq"])
+            rows = sorted((r for r in report.results if r.path == name and r.batch == batch), key=lambda r: r.seq)
             if rows:
-                ax.plot([r["seq"] for r in rows], [r["latency_ms"]["p50"] for r in rows], marker="o",
+                ax.plot([r.seq for r in rows], [r.latency_ms.p50 for r in rows], marker="o",
                         label=name, linestyle="--" if name.startswith("torch") else "-")
         ax.set_title(f"batch {batch}", fontsize=9)
         ax.set_xlabel("sequence length (tokens)")
@@ -215,7 +254,7 @@ def latency_figure(report: dict):
     return fig
 
 
-def plot_latency(report: dict, target: str | Path) -> Path:
+def plot_latency(report: Report, target: str | Path) -> Path:
     """latency.png: ``latency_figure``, written atomically."""
     import matplotlib.pyplot as plt
 
@@ -227,14 +266,15 @@ def plot_latency(report: dict, target: str | Path) -> Path:
     return target
 
 
-def write_reports(report: dict, out_dir: str | Path) -> dict[str, Path]:
+def write_reports(report: Report, out_dir: str | Path) -> dict[str, Path]:
     """report.json + report.md + latency.png in ``out_dir`` (each written atomically)."""
+    report = BenchReport.of(report)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / "report.json", "markdown": out_dir / "report.md"}
-    write_json(paths["json"], report)
+    write_json(paths["json"], report.to_dict())
     write_text(paths["markdown"], to_markdown(report))
-    if report["results"]:
+    if report.results:
         try:
             import matplotlib  # noqa: F401  (the runtime install has no matplotlib: edgebert[train] does)
         except ImportError:
@@ -264,67 +304,77 @@ def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...] = ("path"
     return table
 
 
-def print_report(report: dict, console) -> None:
+def print_report(report: Report, console) -> None:
     """Rich tables: providers, fixed-shape figures, length mix, accuracy (each fits 80 columns)."""
     from rich.table import Table
 
+    report = BenchReport.of(report)
     providers = Table(title="providers")
     for col in ("provider", "status", "detail"):
         providers.add_column(col, overflow="fold")
     for a, b, c in provider_lines(report):
-        providers.add_row(a, f"[red]{b}[/red]" if "NOT" in b else b, c)
+        providers.add_row(a, f"[red]{b}[/red]" if "NOT" in b or "FAILED" in b else b, c)
     console.print(providers)
 
-    table = _table(f"latency / throughput: {report['bundle']['dir']}",
+    table = _table(f"latency / throughput: {report.bundle.dir}",
                    ("path", "batch", "seq", "p50 ms", "p90 ms", "p99 ms", "seq/s", "tok/s", "peak MB",
                     "% peak", "vs torch"))
-    for r in sorted(report["results"], key=lambda r: (r["batch"], r["seq"], r["path"])):
-        lat = r["latency_ms"]
-        table.add_row(r["path"], str(r["batch"]), str(r["seq"]), _ms(lat["p50"]), _ms(lat["p90"]), _ms(lat["p99"]),
-                      _rate(r["sequences_per_s"]), f"{r['tokens_per_s']:.0f}", _fmt(r["peak_rss_mb"], ".0f"),
-                      _fmt(_pct(r["fraction_of_peak"]), ".1f", "%"), _fmt(r["speedup_vs_reference"], ".2f", "x"))
+    for r in sorted(report.results, key=lambda r: (r.batch, r.seq, r.path)):
+        lat = r.latency_ms
+        table.add_row(r.path, str(r.batch), str(r.seq), _ms(lat.p50), _ms(lat.p90), _ms(lat.p99),
+                      _rate(r.sequences_per_s), f"{r.tokens_per_s:.0f}", _fmt(r.peak_rss_mb, ".0f"),
+                      _fmt(_pct(r.fraction_of_peak), ".1f", "%"), _fmt(r.speedup_vs_reference, ".2f", "x"))
     console.print(table)
+    for part in (_mix_table, _entity_table, _accuracy_table, _startup_table):
+        part(report, console)
+    for u in report.unavailable:
+        console.print(f"[red]not measured[/red] {u.name}: {u.reason}", highlight=False)
+    for gap in report.not_measured:
+        console.print(f"[red]not measured[/red] {gap.what}: {gap.reason}", highlight=False)
 
-    mix = report.get("length_mix")
-    if mix:
-        padded = f", padded mode pads to {mix['pad_to']}" if "padded" in _mix_modes(report) else ""
-        t = _table(f"length mix: {mix['texts']} texts from {Path(mix['file']).name}, mean {mix['tokens_mean']} "
-                   f"tokens{padded}",
-                   ("path", "batch", "mode", "p50 ms", "total s", "seq/s", "real tok/s", "padding %",
-                    "vs padded", "vs torch"), left=("path", "mode"))
-        for r in sorted(mix["results"], key=lambda r: (r["batch"], r["path"], r["mode"])):
-            t.add_row(r["path"], str(r["batch"]), r["mode"], _ms(r["latency_ms"]["p50"]), f"{r['total_s']:.2f}",
-                      _rate(r["sequences_per_s"]), f"{r['real_tokens_per_s']:.0f}",
-                      f"{100 * r['padding_fraction']:.1f}", _fmt(r["speedup_vs_padded"], ".2f", "x"),
-                      _fmt(r["speedup_vs_reference"], ".2f", "x"))
-        console.print(t)
 
-    ents = report.get("entities")
-    if ents:
-        et = _table(f"entity F1 on {ents['sentences']} sentences of {Path(ents['file']).name} (seqeval)",
-                    ("path", "F1", "precision", "recall", "word acc"))
-        for name, r in ents["results"].items():
-            et.add_row(name, f"{r['f1']:.4f}", f"{r['precision']:.4f}", f"{r['recall']:.4f}",
-                       f"{r['word_accuracy']:.4f}")
-        console.print(et)
+def _mix_table(report: BenchReport, console) -> None:
+    mix = report.length_mix
+    if not mix:
+        return
+    padded = f", padded mode pads to {mix.pad_to}" if "padded" in report.mix_modes else ""
+    t = _table(f"length mix: {mix.texts} texts from {Path(mix.file).name}, mean {mix.tokens_mean} tokens{padded}",
+               ("path", "batch", "mode", "p50 ms", "total s", "seq/s", "real tok/s", "padding %",
+                "vs padded", "vs torch"), left=("path", "mode"))
+    for r in sorted(mix.results, key=lambda r: (r.batch, r.path, r.mode)):
+        t.add_row(r.path, str(r.batch), r.mode, _ms(r.latency_ms.p50), f"{r.total_s:.2f}",
+                  _rate(r.sequences_per_s), f"{r.real_tokens_per_s:.0f}", f"{100 * r.padding_fraction:.1f}",
+                  _fmt(r.speedup_vs_padded, ".2f", "x"), _fmt(r.speedup_vs_reference, ".2f", "x"))
+    console.print(t)
 
-    if report.get("reference"):
-        acc = _table("accuracy vs PyTorch reference", ("path", "agreement", "max abs diff"),
-                     left=("path", "agreement"))
-        for p in report["paths"]:
-            if p["available"] and not p.get("reference"):
-                acc.add_row(p["path"], *_accuracy_cells(p.get("accuracy")))
-        console.print(acc)
-        console.print(report["reference"]["note"], highlight=False)
-    if report.get("startup"):
-        st = _table("start-up (not in the latency figures)", ("path", "cache", "session s", "first run s",
-                                                              "cold start s"), left=("path", "cache"))
-        for r in report["startup"]:
-            st.add_row(r["path"], r["engine_cache"] or "-", f"{r['session_s']:.3f}", f"{r['first_run_s']:.3f}",
-                       f"{r['cold_start_s']:.3f}")
-        console.print(st)
-    for u in report["unavailable"]:
-        what = u["provider"] + (f" {u['precision']}" if u["precision"] else "")
-        console.print(f"[red]not measured[/red] {what}: {u['reason']}", highlight=False)
-    for gap in report.get("not_measured", []):
-        console.print(f"[red]not measured[/red] {gap['what']}: {gap['reason']}", highlight=False)
+
+def _entity_table(report: BenchReport, console) -> None:
+    ents = report.entities
+    if not ents:
+        return
+    et = _table(f"entity F1 on {ents.sentences} sentences of {Path(ents.file).name} (seqeval)",
+                ("path", "F1", "precision", "recall", "word acc"))
+    for name, r in ents.results.items():
+        et.add_row(name, f"{r.f1:.4f}", f"{r.precision:.4f}", f"{r.recall:.4f}", f"{r.word_accuracy:.4f}")
+    console.print(et)
+
+
+def _accuracy_table(report: BenchReport, console) -> None:
+    if not report.reference:
+        return
+    acc = _table("accuracy vs PyTorch reference", ("path", "agreement", "max abs diff"), left=("path", "agreement"))
+    for p in _compared(report):
+        acc.add_row(p.path, *_accuracy_cells(p.accuracy, p.failed))
+    console.print(acc)
+    console.print(report.reference.note, highlight=False)
+
+
+def _startup_table(report: BenchReport, console) -> None:
+    if not report.startup:
+        return
+    st = _table("start-up (not in the latency figures)", ("path", "cache", "session s", "first run s",
+                                                          "cold start s"), left=("path", "cache"))
+    for r in report.startup:
+        st.add_row(r.path, r.engine_cache or "-", f"{r.session_s:.3f}", f"{r.first_run_s:.3f}",
+                   f"{r.cold_start_s:.3f}")
+    console.print(st)

@@ -4,7 +4,8 @@ TensorRT builds an engine when its session is created (the profile is explicit),
 minutes and is cached on disk. A TensorRT path is therefore opened twice: first with an empty engine
 cache (``engine_cache="empty"``: the build), then again on the cache the first one filled
 (``"warm"``: what every later start costs); the second session is the one timed. Other providers are
-opened once (``engine_cache=None``).
+opened once (``engine_cache=None``). The start-up rows are returned as their JSON (``rows.StartupRow``'s
+keys); a first call that fails raises what ``EdgeSession.run`` raises (``RuntimeFault`` for NaN outputs).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+
+from edgebert.bundle import Manifest
 
 from ..runtime.trt_profile import TrtProfile
 from .config import BenchConfig
@@ -34,7 +37,7 @@ def session_kwargs(config: BenchConfig, provider: str, precision: str, cache_roo
     return kwargs
 
 
-def open_timed(config: BenchConfig, manifest: dict[str, Any], kwargs: dict[str, Any],
+def open_timed(config: BenchConfig, manifest: Manifest, kwargs: dict[str, Any],
                engine_cache: str | None) -> tuple[Any, dict[str, Any]]:
     """(EdgeSession, start-up row); raises what EdgeSession raises."""
     from ..runtime import EdgeSession
@@ -50,7 +53,7 @@ def open_timed(config: BenchConfig, manifest: dict[str, Any], kwargs: dict[str, 
     return session, row
 
 
-def open_path(config: BenchConfig, manifest: dict[str, Any], provider: str, precision: str,
+def open_path(config: BenchConfig, manifest: Manifest, provider: str, precision: str,
               cache_root: Path | None) -> tuple[Any, list[dict[str, Any]]]:
     """The session a path is timed with, and its start-up rows (two for TensorRT, see the docstring)."""
     kwargs = session_kwargs(config, provider, precision, cache_root)

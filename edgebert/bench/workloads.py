@@ -14,19 +14,25 @@ from typing import Any
 
 import numpy as np
 
+from edgebert.bundle import Manifest
 from edgebert.files.textfiles import Text, iter_texts
+
 from ..runtime.text import Encoded, TextEncoder, pad_batch
 
-def synthetic_feeds(batch: int, seq: int, manifest: dict[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
-    """(batch, seq) int64 inputs: [CLS] random ids [SEP], attention mask all ones."""
-    tok = manifest["tokenizer"]
-    vocab = int(manifest["config"]["vocab_size"])
-    special = [int(tok[k]) for k in ("pad_id", "cls_id", "sep_id", "mask_id") if tok.get(k) is not None]
+
+def synthetic_feeds(batch: int, seq: int, manifest: Manifest, seed: int = 0) -> dict[str, np.ndarray]:
+    """(batch, seq) int64 inputs: [CLS] random ids [SEP] (ids above every special token's), attention mask
+    all ones."""
+    tok = manifest.tokenizer
+    vocab = manifest.config.vocab_size
+    special = [i for i in (tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id) if i is not None]
     low = min(max(special) + 1, vocab - 1)
     rng = np.random.default_rng(seed + 1000 * batch + seq)
     ids = rng.integers(low, vocab, size=(batch, seq), dtype=np.int64)
-    ids[:, 0] = int(tok.get("cls_id", ids[0, 0]))
-    ids[:, -1] = int(tok.get("sep_id", ids[0, -1]))
+    if tok.cls_id is not None:
+        ids[:, 0] = tok.cls_id
+    if tok.sep_id is not None:
+        ids[:, -1] = tok.sep_id
     return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
 
 

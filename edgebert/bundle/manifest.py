@@ -81,6 +81,11 @@ class _JsonView(Mapping):
         """The JSON form, a fresh copy."""
         return copy.deepcopy(self._json)
 
+    def get_extra(self, key: str, default: Any = None) -> Any:
+        """A field the type does not model, a fresh copy: a manifest's ``source``, ``versions``,
+        ``export_host`` ...; an entry's ``accuracy``, ``validation``, ``fused_ops``, ``op_domains`` ..."""
+        return copy.deepcopy(self._json.get(key, default))
+
     __eq__ = Mapping.__eq__
     __hash__ = None  # type: ignore[assignment]
 
@@ -178,6 +183,11 @@ class ModelEntry(_JsonView):
     @property
     def is_static_qdq(self) -> bool:
         return self.quantization.get("mode") == "static" or self.quantization.get("format") == "QDQ"
+
+    @property
+    def needs_exact_u8s8(self) -> bool:
+        """An INT8 graph whose 8-bit weights need exact U8S8 products (``requires.u8s8_exact``; unsaid: yes)."""
+        return bool((self.requires or {}).get("u8s8_exact", True))
 
 
 def _providers(precision: str, quant: Mapping[str, Any], value: dict[str, Any]) -> tuple[str, ...]:
@@ -328,10 +338,6 @@ class Manifest(_JsonView):
     @property
     def output_names(self) -> list[str]:
         return [o.name for o in self.outputs]
-
-    def get_extra(self, key: str, default: Any = None) -> Any:
-        """A top-level field this type does not model (``source``, ``versions``, ``export_host``, ...)."""
-        return copy.deepcopy(self._json.get(key, default))
 
     def file_names(self) -> list[str]:
         """Every file the manifest names: graphs, tokenizer, hashed files."""

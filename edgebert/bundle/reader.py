@@ -21,8 +21,11 @@ re-hashes them and raises ``BundleError`` on any mismatch.
 of what is read, never a ban on extra keys, so newer entries and tasks pass) and every file it names
 must stay inside the bundle, symlinks resolved (``bundle_file``), with or without hash checks.
 ``open_bundle`` also checks that each graph's declared inputs and outputs agree with the ONNX file's
-own (``check_graph_io``, read by ``edgebert.graph.declared_io`` without onnxruntime). Every problem is a one-line
-``BundleError``.
+own (``check_graph_io``, read by ``edgebert.graph.declared_io`` without onnxruntime), and that the
+manifest claims no more than the graph's embedding tables hold (``check_tables``: ``config.vocab_size``
+and every special-token id against the word table, ``max_sequence_length`` and
+``max_position_embeddings`` against the position table, ``type_vocab_size`` against the token-type
+table). Every problem is a one-line ``BundleError``.
 
 Version 2 gives every model entry a ``precision``, and every INT8 entry its ``target`` and
 ``requires`` (what a host needs to run it exactly: ``u8s8_exact``, see ``edgebert.runtime.hostcpu``).
@@ -44,14 +47,19 @@ from typing import Any
 
 from edgebert.errors import BundleError
 from edgebert.files.atomic import sha256_file  # stdlib only, like this module
-from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, graph_io
+from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
 from edgebert.bundle.manifest import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, LEGACY_INT8, MANIFEST_NAME, PRECISIONS,
                                        TASK_OUTPUTS, TASKS, Manifest, ModelEntry, _is_int)
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
            "INPUT_NAMES", "LEGACY_INT8", "Manifest", "ModelEntry", "sha256_file", "read_manifest", "entry_providers",
            "int8_graphs", "verify_files", "model_path", "tokenizer_path", "open_bundle", "check_graph_io",
-           "bundle_file"]
+           "check_tables", "bundle_file", "EMBEDDING_TABLES"]
+
+# initializer name endings of a BERT graph's embedding tables (every graph edgebert exports) -> what the
+# rows count; a graph without one is not checked for it
+EMBEDDING_TABLES = {"word_embeddings.weight": "token ids", "position_embeddings.weight": "positions",
+                    "token_type_embeddings.weight": "token types"}
 
 
 def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
@@ -80,15 +88,18 @@ def bundle_file(bundle_dir: str | os.PathLike, name: str) -> Path:
 # --------------------------------------------------------------------------- graphs vs manifest
 def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) -> None:
     """``BundleError`` unless the graph of ``models[key]`` takes exactly the manifest's inputs (int64)
-    and gives its outputs (floating point, of the manifest's fixed sizes, e.g. hidden_size)."""
+    and gives its outputs (floating point, of the manifest's fixed sizes, e.g. hidden_size), and its
+    embedding tables hold what the manifest claims (``check_tables``)."""
     path = bundle_file(bundle_dir, manifest.models[key].file)
     if not path.is_file():
         raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
     try:
-        inputs, outputs = graph_io(path)
+        graph = read_graph(path)
     except (NotOnnx, OSError, ValueError) as exc:
         raise BundleError(f"{path} is not a readable ONNX model ({exc})", "re-export the bundle") from exc
-    where = f"{path.name} ({key})"
+    inputs, outputs = graph.inputs, graph.outputs
+    where = f"{path} ({key})"
+    check_tables(where, graph.initializers, manifest)
     wanted = set(manifest.input_names)
     have = {i.name: i for i in inputs}
     if set(have) != wanted:
@@ -117,6 +128,36 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
             and hidden.shape[-1] != manifest.config.hidden_size:
         raise BundleError(f"{where} gives vectors of {hidden.shape[-1]}; config.hidden_size is "
                           f"{manifest.config.hidden_size}", "the manifest and the graph come from different exports")
+
+
+def table_rows(initializers: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Rows of each embedding table found (``EMBEDDING_TABLES``'s counts -> rows)."""
+    rows = {}
+    for ending, what in EMBEDDING_TABLES.items():
+        dims = next((d for name, d in initializers.items() if name.endswith(ending) and len(d) == 2), None)
+        if dims is not None:
+            rows[what] = int(dims[0])
+    return rows
+
+
+def check_tables(where: str, initializers: dict[str, tuple[int, ...]], manifest: Manifest) -> None:
+    """``BundleError`` if the manifest claims more token ids, special-token ids, positions or token types
+    than the graph's embedding tables hold (onnxruntime would fail on the first input that uses one)."""
+    rows = table_rows(initializers)
+    tok, cfg = manifest.tokenizer, manifest.config
+    ids = [(f"tokenizer.{n}", getattr(tok, n)) for n in ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")]
+    claims = {"token ids": [("config.vocab_size", cfg.vocab_size, cfg.vocab_size)]      # (name, value, rows it needs)
+              + [(name, v, v + 1) for name, v in ids if v is not None],
+              "positions": [("max_sequence_length", manifest.max_sequence_length, manifest.max_sequence_length),
+                            ("config.max_position_embeddings", cfg.max_position_embeddings,
+                             cfg.max_position_embeddings)],
+              "token types": [("config.type_vocab_size", cfg.type_vocab_size, cfg.type_vocab_size)]}
+    for what, have in rows.items():
+        for name, value, needs in claims[what]:
+            if value is not None and needs > have:
+                raise BundleError(f"{where} has {have} {what} in its embedding table, but the manifest's {name} "
+                                  f"is {value}", "the manifest and the graph come from different exports; "
+                                                 "re-export the bundle")
 
 
 def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None) -> dict[str, str]:

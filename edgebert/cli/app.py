@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import typer
 from rich.console import Console
 
-from ..errors import EdgebertError
+from ..errors import EdgebertError, Interrupted
 from edgebert.system.extras import missing_extra
-from edgebert.files.outdirs import os_error
+from edgebert.files.failures import DISK_FULL, os_error
 
 # typer >= 0.20 vendors click as typer._click and no longer installs click; older typer uses click.
 try:
@@ -59,16 +63,44 @@ def _debug() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point. Every error ends here as one line on stderr."""
+    with _sigint_as_interrupted() as interrupts:
+        code = _main(argv)
+    if code == 130:   # typer turns a KeyboardInterrupt into a silent exit 130: say what was kept
+        _print_error(f"interrupted ({interrupts[-1].message if interrupts else Interrupted().message})")
+    return code
+
+
+@contextlib.contextmanager
+def _sigint_as_interrupted() -> Iterator[list[Interrupted]]:
+    """While a command runs, Ctrl-C raises ``Interrupted`` (a ``KeyboardInterrupt``) and is remembered,
+    so ``main`` can print its message after typer swallowed it (main thread, default handler only)."""
+    seen: list[Interrupted] = []
+
+    def handler(signum, frame):
+        seen.append(Interrupted())
+        raise seen[-1]
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield seen
+        return
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         result = app(args=argv, standalone_mode=False)
         return result if isinstance(result, int) else 0
     except _Exit as exc:  # --help, typer.Exit
         return exc.exit_code
-    except _Abort:
-        err_console.print("error: aborted", highlight=False)
-        return 130
-    except KeyboardInterrupt:
-        err_console.print("error: interrupted (checkpoints already written are kept)", highlight=False)
+    except _Abort:   # end of input at a prompt (Ctrl-C is an exit 130, see main)
+        _print_error("aborted (end of input)")
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:   # main prints the line
         return 130
     except _UsageError as exc:
         if not exc.format_message().strip() and exc.ctx is not None:  # bare `edgebert`: show help
@@ -92,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         _print_error(user_error.one_line())
         return EXIT_USER_ERROR
     except OSError as exc:  # a path the user named cannot be read or written (/proc, a file as a folder ...)
-        if _debug() or not exc.filename:
+        if _debug():
             raise
-        _print_error(os_error(Path(exc.filename), exc, "use").one_line())
+        _print_error(_os_error_line(exc, argv))
         return EXIT_USER_ERROR
     except Exception as exc:  # a bug or an unexpected environment problem
         if _debug():
@@ -102,6 +134,19 @@ def main(argv: list[str] | None = None) -> int:
         _print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())} "
                      "(set EDGEBERT_DEBUG=1 for a traceback and report it)")
         return EXIT_INTERNAL_ERROR
+
+
+def _os_error_line(exc: OSError, argv: list[str] | None) -> str:
+    """An OS error no writer or reader turned into an EdgebertError, as one line: the file when the OS
+    names it, else what failed and in which command (a full disk: where to free space)."""
+    if exc.filename:
+        return os_error(Path(exc.filename), exc, "use").one_line()
+    if exc.errno in DISK_FULL:
+        return (f"no space left on device while running {_command(argv)} (free space on the disk of its "
+                "output, or set TMPDIR to a folder on a disk with room)")
+    reason = exc.strerror or " ".join(str(exc).split()) or type(exc).__name__
+    return f"{reason} while running {_command(argv)} (an input or output file failed; " \
+           "set EDGEBERT_DEBUG=1 for a traceback)"
 
 
 def _command(argv: list[str] | None) -> str:

@@ -19,9 +19,11 @@ def attention(
     head: Annotated[Optional[int], typer.Option("--head", help="Head index (0-based); omit: mean over heads.")] = None,
     out: o.OutFile = Path("attn.png"),
     pair: Annotated[Optional[str], typer.Option("--pair", help="Optional second text (sentence-pair input).")] = None,
+    overwrite: o.Overwrite = False,
 ) -> None:
-    """Draw the attention probabilities of one layer/head of a PyTorch model as a heat map."""
+    """Draw the attention probabilities of one layer/head of a PyTorch model as a heat map (--out: a
+    new file, or with --overwrite a picture this command drew before)."""
     from edgebert.stages.attention import plot_attention
 
-    result = plot_attention(model_dir, text, out, layer=layer, head=head, pair=pair)
+    result = plot_attention(model_dir, text, out, layer=layer, head=head, pair=pair, overwrite=overwrite)
     say(f"wrote {result.path} (layer {result.layer}, {result.head_label}, {len(result.tokens)} tokens)")

@@ -62,7 +62,7 @@ def bench(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
 ) -> None:
     """Benchmark a bundle per provider x precision x batch x seq against the PyTorch reference."""
-    from ..bench import BenchConfig, print_report, run_bench
+    from ..bench import BenchConfig, measure, print_report
 
     overrides = {
         "providers": _names(providers), "precisions": _names(precisions), "batches": _ints("--batch", batch),
@@ -73,9 +73,9 @@ def bench(
     }
     config = BenchConfig.preset(preset or "default", bundle_dir, progress=not as_json,
                                 **{k: v for k, v in overrides.items() if v is not None})
-    result = run_bench(config)
+    result = measure(config)
     if as_json:
-        typer.echo(json.dumps(result, indent=2))
+        typer.echo(json.dumps(result.to_dict(), indent=2))
         return
     print_report(result, console)
     if report is not None:

@@ -1,5 +1,5 @@
-"""``edgebert distill``: a teacher into a shallower student (text: mlm | embed; or a classifier task:
-sst2 | mrpc | tsv | ner)."""
+"""``edgebert distill``: a teacher into a shallower student (text: mlm | embed; or a fine-tuned model's
+task: sst2 | mrpc | tsv | ner | squad)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,17 @@ def distill_cmd(
     teacher: Annotated[Path, typer.Argument(metavar="TEACHER_DIR",
                                             help="Teacher model directory (edgebert or Hugging Face BERT).")],
     out: o.Out,
-    task: o.task_option("mlm | embed (text) or sst2 | mrpc | tsv | ner (a fine-tuned classifier); default: "
-                        "from the teacher (an MLM head: mlm; a bare encoder: embed; a token classifier: ner)") = None,
-    preset: o.preset_option("distilbert | tinybert | embed | task | ner | tiny (default: by --task)") = None,
+    task: o.task_option("mlm | embed (text) or sst2 | mrpc | tsv | ner | squad (a fine-tuned model); default: "
+                        "from the teacher (an MLM head: mlm; a bare encoder: embed; a token classifier: ner; "
+                        "a span model: squad)") = None,
+    preset: o.preset_option("distilbert | tinybert | embed | task | ner | squad | tiny (default: by --task)") = None,
     corpus: o.Corpus = None,
     eval_corpus: o.EvalCorpus = None,
     corpus_format: o.CorpusFormat = None,
     train_file: o.TrainFile = None,
     dev_file: o.DevFile = None,
     tag_column: o.TagColumn = None,
+    doc_stride: o.DocStride = None,
     max_train_examples: o.MaxTrainExamples = None,
     max_eval_examples: o.MaxEvalExamples = None,
     layers: o.Layers = None,
@@ -42,7 +44,7 @@ def distill_cmd(
     temperature: _weight("--temperature", "Softmax temperature T (2.0).") = None,
     alpha_kd: _weight("--alpha-kd", "KL(student/T || teacher/T) * T^2 (5.0; task and ner presets 1.0).") = None,
     alpha_mlm: _weight("--alpha-mlm", "MLM cross-entropy (2.0).") = None,
-    alpha_ce: _weight("--alpha-ce", "Task mode: hard-label cross-entropy (ner preset 1.0).") = None,
+    alpha_ce: _weight("--alpha-ce", "Task mode: hard-label cross-entropy (ner and squad presets 1.0).") = None,
     alpha_cos: _weight("--alpha-cos", "1 - cos of the last hidden states (1.0; task preset 0).") = None,
     alpha_hidden: _weight("--alpha-hidden", "TinyBERT hidden-state MSE per mapped layer (0).") = None,
     alpha_attn: _weight("--alpha-attn", "TinyBERT attention KL per mapped layer (0; embed preset 1).") = None,
@@ -64,7 +66,7 @@ def distill_cmd(
         layers=layers, layer_map=layer_map, student_init=init, freeze_word_embeddings=freeze_word_embeddings,
         temperature=temperature, alpha_kd=alpha_kd, alpha_mlm=alpha_mlm, alpha_ce=alpha_ce, alpha_cos=alpha_cos,
         alpha_hidden=alpha_hidden, alpha_attn=alpha_attn, max_seq_len=max_seq_len, epochs=epochs,
-        evals_per_epoch=evals_per_epoch, tag_column=tag_column)
+        evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)
     result = distill(cfg, console=console)
     say(f"student saved to {result.out_dir} ({result.steps} steps, {result.wall_s:.0f} s): "
         f"{result.student_parameters / 1e6:.1f}M parameters vs the teacher's {result.teacher_parameters / 1e6:.1f}M, "

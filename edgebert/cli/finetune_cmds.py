@@ -1,4 +1,5 @@
-"""``edgebert finetune``: a classification head on any BERT, trained on a task's files."""
+"""``edgebert finetune``: a classification or question-answering (span) head on any BERT, trained on a
+task's files."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ def finetune_cmd(
     model: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
                                           help="Model directory to fine-tune (edgebert or Hugging Face BERT).")],
     out: o.Out,
-    task: o.task_option("sst2 | mrpc | tsv | ner (CoNLL named-entity tags).", required=True),
+    task: o.task_option("sst2 | mrpc | tsv | ner (CoNLL named-entity tags) | squad (SQuAD JSON: answer spans).",
+                        required=True),
     train_file: o.TrainFile = None,
     dev_file: o.DevFile = None,
     tag_column: o.TagColumn = None,
-    preset: o.preset_option("glue | cpu-quick | ner | tiny (default: ner for --task ner, else glue)") = None,
+    doc_stride: o.DocStride = None,
+    preset: o.preset_option("glue | cpu-quick | ner | squad | tiny (default: ner / squad for those tasks, "
+                            "else glue)") = None,
     max_train_examples: o.MaxTrainExamples = None,
     max_eval_examples: o.MaxEvalExamples = None,
     max_seq_len: o.MaxSeqLen = None,
@@ -33,15 +37,16 @@ def finetune_cmd(
     *,
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
-    """Fine-tune MODEL_DIR for classification; keeps the best dev checkpoint (accuracy; entity F1 for
-    ner) in --out."""
+    """Fine-tune MODEL_DIR for classification or question answering; keeps the best dev checkpoint
+    (accuracy; entity F1 for ner; F1 for squad) in --out."""
     from ..stages.finetune import build_finetune_config, finetune
 
     cfg = build_finetune_config(model, task, train_file, out, preset, train=train, resume=resume,
                                 overwrite=overwrite, dev_file=dev_file,
                                 max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
                                 max_seq_len=max_seq_len, freeze_word_embeddings=freeze_word_embeddings,
-                                epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column)
+                                epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column,
+                                doc_stride=doc_stride)
     result = finetune(cfg, console=console)
     say(f"fine-tuned {result.num_train_examples} examples, {result.steps} steps in {result.wall_s:.0f} s; "
         f"labels {list(result.labels)}; saved to {result.out_dir}")

@@ -43,10 +43,14 @@ Corpus = Annotated[Optional[List[Path]], typer.Option(
 EvalCorpus = Annotated[Optional[List[Path]], typer.Option(
     "--eval-corpus", help="Held-out text (repeatable); default: a held-out part of --corpus.")]
 CorpusFormat = Annotated[Optional[str], typer.Option("--corpus-format", help="auto | text | wikitext.")]
-TrainFile = Annotated[Optional[Path], typer.Option("--train", help="Training file (GLUE TSV; CoNLL for ner).")]
+TrainFile = Annotated[Optional[Path], typer.Option("--train", help="Training file (GLUE TSV; CoNLL for ner; "
+                                                                   "SQuAD JSON for squad).")]
 DevFile = Annotated[Optional[Path], typer.Option("--dev", help="Dev file: accuracy/F1 at every evaluation.")]
 TagColumn = Annotated[Optional[int], typer.Option(
     "--tag-column", help="ner: the CoNLL column holding the tag, 1-based (default: the last column).")]
+DocStride = Annotated[Optional[int], typer.Option(
+    "--doc-stride", help="squad: context tokens that consecutive windows of a long context share (default 128; "
+                          "less for windows under 384 tokens).")]
 MaxSeqLen = Annotated[Optional[int], typer.Option("--max-seq-len", help="Tokens per sequence, specials included.")]
 MaxTrainExamples = Annotated[Optional[int], typer.Option(
     "--max-train-examples", help="Train on a seeded random subset of this many examples.")]

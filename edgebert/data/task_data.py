@@ -5,7 +5,8 @@ are tokenized once (``encode_examples`` / ``encode_tagged`` / ``encode_texts``) 
 arrays; batches are padded only to their own longest row (dynamic padding). Training draws them
 from the engine's length-grouped stream (``edgebert.training.LengthGroupedBatches``), so the rows of
 a batch have similar lengths: on SST-2 (mostly short phrases) that pads a batch of 32 to ~its real
-length instead of 64, which is most of the CPU time saved.
+length instead of 64, which is most of the CPU time saved. Task ``squad`` trains on the token windows
+of ``edgebert.data.squad`` (``SquadWindows``), batched the same way with start/end positions as labels.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from tokenizers import Tokenizer
 
 from ..errors import ConfigError, DataError
 from ..model import IGNORE_INDEX
-from .tasks import TOKEN_TASKS, LabelledExample, TaggedSentence, read_tagged, read_task_tsv, spec_for_model
+from .squad import SquadExample, SquadWindows, read_squad, squad_windows
+from .tasks import SPAN_TASKS, TOKEN_TASKS, LabelledExample, TaggedSentence, read_tagged, read_task_tsv, spec_for_model
 
 
 @dataclass
@@ -47,6 +49,8 @@ class EncodedDataset:
     @property
     def is_token_task(self) -> bool:
         return self.token_labels is not None
+
+    is_span_task = False
 
     def subset(self, n: int) -> "EncodedDataset":
         """The first ``n`` examples."""
@@ -124,10 +128,11 @@ def encode_tagged(sentences: Sequence[TaggedSentence], tok: Tokenizer, max_seq_l
     )
 
 
-def collate(data: EncodedDataset, indices: Sequence[int], pad_id: int,
+def collate(data: EncodedDataset | SquadWindows, indices: Sequence[int], pad_id: int,
             with_labels: bool = True) -> dict[str, torch.Tensor]:
     """Pad the rows ``indices`` to the longest of them: input_ids, token_type_ids, attention_mask,
-    labels ((B,) or (B, T) with IGNORE_INDEX on padding)."""
+    labels ((B,) or (B, T) with IGNORE_INDEX on padding; SQuAD windows: start_positions and
+    end_positions, (B,) each)."""
     n = len(indices)
     width = max(len(data.input_ids[i]) for i in indices)
     input_ids = np.full((n, width), pad_id, dtype=np.int64)
@@ -143,13 +148,16 @@ def collate(data: EncodedDataset, indices: Sequence[int], pad_id: int,
             token_labels[row, :L] = data.token_labels[i]
     batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
              "attention_mask": torch.from_numpy(attention_mask)}
-    if with_labels:
+    if with_labels and data.is_span_task:
+        batch["start_positions"] = torch.from_numpy(data.start_positions[list(indices)])
+        batch["end_positions"] = torch.from_numpy(data.end_positions[list(indices)])
+    elif with_labels:
         batch["labels"] = torch.from_numpy(token_labels if token_labels is not None
                                            else data.labels[list(indices)].copy())
     return batch
 
 
-def eval_batches(data: EncodedDataset, batch_size: int, pad_id: int
+def eval_batches(data: EncodedDataset | SquadWindows, batch_size: int, pad_id: int
                  ) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
     """(example indices, padded batch) over all examples, shortest first (least padding)."""
     order = np.argsort(data.lengths, kind="stable")
@@ -161,10 +169,11 @@ def eval_batches(data: EncodedDataset, batch_size: int, pad_id: int
 # =========================================================================== a task's files
 @dataclass
 class TaskData:
-    train: EncodedDataset
-    dev: EncodedDataset | None
-    labels: tuple[str, ...]            # label names in id order (-> id2label)
+    train: EncodedDataset | SquadWindows
+    dev: EncodedDataset | SquadWindows | None
+    labels: tuple[str, ...]            # label names in id order (-> id2label); () for squad
     is_pair: bool
+    dev_examples: list[SquadExample] | None = None   # squad: the dev questions the windows come from
 
 
 def _subset(items: list, n: int | None, seed: int) -> list:
@@ -178,14 +187,25 @@ def _subset(items: list, n: int | None, seed: int) -> list:
 def load_task_data(task: str, train_file: Path, dev_file: Path | None, tok: Tokenizer, max_seq_len: int,
                    max_train_examples: int | None = None, max_eval_examples: int | None = None,
                    seed: int = 0, labels: Sequence[str] | None = None,
-                   tag_column: int | None = None) -> TaskData:
+                   tag_column: int | None = None, doc_stride: int | None = None) -> TaskData:
     """Read and tokenize a task's train (and dev) file; the dev file uses the train file's labels.
 
     ``labels`` (e.g. a teacher classifier's id2label) fixes the label order for ``tsv``/``ner``;
-    ``tag_column`` picks a CoNLL file's tag column (default: the last).
+    ``tag_column`` picks a CoNLL file's tag column (default: the last). ``squad``: windows of
+    ``max_seq_len`` tokens overlapping by ``doc_stride``; the dev file's answerable questions only
+    (``max_eval_examples``: the first N of those), as SQuAD 1.1 scoring counts them.
     """
     def first(items: list | None) -> list | None:
         return items[:max_eval_examples] if items and max_eval_examples else items
+
+    if task in SPAN_TASKS:
+        train_questions = _subset(read_squad(train_file), max_train_examples, seed)
+        dev_questions = first([e for e in read_squad(dev_file) if e.has_answer] if dev_file else None)
+        if dev_file and not dev_questions:
+            raise DataError(f"{dev_file} has no answerable questions to evaluate on")
+        train = squad_windows(train_questions, tok, max_seq_len, doc_stride)
+        dev = squad_windows(dev_questions, tok, max_seq_len, doc_stride) if dev_questions else None
+        return TaskData(train, dev, (), True, dev_questions)
 
     if task in TOKEN_TASKS:
         train_rows, tags = read_tagged(train_file, labels, tag_column)

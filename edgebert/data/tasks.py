@@ -1,4 +1,5 @@
-"""Labelled data: GLUE TSV (SST-2, MRPC, any TSV with named columns) and CoNLL named-entity tags.
+"""Labelled data: GLUE TSV (SST-2, MRPC, any TSV with named columns) and CoNLL named-entity tags (SQuAD
+question answering, task ``squad``, is ``edgebert.data.squad``'s).
 
 ``read_task_tsv(path, task)`` returns ``LabelledExample``s and ``read_tagged(path)`` returns
 ``TaggedSentence``s (task ``ner``: a CoNLL file, one ``TOKEN TAG`` or ``TOKEN POS CHUNK TAG`` per
@@ -17,9 +18,10 @@ from typing import Sequence
 from ..errors import CheckpointError, DataError
 from edgebert.files.textfiles import IOB_TAG, first_line, read_conll, read_utf8
 
-TASKS = ("sst2", "mrpc", "tsv", "ner")
+TASKS = ("sst2", "mrpc", "tsv", "ner", "squad")
 SEQUENCE_TASKS = ("sst2", "mrpc", "tsv")   # one label per example
 TOKEN_TASKS = ("ner",)                      # one label per word (IOB named-entity tags)
+SPAN_TASKS = ("squad",)                     # an answer span per question (SQuAD JSON)
 
 
 @dataclass(frozen=True)

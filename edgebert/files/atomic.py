@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -16,7 +17,10 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from edgebert.files.failures import writing_place
+from edgebert.files.locks import remove_stale_lock
 
 
 def current_umask() -> int:
@@ -59,7 +63,8 @@ def is_stale_temp(path: Path) -> bool:
 
 
 def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
-    """Delete the temp files and folders that killed writers left in ``folder``; returns them."""
+    """Delete the temp files and folders (and lock files, ``locks``) that killed writers left in
+    ``folder``; returns them."""
     folder = Path(folder)
     removed = []
     if not folder.is_dir():
@@ -67,6 +72,8 @@ def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
     for path in folder.iterdir():
         if is_stale_temp(path):
             remove_path(path)
+            removed.append(path)
+        elif remove_stale_lock(path):
             removed.append(path)
     return removed
 
@@ -94,11 +101,15 @@ def fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(target: str | os.PathLike, *, check: Callable[[], None] | None = None,
+                exclusive: bool = False, kind: str = "file") -> Iterator[Path]:
     """Yield a temp path next to ``target``; on success it is renamed onto ``target``.
 
     On error the temp file is removed and ``target`` keeps its previous content. The file gets the
     permissions of a plain new file (0666 less the umask), whatever the writer created it with.
+    ``check()`` runs just before publishing (it raises if ``target`` is no longer what the caller
+    checked); ``exclusive``: publish only if ``target`` does not exist (create-or-fail, a hard link),
+    else ``PublishRace``. A full disk is one ``OutputError`` naming the place (``failures``).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -106,14 +117,41 @@ def atomic_path(target: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~current_umask())  # mkstemp (and some writers) make 0600
-        with open(tmp_path, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp_path, target)
+        with writing_place(target, kind):
+            yield tmp_path
+            os.chmod(tmp_path, 0o666 & ~current_umask())  # mkstemp (and some writers) make 0600
+            with open(tmp_path, "rb+") as fh:
+                os.fsync(fh.fileno())
+            if check is not None:
+                check()
+            if exclusive:
+                _link_new(tmp_path, target)
+            else:
+                os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+class PublishRace(FileExistsError):
+    """Another writer made the target while this one was publishing it; nothing was replaced."""
+
+    def __init__(self, target: Path):
+        super().__init__(errno.EEXIST, "written by another process while publishing", str(target))
+
+
+def _link_new(tmp: Path, target: Path) -> None:
+    """Publish ``tmp`` as ``target`` only if no ``target`` exists (``PublishRace`` otherwise)."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise PublishRace(target) from None
+    except OSError:                     # no hard links here (some FUSE / SMB mounts): check, then rename
+        if target.exists() or target.is_symlink():
+            raise PublishRace(target) from None
+        os.replace(tmp, target)
+    else:
+        tmp.unlink()
 
 
 def jsonable(obj: Any) -> Any:
@@ -144,10 +182,15 @@ def copy_file(src: str | os.PathLike, target: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike, *, accept_old: Callable[[Path], None] | None = None,
+               kind: str = "file") -> Iterator[Path]:
     """Yield a temp folder next to ``target``; on success it replaces ``target`` as a whole.
 
     A failure leaves no half-written folder behind, and an existing ``target`` untouched.
+    ``accept_old(folder)``: the caller's check of the ``target`` being replaced, run on it after it
+    was moved aside (so nothing can change it in between); when it raises, ``target`` is put back
+    and nothing is published. A ``target`` that another writer made while this one was publishing is
+    never replaced: ``PublishRace`` (the rename fails on a folder that is not empty).
     """
     target = Path(target)
     if target.is_symlink() or (target.exists() and not target.is_dir()):
@@ -159,18 +202,34 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
     os.chmod(tmp, 0o777 & ~current_umask())
     try:
-        yield tmp
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
-            os.replace(target, old)      # an empty folder is replaced by a rename
-            os.replace(tmp, target)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, target)
+        with writing_place(target, kind):
+            yield tmp
+            _publish_dir(tmp, target, accept_old)
         fsync_dir(target.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def _publish_dir(tmp: Path, target: Path, accept_old: Callable[[Path], None] | None) -> None:
+    if not target.exists():
+        try:
+            os.rename(tmp, target)       # fails on a folder that is not empty (another writer's)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise PublishRace(target) from exc
+            raise
+        return
+    old = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=target.parent))
+    os.replace(target, old)              # an empty folder is replaced by a rename
+    if accept_old is not None:
+        try:
+            accept_old(old)
+        except BaseException:
+            os.rename(old, target)
+            raise
+    os.replace(tmp, target)
+    shutil.rmtree(old)
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -184,10 +243,14 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 _WORK = re.compile(r"^edgebert-[a-z0-9]+-(\d+)-")
 
 
-def work_dir(kind: str) -> tempfile.TemporaryDirectory:
-    """A private scratch folder ``<tmp>/edgebert-<kind>-<pid>-<random>``, removed when the block ends;
-    the pid in the name lets ``remove_stale_work_dirs`` clean up after a killed process."""
-    return tempfile.TemporaryDirectory(prefix=f"edgebert-{kind}-{os.getpid()}-")
+@contextlib.contextmanager
+def work_dir(kind: str) -> Iterator[str]:
+    """A private scratch folder ``<tmp>/edgebert-<kind>-<pid>-<random>`` for the block (its path, a
+    string), removed when the block ends; the pid in the name lets ``remove_stale_work_dirs`` clean up
+    after a killed process. A full disk there is one error that says to set ``TMPDIR``."""
+    with tempfile.TemporaryDirectory(prefix=f"edgebert-{kind}-{os.getpid()}-") as folder:
+        with writing_place(folder, "scratch"):
+            yield folder
 
 
 def remove_stale_work_dirs(root: str | os.PathLike | None = None) -> list[Path]:

@@ -9,13 +9,17 @@ The rule, for every command that writes a folder:
    writes (its ``names``) and refuses, listing them, when the folder holds anything else.
 3. Everything is checked before the first write; a run that fails before it has something worth
    keeping (``keep``) removes what it created, so a folder is never left half-written.
-4. Temp files of writers that were killed (``.<name>.eb<pid>-*.tmp``, see ``fileio``) are removed when
+4. Temp files of writers that were killed (``.<name>.eb<pid>-*.tmp``, see ``atomic``) are removed when
    a command opens the folder again.
+5. One run at a time: from its first write until it has published, a run holds the folder's lock
+   (``locks``) and checks again that the folder is still what it checked; publishing never replaces
+   a folder another run wrote meanwhile. The run that comes second fails with one line saying so.
 
 ``OutputDir(path, command, names=...)`` checks (writes nothing); ``with out.writing(): ...`` creates
 the folder and cleans up on failure. OS errors on the path become one-line ``OutputError``\\ s naming it.
 Folders written before markers existed are recognised when every entry is one of the command's names
-and its ``signature`` file is there (e.g. a training run's ``training_state.pt``).
+and its ``signature`` file is there (e.g. a training run's ``training_state.pt``). Output *files*
+(``attention --out``) follow the same rule: ``edgebert.files.outfiles``.
 """
 
 from __future__ import annotations
@@ -28,18 +32,14 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from edgebert.errors import CheckpointError, ConfigError, OutputError
-from edgebert.files.atomic import atomic_dir, is_stale_temp, remove_path, remove_stale_temps, write_json
+from edgebert.errors import CheckpointError, ConfigError, EdgebertError, OutputError
+from edgebert.files.atomic import (PublishRace, atomic_dir, is_stale_temp, remove_path, remove_stale_temps,
+                                   write_json)
+from edgebert.files.failures import os_error, writing_place
+from edgebert.files.locks import is_lock_file, output_lock
 
 MARKER = ".edgebert-out.json"
-
-
-def os_error(path: Path, exc: OSError, doing: str = "write") -> OutputError:
-    """An ``OSError`` on a user's path as one line that names the path."""
-    reason = exc.strerror or type(exc).__name__
-    where = exc.filename if exc.filename and Path(exc.filename) != path else None
-    return OutputError(f"cannot {doing} {path}: {reason}" + (f" ({where})" if where else ""),
-                       "choose a path you can write to")
+__all__ = ["MARKER", "OutputDir", "check_creatable", "os_error", "raced", "read_marker"]
 
 
 def _first_existing(path: Path) -> Path:
@@ -62,13 +62,29 @@ def check_creatable(path: Path, what: str = "--out") -> None:
                           "choose a path you can write to")
 
 
-def check_output_file(path: str | os.PathLike, what: str = "--out") -> Path:
-    """An output *file* (e.g. a picture): not a folder, and its folder can be made. Writes nothing."""
-    path = Path(path)
-    if path.is_dir():
-        raise OutputError(f"{what} {path} is a folder, not a file", f"name a file, e.g. {path / 'attn.png'}")
-    check_creatable(path.parent, what)
-    return path
+def raced(path: Path) -> OutputError:
+    """The loser of two runs given the same output: one line naming it."""
+    return OutputError(f"another run wrote {path} after this run checked it",
+                       "this run published nothing; choose a new or empty output path")
+
+
+@contextlib.contextmanager
+def locked_parent(path: Path) -> Iterator[Path | None]:
+    """Make the parents of ``path`` and hold its lock (``locks``) for the block; yields the topmost
+    folder made (None if all were there). A failure removes the parents it made (if still empty)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise os_error(path, exc, "create") from exc
+    try:
+        with output_lock(path):
+            yield missing[-1] if missing else None
+    except BaseException:
+        for folder in missing[1:]:        # the parents only; the path itself is its owner's to remove
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 def read_marker(folder: Path) -> dict | None:
@@ -99,31 +115,35 @@ class OutputDir:
         self.resume, self.overwrite = bool(resume), bool(overwrite)
         if self.resume and self.overwrite:
             raise ConfigError("--resume continues a run, --overwrite starts it again", "pass one of the two")
-        self.state = self._check(signature, flags)   # new | empty | resume | overwrite
-        self._made: Path | None = None                 # the topmost folder this run created
+        self._signature, self._flags = signature, flags
+        self.state = self._state_of(self.path)   # new | empty | resume | overwrite
+        self._made: Path | None = None             # the topmost folder this run created
 
     # ------------------------------------------------------------------ the rule
-    def _check(self, signature: str | None, flags: str) -> str:
+    def _state_of(self, folder: Path) -> str:
+        """The rule applied to ``folder`` (the output path, or the same folder moved aside to be
+        replaced); messages name the output path."""
         path, who = self.path, f"`edgebert {self.command}`"
-        if path.is_symlink() and not path.exists():
+        if folder.is_symlink() and not folder.exists():
             raise OutputError(f"{path} is a broken symlink", "choose a new or empty folder")
-        if path.exists() and not path.is_dir():
+        if folder.exists() and not folder.is_dir():
             raise OutputError(f"{path} is a file, not a folder", "choose a new or empty folder")
-        if not path.exists():
+        if not folder.exists():
             if self.resume:
                 raise CheckpointError(f"cannot resume: {path} does not exist", "run without --resume to start")
             check_creatable(path)
             return "new"
         try:
-            entries = [p for p in path.iterdir() if not is_stale_temp(p)]
+            entries = [p for p in folder.iterdir() if not (is_stale_temp(p) or is_lock_file(p))]
         except OSError as exc:
             raise os_error(path, exc, "read") from exc
         if not entries:
             if self.resume:
                 raise CheckpointError(f"cannot resume: {path} is empty", "run without --resume to start")
             return "empty"
-        marker = read_marker(path)
+        marker = read_marker(folder)
         names = [p.name for p in entries]
+        signature = self._signature
         ours = (marker.get("command") == self.command if marker
                 else bool(signature) and signature in names and all(_matches(n, self.names) for n in names))
         if not ours:
@@ -136,7 +156,7 @@ class OutputDir:
             return "resume"
         if not self.overwrite:
             raise OutputError(f"{path} already holds the output of {who}",
-                              f"pass {flags} to reuse it, or choose another folder")
+                              f"pass {self._flags} to reuse it, or choose another folder")
         foreign = sorted(n for n in names if not _matches(n, self.names))
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
@@ -144,15 +164,30 @@ class OutputDir:
                               "move them away or choose another folder")
         return "overwrite"
 
+    def recheck(self, folder: Path | None = None) -> None:
+        """Raise the one-line ``raced`` error unless ``folder`` (default: the output path) is still
+        what construction checked (a new folder and an empty one count as the same)."""
+        try:
+            now = self._state_of(folder or self.path)
+        except EdgebertError as exc:
+            raise raced(self.path) from exc
+        if now != self.state and not {now, self.state} <= {"new", "empty"}:
+            raise raced(self.path)
+
     # ------------------------------------------------------------------ writing
     def create(self) -> Path:
-        """Make the folder (and its marker); with ``overwrite``, delete this command's old entries."""
+        """Make the folder (and its marker); with ``overwrite``, delete this command's old entries.
+        Done under the folder's lock, after checking it again."""
+        with locked_parent(self.path) as made:
+            return self._create(made)
+
+    def _create(self, made: Path | None) -> Path:
+        self.recheck()
         path = self.path
         try:
-            if self.state == "new":
-                missing = [p for p in (path, *path.parents) if not p.exists()]
-                path.mkdir(parents=True, exist_ok=True)
-                self._made = missing[-1] if missing else None
+            if not path.exists():
+                path.mkdir(exist_ok=True)
+                self._made = made
             remove_stale_temps(path)
             if self.state == "overwrite":
                 for entry in path.iterdir():
@@ -171,13 +206,20 @@ class OutputDir:
     @contextlib.contextmanager
     def staged(self) -> Iterator[Path]:
         """For a command that writes its folder as a whole (export, import-hf): yield a temp folder
-        beside it, which replaces it only when the block succeeds (``fileio.atomic_dir``); a failure
-        leaves the folder as it was. Killed writers' temp folders beside it are removed first."""
+        beside it, which replaces it only when the block succeeds (``atomic.atomic_dir``); a failure
+        leaves the folder as it was. The folder's lock is held for the block, and what is replaced
+        is checked again once moved aside (a folder another run published meanwhile is never
+        replaced: ``raced``). Killed writers' temp folders beside it are removed first."""
         if self.path.parent.is_dir():
             remove_stale_temps(self.path.parent)
-        with atomic_dir(self.path) as tmp:
-            self._marker(tmp)
-            yield tmp
+        with locked_parent(self.path):
+            self.recheck()
+            try:
+                with atomic_dir(self.path, accept_old=self.recheck, kind="out") as tmp:
+                    self._marker(tmp)
+                    yield tmp
+            except PublishRace as exc:
+                raise raced(self.path) from exc
 
     def discard(self) -> None:
         """Remove what this run created: the folder it made, or (a folder that was empty or is being
@@ -194,15 +236,17 @@ class OutputDir:
     @contextlib.contextmanager
     def writing(self, keep: Callable[[], bool] | None = None, enabled: bool = True) -> Iterator[Path]:
         """``create()``, run the block, and on any failure ``discard()`` unless ``keep()`` says the
-        folder now holds something worth keeping (e.g. a committed checkpoint). ``enabled=False``
-        (other processes of a torchrun job) does neither."""
+        folder now holds something worth keeping (e.g. a committed checkpoint). The folder's lock is
+        held for the whole block. ``enabled=False`` (other processes of a torchrun job) does neither."""
         if not enabled:
             yield self.path
             return
-        self.create()
-        try:
-            yield self.path
-        except BaseException:
-            if not (keep and keep()):
-                self.discard()
-            raise
+        with locked_parent(self.path) as made:
+            self._create(made)
+            try:
+                with writing_place(self.path, "out"):   # a full disk is named before discard() frees it
+                    yield self.path
+            except BaseException:
+                if not (keep and keep()):
+                    self.discard()
+                raise

@@ -49,15 +49,25 @@ def _not_utf8(path: Path, data: bytes, exc: UnicodeDecodeError) -> DataError:
                      "convert the file to UTF-8, e.g. with iconv")
 
 
+def unreadable(path: Path, exc: OSError, what: str = "file") -> DataError:
+    """An OS error while reading an input (EIO on ``/proc/self/mem``, a permission) as one line naming it."""
+    return DataError(f"cannot read {what} {path}: {exc.strerror or type(exc).__name__}",
+                     "pass a file you can read")
+
+
 def read_utf8(path: str | Path, what: str = "file", hint: str = "check the path") -> str:
     """The text of a UTF-8 file (a leading BOM dropped); DataError naming ``what`` and the file if it
-    is missing or not a file, and the line and column of the first byte that is not UTF-8."""
+    is missing, not a file or cannot be read, and the line and column of the first byte that is not
+    UTF-8."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"{what} {path} not found", hint)
     if not path.is_file():
         raise DataError(f"{what} {path} is not a file")
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise unreadable(path, exc, what) from exc
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
@@ -96,7 +106,7 @@ def iter_texts(path: str | Path, limit: int | None = None, *, pairs: bool = Fals
                what: str = "text file", hint: str = "pass a text file, a TSV with a 'sentence' column, "
                                                     "or WikiText raw") -> Iterator[Text]:
     """Texts of ``path`` in file order, at most ``limit``; DataError (naming ``what``) if the file is
-    missing, not UTF-8 or holds no text. Nothing is read past what the caller takes."""
+    missing, unreadable, not UTF-8 or holds no text. Nothing is read past what the caller takes."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{what} {path} not found", hint)
@@ -119,6 +129,8 @@ def iter_texts(path: str | Path, limit: int | None = None, *, pairs: bool = Fals
     except UnicodeDecodeError:
         read_utf8(path, what)    # raises the error that names the line and column
         raise
+    except OSError as exc:
+        raise unreadable(path, exc, what) from exc
     if count == 0:
         raise DataError(f"{path} holds no text", "pass a file with at least one sentence")
 

@@ -3,8 +3,10 @@
 An ``.onnx`` file is a protobuf ``ModelProto``; its ``graph`` field holds ``input`` and ``output``
 ``ValueInfoProto``\\ s (name, element type, shape). This reads just those, walking the wire format and
 skipping everything else (weights included) through a memory map, so checking a bundle's graphs on
-load costs milliseconds whatever their size. ``edgebert.bundle`` uses it to check that a manifest
-agrees with its graphs before any session is made.
+load costs milliseconds whatever their size. ``read_graph`` also gives every initializer's name and
+dims (never its data): the embedding tables say how many token ids, positions and token types a graph
+takes. ``edgebert.bundle`` uses it to check that a manifest and its tokenizer agree with its graphs
+before any session is made.
 """
 
 from __future__ import annotations
@@ -100,9 +102,33 @@ def _value_info(buf, span) -> TensorInfo:
     return TensorInfo(name, dtype, shape)
 
 
-def graph_io(path: str | os.PathLike) -> tuple[list[TensorInfo], list[TensorInfo]]:
-    """(inputs, outputs) of the ONNX model at ``path``; ``NotOnnx`` if it is not one. Initializers
-    listed as graph inputs (old exporters do that) are left out."""
+@dataclass(frozen=True)
+class DeclaredGraph:
+    """What an ONNX file declares: its inputs and outputs (initializers listed as inputs left out) and
+    the dims of every initializer, by name."""
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    initializers: dict[str, tuple[int, ...]]
+
+
+def _dims(buf, span) -> tuple[str, tuple[int, ...]]:
+    """(name, dims) of a TensorProto: dims is field 1 (packed or not), name field 8."""
+    name, dims = "", []
+    for number, wire, value in _fields(buf, *span):
+        if number == 1 and wire == 0:
+            dims.append(value)
+        elif number == 1 and wire == 2:
+            i, end = value
+            while i < end:
+                dim, i = _varint(buf, i, end)
+                dims.append(dim)
+        elif number == 8 and wire == 2:
+            name = _text(buf, value)
+    return name, tuple(dims)
+
+
+def read_graph(path: str | os.PathLike) -> DeclaredGraph:
+    """The inputs, outputs and initializer dims of the ONNX model at ``path``; ``NotOnnx`` if it is not one."""
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
@@ -111,7 +137,7 @@ def graph_io(path: str | os.PathLike) -> tuple[list[TensorInfo], list[TensorInfo
             graph = next((v for n, w, v in _fields(buf, 0, size) if n == 7 and w == 2), None)
             if graph is None:
                 raise NotOnnx("no graph")
-            inputs, outputs, initializers = [], [], set()
+            inputs, outputs, initializers = [], [], {}
             for number, wire, value in _fields(buf, *graph):
                 if wire != 2:
                     continue
@@ -119,6 +145,14 @@ def graph_io(path: str | os.PathLike) -> tuple[list[TensorInfo], list[TensorInfo
                     inputs.append(_value_info(buf, value))
                 elif number == 12:
                     outputs.append(_value_info(buf, value))
-                elif number == 5:                             # TensorProto: name is field 8
-                    initializers.update(_text(buf, v) for n, w, v in _fields(buf, *value) if n == 8 and w == 2)
-    return [i for i in inputs if i.name not in initializers], outputs
+                elif number == 5:                             # TensorProto
+                    name, dims = _dims(buf, value)
+                    initializers[name] = dims
+    return DeclaredGraph([i for i in inputs if i.name not in initializers], outputs, initializers)
+
+
+def graph_io(path: str | os.PathLike) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """(inputs, outputs) of the ONNX model at ``path``; ``NotOnnx`` if it is not one. Initializers
+    listed as graph inputs (old exporters do that) are left out."""
+    graph = read_graph(path)
+    return graph.inputs, graph.outputs

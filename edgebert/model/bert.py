@@ -1,4 +1,5 @@
-"""BERT in one file: embeddings, post-LN transformer encoder, pooler, and the task heads.
+"""BERT in one file: embeddings, post-LN transformer encoder, pooler, and the task heads (pretraining,
+masked LM, sequence and token classification, question answering spans, multiple choice).
 
 Parameter names follow Hugging Face BERT exactly (``embeddings.word_embeddings.weight``,
 ``encoder.layer.N.attention.self.query.weight``, ``cls.predictions.transform.dense.weight`` ...), so
@@ -66,8 +67,23 @@ class MaskedLMOutput:
 @dataclass
 class ClassifierOutput:
     loss: torch.Tensor | None
-    logits: torch.Tensor                               # (B, C) or (B, T, C) for tokens
+    logits: torch.Tensor                               # (B, C), (B, T, C) for tokens, (B, choices) for MC
     encoder: EncoderOutput
+
+
+@dataclass
+class SpanOutput:
+    """A question-answering head's output: a start and an end score for every token."""
+
+    loss: torch.Tensor | None
+    start_logits: torch.Tensor                         # (B, T)
+    end_logits: torch.Tensor                           # (B, T)
+    encoder: EncoderOutput
+
+    @property
+    def span_logits(self) -> torch.Tensor:
+        """(B, 2, T): start scores in row 0, end scores in row 1 (one softmax over T per row)."""
+        return torch.stack([self.start_logits, self.end_logits], dim=1)
 
 
 # --------------------------------------------------------------------------- encoder blocks
@@ -381,12 +397,72 @@ class BertForTokenClassification(nn.Module):
         return ClassifierOutput(loss, logits, enc)
 
 
+def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
+              end_positions: torch.Tensor) -> torch.Tensor:
+    """Mean of the start and end cross-entropies over the T positions, as transformers computes it
+    (positions beyond the sequence are clamped to T and ignored)."""
+    ignored = start_logits.shape[1]
+    start = F.cross_entropy(start_logits.float(), start_positions.view(-1).clamp(0, ignored), ignore_index=ignored)
+    end = F.cross_entropy(end_logits.float(), end_positions.view(-1).clamp(0, ignored), ignore_index=ignored)
+    return (start + end) / 2
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Extractive question answering (SQuAD): a start and an end logit per token from one
+    ``qa_outputs`` Linear(H, 2), as transformers' class of the same name (no pooler, no dropout)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.config = cfg
+        self.bert = BertModel(cfg, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
+        _init_heads(self, cfg, self.qa_outputs)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
+                end_positions=None, output_hidden_states=False, output_attentions=False):
+        enc = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
+        logits = self.qa_outputs(enc.last_hidden_state)                      # (B, T, 2)
+        start_logits, end_logits = logits.split(1, dim=-1)
+        start_logits = start_logits.squeeze(-1).contiguous()                 # (B, T)
+        end_logits = end_logits.squeeze(-1).contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        return SpanOutput(loss, start_logits, end_logits, enc)
+
+
+class BertForMultipleChoice(nn.Module):
+    """One score per choice: input (B, choices, T) runs as B*choices sequences through the encoder,
+    the pooled [CLS] of each through ``classifier`` Linear(H, 1) -> (B, choices) logits (transformers'
+    ``BertForMultipleChoice`` names and numbers)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.config = cfg
+        self.bert = BertModel(cfg, add_pooling_layer=True)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.classifier = nn.Linear(cfg.hidden_size, 1)
+        _init_heads(self, cfg, self.classifier)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
+                output_hidden_states=False, output_attentions=False):
+        choices = input_ids.shape[1]
+        flat = lambda x: None if x is None else x.reshape(-1, x.shape[-1])  # noqa: E731  (B*choices, T)
+        enc = self.bert(flat(input_ids), flat(attention_mask), flat(token_type_ids), output_hidden_states,
+                        output_attentions)
+        logits = self.classifier(self.dropout(enc.pooler_output)).view(-1, choices)   # (B, choices)
+        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        return ClassifierOutput(loss, logits, enc)
+
+
 MODEL_CLASSES: dict[str, type[nn.Module]] = {
     "BertModel": BertModel,
     "BertForPreTraining": BertForPreTraining,
     "BertForMaskedLM": BertForMaskedLM,
     "BertForSequenceClassification": BertForSequenceClassification,
     "BertForTokenClassification": BertForTokenClassification,
+    "BertForQuestionAnswering": BertForQuestionAnswering,
+    "BertForMultipleChoice": BertForMultipleChoice,
 }
 
 

@@ -6,7 +6,6 @@ Validated at construction; named presets ``tiny`` (tests), ``small``, ``base``, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ConfigError
+from edgebert.files.jsonfile import read_json_object
 
 # Architectures we can build, in Hugging Face naming (config.json "architectures").
 ARCHITECTURES = (
@@ -22,6 +22,8 @@ ARCHITECTURES = (
     "BertForMaskedLM",
     "BertForSequenceClassification",
     "BertForTokenClassification",
+    "BertForQuestionAnswering",       # SQuAD span head: qa_outputs, start/end logits
+    "BertForMultipleChoice",          # one score per choice: (batch, choices, sequence) input
 )
 
 
@@ -185,12 +187,7 @@ class BertConfig:
             path = path / "config.json"
         if not path.exists():
             raise CheckpointError(f"{path} not found", "pass a model directory with a config.json")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
-        if not isinstance(d, dict):
-            raise ConfigError(f"{path} must hold a JSON object")
+        d = read_json_object(path)
         try:
             return cls.from_hf_dict(d)
         except TypeError as exc:

@@ -99,6 +99,8 @@ def distill_student(cfg: PipelineConfig, teacher: Path, log: StageLog, console) 
 def export_student(cfg: PipelineConfig, student: Path, calib: Path, log: StageLog) -> tuple[Path, dict]:
     from exporters import ExportConfig, export_bundle
 
+    from ..bundle import read_manifest
+
     # validation at batch 1 and 3 (x seq 7, 64 and the model's max): the fp32 and INT8 graphs are checked at
     # untraced shapes with padding as always, without the batch-8 x 512 case that doubles the export time
     ecfg = ExportConfig(model_dir=student, out_dir=cfg.out / "bundle", task="embed", int8=True, calib=calib,
@@ -106,12 +108,13 @@ def export_student(cfg: PipelineConfig, student: Path, calib: Path, log: StageLo
                         validation_batch_sizes=(1, 3))
     log("export", "fused fp32 + INT8 (portable target: outlier split, calibrated scales, accuracy gate)")
     r = export_bundle(ecfg, on_step=lambda message: log("export", message))
-    fp32, int8 = r.manifest["models"]["fp32"], r.manifest["models"]["int8"]
-    quant = int8["quantization"]
-    figures = {"dir": str(r.bundle_dir), "seconds": round(r.seconds, 1), "fused_ops": fp32["fused_ops"],
-               "fp32_max_abs_diff": fp32["validation"]["max_abs_diff"],
-               "int8_max_abs_diff": int8["validation"]["max_abs_diff"],
-               "int8_accuracy": {k: v for k, v in (int8["accuracy"] or {}).items() if k != "sensitivity"},
+    models = read_manifest(r.bundle_dir).models
+    fp32, int8 = models["fp32"], models["int8"]
+    quant = int8.quantization
+    figures = {"dir": str(r.bundle_dir), "seconds": round(r.seconds, 1), "fused_ops": fp32.get_extra("fused_ops"),
+               "fp32_max_abs_diff": fp32.get_extra("validation")["max_abs_diff"],
+               "int8_max_abs_diff": int8.get_extra("validation")["max_abs_diff"],
+               "int8_accuracy": {k: v for k, v in (int8.get_extra("accuracy") or {}).items() if k != "sensitivity"},
                "int8_quantized_nodes": quant["quantized_nodes"], "int8_candidate_nodes": quant["candidate_nodes"],
                "int8_excluded_nodes": quant["excluded_nodes"],
                "outlier_channels": (quant.get("outlier_split") or {}).get("channels", 0)}

@@ -7,14 +7,21 @@ Needs only onnxruntime, tokenizers and numpy::
     session = EdgeSession("bundle/", provider="auto", precision="int8")
     vectors = session.embed(["a sentence", "another one"])     # (2, hidden), unit norm
     print(session.providers, session.provider_notes)            # what really runs, and why
+
+Every failure is an ``edgebert.errors`` type: ``BundleError`` (a bundle whose parts disagree),
+``DataError`` (an input the graph cannot take), ``RuntimeFault`` (onnxruntime failed, or an output
+holds NaN / infinity), ``ProviderUnavailable``, ``ConfigError``. onnxruntime's own log stays off stderr
+unless ``EDGEBERT_ORT_LOG_LEVEL`` (0 verbose ... 4 fatal) or ``EdgeSession(ort_log_level=...)`` asks for it.
 """
 
-from ..errors import BundleError, ProviderUnavailable
+from ..errors import BundleError, ProviderUnavailable, RuntimeFault
+from .numeric import softmax
 from .providers import PROVIDERS, ProviderStatus, probe
 from .results import ClassificationResult, MaskPrediction
-from .session import POOLINGS, EdgeSession, softmax
+from .session import POOLINGS, EdgeSession
 from .tagging import AGGREGATIONS
 from .text import Encoded, pad_batch
 
 __all__ = ["EdgeSession", "ClassificationResult", "MaskPrediction", "ProviderStatus", "probe",
-           "PROVIDERS", "POOLINGS", "AGGREGATIONS", "BundleError", "ProviderUnavailable", "Encoded", "pad_batch", "softmax"]
+           "PROVIDERS", "POOLINGS", "AGGREGATIONS", "BundleError", "ProviderUnavailable", "RuntimeFault", "Encoded",
+           "pad_batch", "softmax"]

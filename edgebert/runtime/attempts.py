@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..bundle import Manifest, bundle_file
 from ..errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
 from .graphs import ModelChoice, choose_model
 from .hostcpu import HostCpu
@@ -97,7 +98,7 @@ class SessionRequest:
     """What the caller asks for: provider, precision, and the limits the session must hold."""
 
     bundle_dir: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     provider: str
     precision: str
     host: HostCpu
@@ -113,8 +114,8 @@ def trt_profile_for(request: SessionRequest, choice: ModelChoice) -> TrtProfile:
     text of one token up."""
     if request.trt_profile is not None:
         profile = request.trt_profile
-    elif choice.entry.get("tensorrt_profile"):
-        profile = TrtProfile.from_manifest(choice.entry["tensorrt_profile"])
+    elif choice.entry.tensorrt_profile:
+        profile = TrtProfile.from_manifest(dict(choice.entry.tensorrt_profile))
     else:
         profile = TrtProfile.default(request.max_length)
     if request.max_length > profile.max[1] or profile.min != (1, 1):
@@ -125,9 +126,9 @@ def trt_profile_for(request: SessionRequest, choice: ModelChoice) -> TrtProfile:
 
 
 def _check_standard_ops(choice: ModelChoice) -> None:
-    domains = choice.entry.get("op_domains") or []
+    domains = choice.entry.get_extra("op_domains") or []
     if not choice.standard_ops or "com.microsoft" in domains:
-        raise BundleError(f"{choice.file} is not a standard-op graph (graph {choice.entry.get('graph')!r}, "
+        raise BundleError(f"{choice.file} is not a standard-op graph (graph {choice.entry.graph!r}, "
                           f"domains {domains}); TensorRT is only given graphs without com.microsoft ops",
                           "re-export with --tensorrt")
 
@@ -180,11 +181,11 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
             profile = trt_profile_for(request, choice)
     except EdgebertError as exc:
         raise _Failed(Attempt(provider, None, NO_GRAPH, exc.one_line()), exc) from exc
-    model_file = request.bundle_dir / choice.file
+    model_file = bundle_file(request.bundle_dir, choice.file)
     if not model_file.is_file():
         error = BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
         raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error)
-    input_names = [i["name"] for i in request.manifest["inputs"]]
+    input_names = request.manifest.input_names
     if profile is not None:
         engine, timing = trt_cache_dirs(model_file, request.precision, profile, request.trt_cache_dir)
         engine.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ right *there*. Torch-free (onnxruntime, tokenizers, numpy).
    it the report says so and the verdict stays the gate's).
 
 Pass when the measured loss fits the budget (``--max-accuracy-loss``, else the one the export gated
-with); every failure names its reason.
+with); every failure names its reason: a bundle whose files, tokenizer or graphs disagree, or whose
+graphs fail or give NaN on this machine, is a ``FAIL:`` line with the typed error's message.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..bundle import int8_graphs, read_manifest, verify_files
+from ..bundle import ModelEntry, read_manifest, verify_files
 from ..errors import BundleError, EdgebertError
 from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
 from .fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker
@@ -85,8 +86,8 @@ class CheckReport:
         return out
 
 
-def _describe_graph(entry: dict[str, Any], host) -> dict[str, Any]:
-    exact = bool((entry.get("requires") or {}).get("u8s8_exact", True))
+def _describe_graph(entry: ModelEntry, host) -> dict[str, Any]:
+    exact = entry.needs_exact_u8s8
     if not exact:
         here = "exact (weights cannot saturate)"
     elif not host.saturates:
@@ -95,7 +96,7 @@ def _describe_graph(entry: dict[str, Any], host) -> dict[str, Any]:
         here = f"exact only with {PRECISION_OPTION}=1 (slower)"
     else:
         here = "WRONG here (saturating kernel, no fix)"
-    return {"target": str(entry.get("target")), "file": str(entry.get("file")), "here": here,
+    return {"target": str(entry.target), "file": entry.file, "here": here,
             "needs": "exact U8S8 (VNNI / ARM64)" if exact else "nothing (exact on any x86-64 / ARM64)"}
 
 
@@ -119,17 +120,18 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     bundle_dir = Path(bundle_dir)
     manifest = read_manifest(bundle_dir)
     host = detect_host()
-    report = CheckReport(str(bundle_dir), manifest["task"], False, "", {**host.as_dict(), "summary": host.summary()})
+    task = manifest.task
+    report = CheckReport(str(bundle_dir), task, False, "", {**host.as_dict(), "summary": host.summary()})
     try:
         verify_files(bundle_dir, manifest)
     except BundleError as exc:
         report.reason = f"FAIL: bundle files do not match the manifest: {exc.one_line()}"
         return report
-    graphs = int8_graphs(manifest)
+    graphs = manifest.int8_graphs()
     report.graphs = [_describe_graph(e, host) for e in graphs.values()]
     texts, report.texts = _texts(Path(data) if data is not None else None, max_texts)
-    if manifest["task"] not in OUTPUT:
-        report.reason = f"FAIL: no fidelity metric for task {manifest['task']!r} in this edgebert"
+    if task not in OUTPUT:
+        report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"
         return report
     if not graphs:
         report.reason = "FAIL: the bundle has no INT8 graph to check (re-export with --int8)"
@@ -143,17 +145,18 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         return report
     choice = int8.int8_choice
     report.chosen = choice.as_dict()
-    entry = choice.entry
-    report.export_fidelity = {k: v for k, v in (entry.get("accuracy") or {}).items()
-                              if k in ("metric", "mean", "min", "n", "loss")} or None
-    budget = max_accuracy_loss
-    if budget is None:
-        budget = (entry.get("accuracy") or {}).get("max_accuracy_loss")
-    report.budget = float(budget if budget is not None else DEFAULT_BUDGETS[manifest["task"]])
-    fidelity, report.speed = _measure(fp32, int8, manifest["task"], texts)
+    accuracy = choice.entry.get_extra("accuracy") or {}
+    report.export_fidelity = {k: v for k, v in accuracy.items() if k in ("metric", "mean", "min", "n", "loss")} or None
+    budget = max_accuracy_loss if max_accuracy_loss is not None else accuracy.get("max_accuracy_loss")
+    report.budget = float(budget if budget is not None else DEFAULT_BUDGETS[task])
+    try:
+        fidelity, report.speed = _measure(fp32, int8, task, texts)
+        if task == "token-cls" and data is not None and is_conll(data):
+            report.entities = _entity_scores({"fp32": fp32, "int8": int8}, Path(data), max_texts)
+    except EdgebertError as exc:        # the graphs fail, or give NaN, on this machine
+        report.reason = f"FAIL: {exc.one_line()}"
+        return report
     report.fidelity = fidelity.as_dict()
-    if manifest["task"] == "token-cls" and data is not None and is_conll(data):
-        report.entities = _entity_scores({"fp32": fp32, "int8": int8}, Path(data), max_texts)
     where = f"this {host.kind} CPU"
     summary = (f"{fidelity.metric} {fidelity.mean:.5f}, loss {fidelity.loss:.5f} "
                f"{'<=' if fidelity.loss <= report.budget else '>'} budget {report.budget:g}, "

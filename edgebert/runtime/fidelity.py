@@ -13,6 +13,12 @@ Agreement moves in steps of 1/n, too coarse to rank single graph nodes on a few 
 comparison also yields a continuous ``distance``: 1 - cosine (embed), total-variation distance of the
 softmax (cls; token-cls: per token, averaged over the real tokens), |p_ref - p_ours| of the
 reference's top-1 token (mlm).
+
+``FidelityTracker`` is the one tracker of these metrics: the INT8 gate and ``check`` feed it the task
+output (``add`` / ``add_outputs``); ``edgebert bench`` feeds it every output of both runs
+(``add_runs``), which also keeps the largest element-wise differences (of the output over the positions
+the metric counts, of the softmax for cls / token-cls, of ``pooler_output`` for embed) and counts the
+texts whose outputs hold a NaN or an infinity: such a comparison is a failure, never a small difference.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .numeric import nonfinite_rows, softmax
 
 METRICS = {"embed": "cosine", "cls": "label_agreement", "mlm": "top1_agreement",
            "token-cls": "token_label_agreement"}
@@ -32,11 +40,6 @@ TOKEN_TASKS = ("mlm", "token-cls")      # scored per token: the result also coun
 # real tokens, half the sentence-label budget: one flipped token can split, cut or invent an entity, and
 # CoNLL-2003 has about one entity per 8 words (see TOKEN_CLS_BUDGET_NOTE).
 DEFAULT_BUDGETS = {"embed": 0.005, "cls": 0.01, "mlm": 0.02, "token-cls": 0.005}
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -93,6 +96,11 @@ class Fidelity:
     loss: float           # 1 - mean
     distance: float       # continuous companion of the loss
     tokens: int | None = None
+    # ``FidelityTracker.add_runs`` only (bench): largest differences, texts with non-finite outputs
+    max_abs_diff: float | None = None
+    prob_max_abs_diff: float | None = None      # cls, token-cls
+    pooler_max_abs_diff: float | None = None    # embed
+    non_finite: int | None = None
 
     def as_dict(self) -> dict:
         # loss is derived from the rounded mean, so the two always agree in the written figures
@@ -104,8 +112,22 @@ class Fidelity:
         return d
 
 
+def compared_positions(task: str, output: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The part of a task output the metric looks at: real tokens (embed, mlm), the tokens between
+    [CLS] and [SEP] (token-cls), every row (cls)."""
+    if task == "cls":
+        return output
+    return output[inner_tokens(mask) if task == "token-cls" else mask.astype(bool)]
+
+
+def _largest(current: float | None, diff: np.ndarray) -> float:
+    """The larger of ``current`` and the largest of ``diff``; NaN wins (``max(0.0, nan)`` would be 0.0)."""
+    return float(np.maximum(current or 0.0, np.max(diff, initial=0.0)))
+
+
 class FidelityTracker:
-    """Accumulates ``compare`` over batches: ``add(ref_summary, got_summary, rows)``, then ``result()``."""
+    """Accumulates ``compare`` over batches: ``add(ref_summary, got_summary, rows)``, ``add_outputs``
+    or ``add_runs`` (bench), then ``result()``."""
 
     def __init__(self, task: str):
         if task not in METRICS:
@@ -114,6 +136,8 @@ class FidelityTracker:
         self.scores: list[np.ndarray] = []
         self.distances: list[np.ndarray] = []
         self.texts = 0
+        self.diffs: dict[str, float] = {}    # add_runs: largest |ours - reference| per figure
+        self.non_finite: int | None = None   # add_runs: texts whose outputs hold a NaN or an infinity
 
     def add(self, ref: dict[str, np.ndarray], got: dict[str, np.ndarray], texts: int) -> None:
         score, distance = compare(self.task, ref, got)
@@ -124,9 +148,28 @@ class FidelityTracker:
     def add_outputs(self, ref_output: np.ndarray, got_output: np.ndarray, mask: np.ndarray) -> None:
         self.add(summarize(self.task, ref_output, mask), summarize(self.task, got_output, mask), len(mask))
 
+    def add_runs(self, ref: dict[str, np.ndarray], got: dict[str, np.ndarray], mask: np.ndarray) -> None:
+        """Every output of one batch from two runs: the metric (``add_outputs``), the largest differences
+        and the count of texts with a non-finite output in ``got``."""
+        output = OUTPUT[self.task]
+        with np.errstate(invalid="ignore", over="ignore"):
+            self.add_outputs(ref[output], got[output], mask)
+            ours, theirs = (compared_positions(self.task, o[output], mask) for o in (got, ref))
+            self.diffs["max_abs_diff"] = _largest(self.diffs.get("max_abs_diff"), np.abs(ours - theirs))
+            if self.task in ("cls", "token-cls"):
+                self.diffs["prob_max_abs_diff"] = _largest(self.diffs.get("prob_max_abs_diff"),
+                                                           np.abs(softmax(ours) - softmax(theirs)))
+            if self.task == "embed":
+                pooler = [o["pooler_output"] for o in (got, ref) if "pooler_output" in o]
+                diff = np.abs(pooler[0] - pooler[1]) if len(pooler) == 2 else np.zeros(0)
+                self.diffs["pooler_max_abs_diff"] = _largest(self.diffs.get("pooler_max_abs_diff"), diff)
+        bad = max((nonfinite_rows(v) for v in got.values()), default=0)
+        self.non_finite = (self.non_finite or 0) + bad
+
     def result(self) -> Fidelity:
         scores = np.concatenate(self.scores) if self.scores else np.zeros(0)
         distance = float(np.concatenate(self.distances).mean()) if self.distances else 0.0
         mean = float(scores.mean()) if len(scores) else float("nan")
         return Fidelity(METRICS[self.task], mean, float(scores.min()) if self.task == "embed" and len(scores) else None,
-                        self.texts, 1.0 - mean, distance, tokens=len(scores) if self.task in TOKEN_TASKS else None)
+                        self.texts, 1.0 - mean, distance, tokens=len(scores) if self.task in TOKEN_TASKS else None,
+                        non_finite=self.non_finite, **self.diffs)

@@ -23,9 +23,8 @@ TensorRT subgraphs whose inputs have no shape profile. Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from ..bundle import entry_providers
+from ..bundle import Manifest, ModelEntry
 from ..errors import BundleError
 from .hostcpu import HostCpu
 from .int8_choice import GraphChoice, choose_int8
@@ -42,27 +41,31 @@ EXPORT_FLAG = {"fp32-trt": "--tensorrt", "int8-trt": "--tensorrt --int8", "fp32-
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """The model entry ``provider`` loads for ``precision``, and notes on the choice."""
+    """The model entry ``provider`` loads for ``precision``, and notes on the choice (``entry`` given as
+    a dict is kept as a ``ModelEntry``)."""
 
     provider: str
     precision: str
     key: str
-    entry: dict[str, Any]
+    entry: ModelEntry
     notes: tuple[str, ...] = ()
     int8: GraphChoice | None = None       # the CPU INT8 graph choice, when one was made
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.entry, ModelEntry):
+            object.__setattr__(self, "entry", ModelEntry.from_dict(self.key, dict(self.entry)))
+
     @property
     def file(self) -> str:
-        return str(self.entry["file"])
+        return self.entry.file
 
     @property
     def standard_ops(self) -> bool:
-        return self.entry.get("graph") == "standard-ops"
+        return self.entry.graph == "standard-ops"
 
 
 def _int8_note(provider: str, choice: GraphChoice) -> str:
-    quant = choice.entry.get("quantization") or {}
-    if quant.get("mode") == "static" or quant.get("format") == "QDQ":
+    if choice.entry.is_static_qdq:
         kind = "a static QDQ S8S8 graph (QuantizeLinear / DequantizeLinear around float MatMuls)"
     else:
         kind = ("a dynamic-format INT8 graph (QAttention / MatMulInteger with uint8 activations, made for "
@@ -71,10 +74,10 @@ def _int8_note(provider: str, choice: GraphChoice) -> str:
             "no kernel for run on the CPU (see the node placement)")
 
 
-def choose_model(manifest: dict[str, Any], provider: str, precision: str, host: HostCpu,
+def choose_model(manifest: Manifest, provider: str, precision: str, host: HostCpu,
                  int8_target: str | None = None) -> ModelChoice:
     """The graph ``provider`` runs for ``precision``; ``BundleError`` saying why if there is none."""
-    models = manifest["models"]
+    models = manifest.models
     if precision == "int8" and provider in ("cpu", "cuda"):
         choice = choose_int8(manifest, host, int8_target)
         notes = (f"int8: {choice.reason}",) + ((_int8_note(provider, choice),) if provider == "cuda" else ())
@@ -83,7 +86,7 @@ def choose_model(manifest: dict[str, Any], provider: str, precision: str, host: 
         raise BundleError(f"int8_target={int8_target!r} chooses a CPU INT8 graph; {provider} runs the bundle's "
                           "TensorRT INT8 graph", "leave int8_target out for tensorrt")
     keys = CANDIDATES[(provider, precision)]
-    usable = [k for k in keys if k in models and provider in entry_providers(k, models[k])]
+    usable = [k for k in keys if k in models and provider in models[k].providers]
     if not usable:
         raise BundleError(_missing(manifest, provider, precision, keys), _hint(keys))
     key = usable[0]
@@ -97,10 +100,10 @@ def choose_model(manifest: dict[str, Any], provider: str, precision: str, host: 
     return ModelChoice(provider, precision, key, models[key], tuple(notes))
 
 
-def _missing(manifest: dict[str, Any], provider: str, precision: str, keys: tuple[str, ...]) -> str:
-    have = ", ".join(manifest["models"])
+def _missing(manifest: Manifest, provider: str, precision: str, keys: tuple[str, ...]) -> str:
+    have = ", ".join(manifest.models)
     if provider == "tensorrt" and precision == "int8":
-        cpu_int8 = [k for k, e in manifest["models"].items() if str(e.get("precision")) == "int8"]
+        cpu_int8 = [k for k, e in manifest.models.items() if e.precision == "int8"]
         why = ("its INT8 graphs are dynamic-format (QAttention / MatMulInteger / DynamicQuantizeLinear are "
                "onnxruntime CPU ops, not TensorRT layers)" if cpu_int8 else "it has no INT8 graph")
         return f"tensorrt + int8 needs the bundle's static QDQ TensorRT graph (int8-trt); {why} (it has: {have})"

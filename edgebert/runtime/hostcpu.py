@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgebert.system.environment import cpu_model, cpuinfo
+
 PROBE_FILE = Path(__file__).resolve().parents[1] / "assets" / "u8s8_probe.onnx"
 PROBE_K = 64                                  # terms in the probe's dot product
 PROBE_EXACT = PROBE_K * 255 * 127             # 2,072,640
@@ -94,18 +96,14 @@ def _machine() -> str:
 
 # ---------------------------------------------------------------------------------- flags per OS
 def _linux_flags(arch: str) -> dict[str, bool | None]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    fields = cpuinfo()
+    value = fields.get("flags", fields.get("Features"))
+    if value is None:
         return {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            words = set(value.split())
-            if arch == "x86_64":
-                return {f: f in words for f in X86_FLAGS}
-            return {"dotprod": "asimddp" in words, "i8mm": "i8mm" in words}
-    return {}
+    words = set(value.split())
+    if arch == "x86_64":
+        return {f: f in words for f in X86_FLAGS}
+    return {"dotprod": "asimddp" in words, "i8mm": "i8mm" in words}
 
 
 def _sysctl(name: str) -> str | None:
@@ -182,16 +180,6 @@ def cpu_kind(arch: str, isa: dict[str, bool | None]) -> str:
     return "unknown"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 # ---------------------------------------------------------------------------------- the probe
 def probe_u8s8(precise: bool = False) -> str:
     """Run the bundled U8S8 probe through onnxruntime: ``exact`` / ``saturating`` / ``unknown``."""
@@ -228,4 +216,4 @@ def detect_host() -> HostCpu:
         # the flags claim exact kernels but onnxruntime's saturate (an emulator or a VM that passes the
         # host's flags through): the kernels decide
         kind = "x86-avx512" if isa.get("avx512f") else "x86-avx2"
-    return HostCpu(arch, isa, kind, u8s8, fix, model=_cpu_model())
+    return HostCpu(arch, isa, kind, u8s8, fix, model=cpu_model())

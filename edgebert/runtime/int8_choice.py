@@ -14,9 +14,9 @@ Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
-from ..bundle import int8_graphs
+from ..bundle import Manifest, ModelEntry
 from ..errors import BundleError
 from .hostcpu import PRECISION_OPTION, HostCpu
 
@@ -26,60 +26,63 @@ HOST_TARGETS = {"x86-vnni": ("x86-vnni",), "arm64": ("arm64",), "x86-avx2": ("x8
 
 @dataclass(frozen=True)
 class GraphChoice:
-    """The INT8 model entry to load, session config entries to set, and why."""
+    """The INT8 model entry to load, session config entries to set, and why. ``entry`` may be given as
+    the entry's JSON (a dict); it is kept as a ``ModelEntry``."""
 
     key: str
-    entry: dict[str, Any]
+    entry: ModelEntry
     session_config: dict[str, str] = field(default_factory=dict)
     reason: str = ""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.entry, ModelEntry):
+            object.__setattr__(self, "entry", ModelEntry.from_dict(self.key, dict(self.entry)))
+
     @property
     def target(self) -> str:
-        return str(self.entry.get("target", "?"))
+        return str(self.entry.target or "?")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"model": self.key, "file": self.entry.get("file"), "target": self.target,
+        return {"model": self.key, "file": self.entry.file, "target": self.target,
                 "session_config": dict(self.session_config), "reason": self.reason}
 
 
-def _needs_exact(entry: dict[str, Any]) -> bool:
-    return bool((entry.get("requires") or {}).get("u8s8_exact", True))
-
-
-def choose_int8(manifest: dict[str, Any], host: HostCpu, target: str | None = None) -> GraphChoice:
-    """Pick the INT8 graph for ``host`` (or the one made for ``target``); see the module docstring."""
-    graphs = int8_graphs(manifest)
+def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: str | None = None) -> GraphChoice:
+    """Pick the INT8 graph for ``host`` (or the one made for ``target``); see the module docstring.
+    ``manifest`` may be given as its JSON (a dict)."""
+    manifest = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(dict(manifest))
+    graphs = manifest.int8_graphs()
     if not graphs:
-        raise BundleError(f"the bundle has no INT8 model (it has: {', '.join(manifest['models'])})",
+        raise BundleError(f"the bundle has no INT8 model (it has: {', '.join(manifest.models)})",
                           "re-export with --int8")
     if target is not None:
-        graphs = {k: e for k, e in graphs.items() if e.get("target") == target}
+        graphs = {k: e for k, e in graphs.items() if e.target == target}
         if not graphs:
-            have = ", ".join(str(e.get("target")) for e in int8_graphs(manifest).values())
+            have = ", ".join(str(e.target) for e in manifest.int8_graphs().values())
             raise BundleError(f"the bundle has no INT8 graph for target {target!r} (it has: {have})",
                               f"re-export with --target {target}, or leave the target to the runtime")
     where = f"this {host.kind} CPU ({' '.join(host.flags()) or 'no flags reported'})"
     if not host.saturates:
         own = HOST_TARGETS.get(host.kind, ())
-        ranked = sorted(graphs.items(), key=lambda kv: (kv[1].get("target") not in own, not _needs_exact(kv[1])))
+        ranked = sorted(graphs.items(), key=lambda kv: (kv[1].target not in own, not kv[1].needs_exact_u8s8))
         key, entry = ranked[0]
         return GraphChoice(key, entry, {}, f"{where} computes U8S8 products exactly; "
-                                            f"{entry.get('target')} graph chosen"
-                                            + (" (made for this CPU)" if entry.get("target") in own else ""))
-    safe = [(k, e) for k, e in graphs.items() if not _needs_exact(e)]
+                                            f"{entry.target} graph chosen"
+                                            + (" (made for this CPU)" if entry.target in own else ""))
+    safe = [(k, e) for k, e in graphs.items() if not e.needs_exact_u8s8]
     if safe:
         key, entry = safe[0]
         kernel = "saturates" if host.u8s8 == "saturating" else "could not be probed"
-        return GraphChoice(key, entry, {}, f"{where}: onnxruntime's U8S8 kernel {kernel}; {entry.get('target')} "
+        return GraphChoice(key, entry, {}, f"{where}: onnxruntime's U8S8 kernel {kernel}; {entry.target} "
                                            "graph chosen (its weights cannot saturate)")
     key, entry = next(iter(graphs.items()))
     if host.precise_fix is False:
-        raise BundleError(f"the bundle's INT8 graphs ({', '.join(str(e.get('target')) for e in graphs.values())}) "
+        raise BundleError(f"the bundle's INT8 graphs ({', '.join(str(e.target) for e in graphs.values())}) "
                           f"need exact U8S8 products, which {where} does not compute, and "
                           f"{PRECISION_OPTION}=1 does not fix it here",
                           "export with --target portable, or use precision='fp32'")
     kernel = "saturates" if host.u8s8 == "saturating" else "could not be probed"
     return GraphChoice(key, entry, {PRECISION_OPTION: "1"},
-                       f"{where}: onnxruntime's U8S8 kernel {kernel} and the {entry.get('target')} graph has "
+                       f"{where}: onnxruntime's U8S8 kernel {kernel} and the {entry.target} graph has "
                        f"8-bit weights, so it is loaded with {PRECISION_OPTION}=1 (weights converted to uint8 "
                        "at load: exact, U8U8 kernel)")

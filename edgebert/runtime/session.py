@@ -3,6 +3,21 @@
 Imports only onnxruntime, tokenizers and numpy (plus torch-free edgebert modules), so an app that
 ships a bundle does not need torch. One session is safe to share between threads: onnxruntime's
 ``run`` is thread-safe and nothing here mutates shared state per call.
+
+Failures are typed, never onnxruntime's own:
+
+* opening: the bundle's parts must agree (``bundle.open_bundle``: manifest vs each graph's inputs,
+  outputs and embedding tables; ``TextEncoder.check_ids``: the tokenizer's ids vs the embedding table),
+  else ``BundleError``; a bad argument is a ``ConfigError``;
+* ``run`` (and every task method, which all go through it): inputs the graph cannot take (ids outside
+  the vocabulary, more tokens than positions, inputs of different shapes) are a ``DataError`` naming the
+  input; anything onnxruntime still refuses is a ``RuntimeFault`` naming the bundle, graph and input
+  shape; and an output holding NaN or infinity is a ``RuntimeFault`` naming the bundle, the graph key
+  and how many rows of the batch are affected (never silently NaN vectors or probabilities).
+
+onnxruntime's own log lines stay off stderr: sessions log at severity 4 (fatal only; its errors reach
+the caller as the exceptions above). ``ort_log_level=`` (0 verbose ... 4 fatal) or the environment
+variable ``EDGEBERT_ORT_LOG_LEVEL`` turns them back on, e.g. ``EDGEBERT_ORT_LOG_LEVEL=2`` for warnings.
 """
 
 from __future__ import annotations
@@ -15,9 +30,10 @@ import numpy as np
 
 from ..bundle import PRECISIONS, open_bundle, tokenizer_path
 from edgebert.system.environment import check_threads
-from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable
+from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
 from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host
+from .numeric import nonfinite_rows, softmax
 from .providers import short_name
 from .results import ClassificationResult, MaskPrediction
 from .tagging import Entity, Tagger, batched_logits, tag_texts
@@ -25,6 +41,9 @@ from .text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_
 from .trt_profile import TrtProfile
 
 POOLINGS = ("mean", "cls")
+ORT_LOG_ENV = "EDGEBERT_ORT_LOG_LEVEL"
+QUIET_ORT_LOG = 4            # onnxruntime's "fatal" only: its errors reach the caller as typed exceptions
+SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
 
 
 class EdgeSession:
@@ -51,22 +70,28 @@ class EdgeSession:
     (default: the bundle's); it must hold ``max_length``, ``batch_size`` is lowered to its max batch, and a
     call outside it is refused (never rerouted).
     trt_cache_dir: root of the TensorRT engine and timing caches (default ``~/.cache/edgebert/tensorrt``).
+    ort_log_level: onnxruntime's log severity, 0 (verbose) to 4 (fatal only, the default: see the module
+    docstring); unset, ``EDGEBERT_ORT_LOG_LEVEL`` decides.
     """
 
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str = "int8",
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
                  batch_size: int = 32, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
                  int8_target: str | None = None, allow_spinning: bool = True,
-                 trt_profile: TrtProfile | str | None = None):
+                 trt_profile: TrtProfile | str | None = None, ort_log_level: int | None = None):
+        if not isinstance(bundle_dir, (str, os.PathLike)):
+            raise ConfigError(f"bundle_dir={bundle_dir!r} is a {type(bundle_dir).__name__}, not a path",
+                              "pass the folder written by `edgebert export` (a str or pathlib.Path)")
         if precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
         check_threads(threads)   # 1 .. the CPUs this process may use
         _check_batch_size(batch_size)
         if max_length is not None and not _is_int(max_length):
             raise ConfigError(f"max_length={max_length!r} must be an integer or None")
+        self.ort_log_level = _ort_log_level(ort_log_level)
         self.bundle_dir = Path(bundle_dir)
         self.manifest = open_bundle(self.bundle_dir, verify=verify)
-        self.task: str = self.manifest["task"]
+        self.task: str = self.manifest.task
         self.precision = precision
         self.threads = threads
         self.allow_spinning = bool(allow_spinning)
@@ -74,20 +99,18 @@ class EdgeSession:
         self.batch_size = batch_size
         self.host = detect_host()
         self.int8_target = int8_target
-        cfg = self.manifest["config"]
-        self.hidden_size = int(cfg["hidden_size"])
-        limit = int(min(self.manifest.get("max_sequence_length") or cfg["max_position_embeddings"],
-                        cfg["max_position_embeddings"]))
+        self.hidden_size = self.manifest.config.hidden_size
+        limit = self.manifest.max_length
         if max_length is not None and not 3 <= int(max_length) <= limit:
             raise ConfigError(f"max_length={max_length} is outside 3..{limit}",
                               f"this bundle takes at most {limit} tokens per input")
         self.max_length = int(max_length or limit)
-        tok = self.manifest["tokenizer"]
-        self.pad_id = int(tok.get("pad_id", 0))
-        self.mask_id = tok.get("mask_id")
+        tok = self.manifest.tokenizer
+        self.pad_id = tok.pad_id
+        self.mask_id = tok.mask_id
         self.encoder = TextEncoder(tokenizer_path(self.bundle_dir, self.manifest), self.max_length, self.pad_id)
-        labels = self.manifest.get("labels") or {}
-        self.label_names = [labels[k] for k in sorted(labels, key=int)] if labels else []
+        self.encoder.check_ids(self.manifest.config.vocab_size, {n: getattr(tok, n) for n in SPECIAL_IDS})
+        self.label_names = self.manifest.label_names
         self._session, self.providers, self.provider_notes = self._create(provider, trt_cache_dir, trt_profile)
         self.provider = short_name(self.providers[0])
         self.input_names = [i.name for i in self._session.get_inputs()]
@@ -114,7 +137,7 @@ class EdgeSession:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3  # our notes say what happened; keep onnxruntime's warnings out
+        opts.log_severity_level = self.ort_log_level   # see the module docstring
         if self.threads:
             opts.intra_op_num_threads = self.threads
             opts.inter_op_num_threads = 1
@@ -145,14 +168,46 @@ class EdgeSession:
         return self.encoder.encode(items, pairs, self._truncate(truncate))
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        """One onnxruntime call on padded int64 arrays (see ``text.pad_batch``); float32 outputs."""
+        """One onnxruntime call on padded int64 arrays (see ``text.pad_batch``); float32 outputs.
+        ``DataError`` for inputs the graph cannot take, ``RuntimeFault`` if onnxruntime fails or an
+        output holds NaN or infinity (see the module docstring)."""
         names = list(outputs or self.output_names)
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise DataError(f"run() needs inputs {', '.join(missing)}")
-        feeds = {n: np.ascontiguousarray(feeds[n], dtype=np.int64) for n in self.input_names}
+        feeds = {n: _int64(n, feeds[n]) for n in self.input_names}
+        self._check_feeds(feeds)
         arrays = self._run_bound(feeds, names)
-        return {n: np.asarray(a, dtype=np.float32) for n, a in zip(names, arrays)}
+        result = {n: np.asarray(a, dtype=np.float32) for n, a in zip(names, arrays)}
+        for name, array in result.items():
+            rows = nonfinite_rows(array)
+            if rows:
+                raise RuntimeFault(f"{self.bundle_dir}: graph {self.model_key} ({self.model_file.name}) gave NaN or "
+                                   f"infinite {name} for {rows} of {len(array)} rows",
+                                   "its weights hold NaN or the values overflow; re-export the bundle from a "
+                                   "finite checkpoint, or run precision='fp32'")
+        return result
+
+    def _check_feeds(self, feeds: dict[str, np.ndarray]) -> None:
+        """``DataError`` naming the input the graph cannot take: not 2-D, shapes that differ, token ids
+        or token types outside the embedding tables, more tokens than positions."""
+        shape = feeds["input_ids"].shape
+        for name, array in feeds.items():
+            if array.ndim != 2 or array.shape != shape:
+                raise DataError(f"run(): {name} has shape {array.shape}; every input must be (batch, sequence) "
+                                f"like input_ids {shape}", "pad the batch with edgebert.runtime.pad_batch")
+        cfg = self.manifest.config
+        if shape[1] > cfg.max_position_embeddings:
+            raise DataError(f"run(): inputs of {shape[1]} tokens; {self.bundle_dir} has "
+                            f"{cfg.max_position_embeddings} positions", "shorten or truncate the texts")
+        for name, size in (("input_ids", cfg.vocab_size), ("token_type_ids", cfg.type_vocab_size)):
+            array = feeds.get(name)
+            if size is None or array is None or not array.size:
+                continue
+            low, high = int(array.min()), int(array.max())
+            if low < 0 or high >= size:
+                raise DataError(f"run(): {name} holds {low if low < 0 else high}, outside 0..{size - 1} of "
+                                f"{self.bundle_dir}", "make the ids with this bundle's tokenizer (session.tokenize)")
 
     def _run_bound(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
         """One onnxruntime call on the session's provider, never another: TensorRT refuses a shape outside
@@ -174,12 +229,17 @@ class EdgeSession:
                 binding.bind_output(name, "cuda", 0)
             self._session.run_with_iobinding(binding)
             return binding.copy_outputs_to_cpu()
-        except Exception as exc:
-            if type(exc).__name__ != "EPFail":
-                raise
-            raise ProviderUnavailable(f"provider {self.provider!r} failed at run time ({' '.join(str(exc).split())[:300]}); "
-                                      "the call is not rerouted to another provider",
-                                      "open the session with provider='cpu' or another precision") from exc
+        except Exception as exc:  # noqa: BLE001  (onnxruntime raises Fail / InvalidArgument / EPFail / ...)
+            message = " ".join(str(exc).split())[:300]
+            if type(exc).__name__ == "EPFail":
+                raise ProviderUnavailable(f"provider {self.provider!r} failed at run time ({message}); "
+                                          "the call is not rerouted to another provider",
+                                          "open the session with provider='cpu' or another precision") from exc
+            shapes = ", ".join(f"{n} {'x'.join(map(str, a.shape))}" for n, a in feeds.items())
+            raise RuntimeFault(f"onnxruntime failed running graph {self.model_key} ({self.model_file.name}) of "
+                               f"{self.bundle_dir} on inputs {shapes} ({type(exc).__name__}: {message})",
+                               f"run `edgebert check {self.bundle_dir}`; set {ORT_LOG_ENV}=0 for onnxruntime's "
+                               "log") from exc
 
     def _truncate(self, truncate: bool | None) -> bool:
         return self.truncate if truncate is None else bool(truncate)
@@ -255,7 +315,7 @@ class EdgeSession:
         truncated."""
         self._require("token-cls", "tag")
         items, _ = check_texts(texts)
-        width = int(self.manifest["outputs"][0]["shape"][-1])     # labels of a manifest that names none
+        width = int(self.manifest.outputs[0].shape[-1])     # labels of a manifest that names none
         labels = tuple(self.label_names) or tuple(f"LABEL_{i}" for i in range(width))
 
         size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
@@ -302,7 +362,24 @@ def _check_batch_size(batch_size: Any) -> int:
     return int(batch_size)
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(shifted)
-    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+def _int64(name: str, value: Any) -> np.ndarray:
+    """``value`` as a contiguous int64 array; ``DataError`` naming the input if it is not integers."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "iub":
+        raise DataError(f"run(): {name} is {array.dtype} data, not integer ids",
+                        "pass int64 arrays (edgebert.runtime.pad_batch makes them)")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def _ort_log_level(level: Any) -> int:
+    """``level``, else ``$EDGEBERT_ORT_LOG_LEVEL``, else 4 (quiet); ``ConfigError`` unless 0..4."""
+    source = "ort_log_level"
+    if level is None:
+        level, source = os.environ.get(ORT_LOG_ENV, "").strip() or QUIET_ORT_LOG, ORT_LOG_ENV
+    text = str(level).strip()
+    value = int(text) if isinstance(level, (int, str)) and not isinstance(level, bool) and text.isdigit() else -1
+    if not 0 <= value <= 4:
+        raise ConfigError(f"{source}={level!r} must be an onnxruntime log severity from 0 (verbose) to 4 "
+                          "(fatal only)", f"leave it unset for {QUIET_ORT_LOG} (onnxruntime's errors arrive "
+                                          "as exceptions)")
+    return value

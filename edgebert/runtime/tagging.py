@@ -32,15 +32,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from .numeric import softmax
 from .text import Encoded, Pieces, TextEncoder, length_sorted_batches, pad_batch
 
 AGGREGATIONS = ("none", "simple", "first")
 Entity = dict  # {"entity_group" | "entity", "score", "word", "start", "end"(, "index")}
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
 
 
 # =========================================================================== windows

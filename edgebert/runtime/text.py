@@ -11,6 +11,11 @@ tokens, with their strings and character offsets into the original text (what th
 accents, case and repeated spaces of the input are kept), and ``frame`` puts the special tokens around
 any slice of them (one window of a long text). Both build new objects per call; the shared tokenizer is
 only read.
+
+A tokenizer.json the model cannot use is a ``BundleError`` when the encoder is made, not an untyped
+error at the first text: one that cannot encode a word outside its vocabulary (a WordLevel model
+without its ``[UNK]``), or (``check_ids``) one whose ids, special tokens included, run past the model's
+embedding table. Any later failure of the tokenizer on a text is a ``BundleError`` too.
 """
 
 from __future__ import annotations
@@ -106,10 +111,12 @@ class TextEncoder:
     def __init__(self, tokenizer_file: str | Path, max_length: int, pad_id: int = 0):
         from tokenizers import Tokenizer
 
+        self.file = Path(tokenizer_file)
         try:
             tok = Tokenizer.from_file(str(tokenizer_file))
         except Exception as exc:  # tokenizers raises a bare Exception for bad JSON
-            raise BundleError(f"{tokenizer_file} is not a readable tokenizer.json ({exc})") from exc
+            raise BundleError(f"{tokenizer_file} is not a readable tokenizer.json ({_one_line(exc)})",
+                              "re-export the bundle") from exc
         tok.no_padding()      # once, before the object is shared: see module docstring
         tok.no_truncation()
         self.tokenizer = tok
@@ -118,9 +125,13 @@ class TextEncoder:
         self._specials = {False: tok.num_special_tokens_to_add(False), True: tok.num_special_tokens_to_add(True)}
         if self.max_length <= self._specials[True]:
             raise DataError(f"max_length={self.max_length} leaves no room for text")
+        # a word no vocabulary has: a tokenizer that cannot encode one (no [UNK]) fails here, not later
+        self._encode_batch(["\ue000edgebert\ue000"], True)
         # the special tokens a single text is framed with (BERT: [CLS] ... [SEP]), read once
-        probe = tok.encode("a", add_special_tokens=True)
+        probe = self._encode_batch(["a"], True)[0]
         content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
+        if not content:
+            raise BundleError(f"{self.file} encodes the text 'a' to special tokens only", "re-export the bundle")
         first, last = content[0], content[-1] + 1
         self._frame = (np.asarray(probe.ids[:first], np.int64), np.asarray(probe.ids[last:], np.int64),
                        np.asarray(probe.type_ids[:first], np.int64), np.asarray(probe.type_ids[last:], np.int64),
@@ -128,6 +139,33 @@ class TextEncoder:
         self.unk_id = tok.token_to_id(getattr(tok.model, "unk_token", None) or "[UNK]")
         # WordPiece "##" (BPE: its prefix, if any): tells a word's later sub-tokens from its first
         self.subword_prefix = getattr(tok.model, "continuing_subword_prefix", None) or None
+
+    def _encode_batch(self, items: Sequence[Text | Pair], add_special_tokens: bool) -> list:
+        """``tokenizer.encode_batch``; its untyped errors (a broken tokenizer.json) as ``BundleError``."""
+        try:
+            return self.tokenizer.encode_batch(list(items), add_special_tokens=add_special_tokens)
+        except Exception as exc:  # noqa: BLE001  (tokenizers raises bare Exceptions)
+            raise BundleError(f"{self.file} cannot encode text ({_one_line(exc)})",
+                              "the bundle's tokenizer.json is broken; re-export the bundle") from exc
+
+    def check_ids(self, vocab_size: int, special_ids: dict[str, int | None]) -> None:
+        """``BundleError`` unless every id this tokenizer can give (its vocabulary, added tokens and the
+        special tokens its post-processor frames texts with) is below ``vocab_size`` (the rows of the
+        model's embedding table), and every id of ``special_ids`` (the manifest's ``pad_id`` ...) is a
+        token of this tokenizer."""
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        framing = [int(i) for part in self._frame[:2] for i in part]
+        highest = max([*vocab.values(), *framing], default=-1)
+        if highest >= vocab_size:
+            token = self.tokenizer.id_to_token(highest)
+            raise BundleError(f"{self.file} gives token ids up to {highest} ({token!r}), but the model's embedding "
+                              f"table holds {vocab_size} (ids 0..{vocab_size - 1})",
+                              "the tokenizer and the graph come from different models; re-export the bundle")
+        for name, value in special_ids.items():
+            if value is not None and self.tokenizer.id_to_token(int(value)) is None:
+                raise BundleError(f"the manifest's tokenizer.{name} is {value}, a token id {self.file.name} does "
+                                  "not have", "the manifest and the tokenizer come from different exports; "
+                                              "re-export the bundle")
 
     @property
     def prefix_length(self) -> int:
@@ -144,7 +182,7 @@ class TextEncoder:
         if not items:
             return []
         out = []
-        for enc in self.tokenizer.encode_batch(list(items), add_special_tokens=False):
+        for enc in self._encode_batch(items, False):
             offsets = np.asarray(enc.offsets, np.int64).reshape(-1, 2)
             out.append(Pieces(np.asarray(enc.ids, np.int64), tuple(enc.tokens), offsets))
         return out
@@ -176,7 +214,7 @@ class TextEncoder:
         with ``truncate=False``, rejected with a ``DataError`` naming the input and its length."""
         if not items:
             return []
-        batch = self.tokenizer.encode_batch(list(items), add_special_tokens=True)
+        batch = self._encode_batch(items, True)
         out = []
         for i, enc in enumerate(batch):
             if len(enc.ids) > self.max_length:
@@ -202,6 +240,10 @@ class TextEncoder:
         first.truncate(len_a)
         second.truncate(len_b)
         return self.tokenizer.post_process(first, second, add_special_tokens=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
 def longest_first(len_a: int, len_b: int, budget: int) -> tuple[int, int]:

@@ -69,18 +69,21 @@ def attention_map(model_dir: str | Path, text: str, layer: int = -1, head: int |
                         cfg.num_hidden_layers, cfg.num_attention_heads)
 
 
+STAMP = "edgebert attention"      # the PNG's Software text: how a later run knows the file is ours
+
+
 def plot_attention(model_dir: str | Path, text: str, out: str | Path, layer: int = -1,
-                   head: int | None = None, pair: str | None = None) -> AttentionMap:
-    """Compute the map and write it as a PNG heat map (queries down, keys across)."""
+                   head: int | None = None, pair: str | None = None, overwrite: bool = False) -> AttentionMap:
+    """Compute the map and write it as a PNG heat map (queries down, keys across). ``out`` must be a
+    new or empty file, or (with ``overwrite``) a picture this command drew (``edgebert.files.outfiles``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from edgebert.files.atomic import atomic_path
-    from edgebert.files.outdirs import check_output_file
+    from edgebert.files.outfiles import OutputFile, png_software
 
-    out = check_output_file(out)
+    target = OutputFile(out, "attention", ours=lambda p: png_software(p) == STAMP, overwrite=overwrite)
     amap = attention_map(model_dir, text, layer, head, pair)
     n = len(amap.tokens)
     size = min(3 + 0.28 * n, 24)
@@ -93,9 +96,10 @@ def plot_attention(model_dir: str | Path, text: str, out: str | Path, layer: int
     ax.set_title(f"{Path(model_dir).name}: layer {amap.layer}, {amap.head_label}", fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
-    out = Path(out)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    try:
+        with target.writing() as tmp:
+            fig.savefig(tmp, format="png", dpi=110, metadata={"Software": STAMP})
+    finally:
+        plt.close(fig)
     return AttentionMap(amap.tokens, amap.weights, amap.layer, amap.head, amap.num_layers,
-                        amap.num_heads, out)
+                        amap.num_heads, target.path)

@@ -1,7 +1,9 @@
 """Training a classifier on a task's data, as fine-tuning and task distillation both do: length-grouped
 batches, cross-entropy, dev figures at every evaluation (accuracy/F1; entity precision/recall/F1 for
-a token task), and the best checkpoint (by dev accuracy; by entity F1 for a token task) kept as the
-output directory's model (``best_checkpoint.json`` says which step it is)."""
+a token task; SQuAD EM/F1 for a span task), and the best checkpoint (by dev accuracy; by entity F1 for
+a token task, by F1 for a span task) kept as the output directory's model (``best_checkpoint.json``
+says which step it is). A span task (``squad``) trains a ``BertForQuestionAnswering`` on token windows:
+the loss is the mean of the start and end cross-entropies."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from ..data.tokenizer import SpecialIds, save_tokenizer
 from edgebert.files.atomic import write_json
 from ..model import IGNORE_INDEX, load_model, save_model
 from ..training import LengthGroupedBatches, TrainingTask
-from .metrics import task_metrics
+from .metrics import squad_metrics, task_metrics
 
 BEST_FILE = "best_checkpoint.json"
 
@@ -75,7 +77,8 @@ class ClassificationTask(TrainingTask):
         self.pad_id = SpecialIds.of(tokenizer).pad
         self.eval_batch_size, self.max_seq_len = eval_batch_size, max_seq_len
         self.batch_size, self.seed = batch_size_hint, seed
-        self.best_metric = "f1" if data.train.is_token_task else "accuracy"
+        self.span_task = data.train.is_span_task
+        self.best_metric = "f1" if data.train.is_token_task or self.span_task else "accuracy"
         self.best = BestCheckpoint(self.best_metric)
         self._sampler: LengthGroupedBatches | None = None
 
@@ -97,6 +100,10 @@ class ClassificationTask(TrainingTask):
     def loss(self, model, batch):
         out = model(**batch)
         with torch.no_grad():
+            if self.span_task:   # share of windows whose start and end token are both right
+                right = ((out.start_logits.argmax(-1) == batch["start_positions"])
+                         & (out.end_logits.argmax(-1) == batch["end_positions"]))
+                return out.loss, {"accuracy": right.float().mean()}
             labels = batch["labels"]
             keep = labels != IGNORE_INDEX
             acc = (out.logits.argmax(-1)[keep] == labels[keep]).float().mean()
@@ -110,6 +117,8 @@ class ClassificationTask(TrainingTask):
         return metrics
 
     def dev_metrics(self, model: nn.Module) -> dict[str, float]:
+        if self.span_task:
+            return squad_metrics(model, self.data.dev, self.data.dev_examples, self.eval_batch_size, self.pad_id)
         return task_metrics(model, self.data.dev, self.data.labels, self.eval_batch_size, self.pad_id)
 
     def save(self, out_dir: Path) -> None:

@@ -156,13 +156,9 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
 
     manifest = read_manifest(path)
     if precision is None:
-        models = manifest.get("models") or {}
-        precision = "int8" if "int8" in models else "fp32"
-    cfg = manifest["config"]
-    limit = int(min(manifest.get("max_sequence_length") or cfg["max_position_embeddings"],
-                    cfg["max_position_embeddings"]))
+        precision = "int8" if "int8" in manifest.models else "fp32"
     session = EdgeSession(path, provider="cpu", precision=precision, batch_size=batch_size,
-                          max_length=min(max_seq_len, limit))
+                          max_length=min(max_seq_len, manifest.max_length))
     details = {"precision": precision, "provider": session.provider, "bundle_task": session.task}
     if task == "mlm":
         if session.task != "mlm":

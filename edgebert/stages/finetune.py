@@ -1,5 +1,6 @@
-"""Fine-tune a BERT for sequence classification (SST-2, MRPC, any sentence(-pair) TSV) or token
-classification (``ner``: CoNLL named-entity tags), on the shared training engine
+"""Fine-tune a BERT for sequence classification (SST-2, MRPC, any sentence(-pair) TSV), token
+classification (``ner``: CoNLL named-entity tags) or extractive question answering (``squad``: SQuAD
+JSON, a ``BertForQuestionAnswering`` span head), on the shared training engine
 (``edgebert.training``); the training task and the best-checkpoint keeping are
 ``edgebert.stages.classification``'s.
 
@@ -14,10 +15,16 @@ accuracy (``ner``: entity F1) as the output directory's model (``config.json`` w
 ``ner`` reads the label set from the training file (``O`` first, then ``B-``/``I-`` per type) and
 labels the first sub-token of every word (the others, and the special tokens, get -100).
 
+``squad`` trains on windows of ``max_seq_len`` tokens overlapping by ``doc_stride`` (384 / 128, as
+transformers' ``run_qa``; ``edgebert.data.squad``) and reports dev EM / F1 (percent, SQuAD 1.1
+scoring of the dev file's answerable questions: ``edgebert.scores.squad``); the best checkpoint is
+kept by dev F1.
+
 Recipes (``FinetuneConfig.preset``): ``glue`` (the usual BERT recipe: 3 epochs, lr 2e-5, batch 32,
 seq 128), ``cpu-quick`` (1 epoch, lr 5e-5, seq 64: a 2-core CPU fine-tunes MiniLM on ~20k SST-2
 examples in ~15 minutes), ``ner`` (3 epochs, lr 1e-4, batch 32, seq 128: MiniLM-sized models on
-CoNLL-2003), ``tiny`` (tests).
+CoNLL-2003), ``squad`` (``run_qa``'s recipe: 2 epochs, lr 1e-4, batch 16, 384/128, no warmup or
+weight decay), ``tiny`` (tests).
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ import torch
 from torch import nn
 
 from ..data.task_data import load_task_data
-from ..data.tasks import TASKS, TOKEN_TASKS
+from ..data.squad import check_window, default_stride
+from ..data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS
 from ..data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ..errors import CheckpointError, ConfigError
 from edgebert.files.atomic import jsonable, write_json
@@ -64,6 +72,7 @@ class FinetuneConfig:
     evals_per_epoch: int = 1               # with epochs: dev evaluations (and checkpoints) per epoch
     eval_batch_size: int = 64
     tag_column: int | None = None          # ner: the CoNLL tag column (1-based; None: the last)
+    doc_stride: int | None = None          # squad: context tokens consecutive windows share (None: default_stride)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=2e-5, log_every=20))
     resume: bool = False
     overwrite: bool = False                # start again in a folder an earlier finetune run wrote
@@ -93,12 +102,32 @@ class FinetuneConfig:
             raise ConfigError(f"--tag-column is for CoNLL files (--task ner), not --task {self.task}")
         if self.tag_column is not None and self.tag_column < 2:
             raise ConfigError(f"--tag-column {self.tag_column} must be 2 or more", "column 1 holds the word")
+        if self.doc_stride is not None and not self.is_span_task:
+            raise ConfigError(f"--doc-stride is for SQuAD files (--task squad), not --task {self.task}")
+        if self.is_span_task:
+            check_window(self.max_seq_len, self.stride)
         if not isinstance(self.train, TrainConfig):
             raise ConfigError("train must be a TrainConfig")
 
     @property
     def is_token_task(self) -> bool:
         return self.task in TOKEN_TASKS
+
+    @property
+    def is_span_task(self) -> bool:
+        return self.task in SPAN_TASKS
+
+    @property
+    def stride(self) -> int:
+        """squad: the windows' overlap in tokens (default: 128, less for windows under 384 tokens)."""
+        return default_stride(self.max_seq_len) if self.doc_stride is None else self.doc_stride
+
+    @property
+    def architecture(self) -> str:
+        """The head the task trains."""
+        if self.is_span_task:
+            return "BertForQuestionAnswering"
+        return "BertForTokenClassification" if self.is_token_task else "BertForSequenceClassification"
 
     def replace(self, **changes: Any) -> "FinetuneConfig":
         return dataclasses.replace(self, **changes)
@@ -131,6 +160,10 @@ FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
     # token classification on CoNLL-2003 (14k sentences, ~20 sub-tokens each): a small model such as
     # all-MiniLM-L6-v2 wants a higher rate than BERT-base's 2e-5..5e-5
     "ner": dict(epochs=3.0, max_seq_len=128, train=dict(lr=1e-4, batch_size=32, warmup_ratio=0.1, log_every=20)),
+    # SQuAD spans: transformers' run_qa recipe (its TrainingArguments defaults: no warmup, no weight decay,
+    # Adam eps 1e-8, linear decay), the reference the squad figures are compared with
+    "squad": dict(epochs=2.0, max_seq_len=384, train=dict(lr=1e-4, batch_size=16, warmup_ratio=0.0, weight_decay=0.0,
+                                                          adam_eps=1e-8, log_every=20)),
     "tiny": dict(epochs=3.0, max_seq_len=32, eval_batch_size=16,
                  train=dict(lr=3e-3, batch_size=8, warmup_ratio=0.0, log_every=1, progress=False)),
 }
@@ -139,14 +172,14 @@ FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
 def build_finetune_config(model: str | Path, task: str, train_file: str | Path | None, out: str | Path,
                           preset: str | None = None, *, train: dict[str, Any] | None = None,
                           **fields: Any) -> FinetuneConfig:
-    """The config for a run: ``preset`` (default ``ner`` for a token task, else ``glue``) with ``fields``
+    """The config for a run: ``preset`` (default ``ner`` / ``squad`` for those tasks, else ``glue``) with ``fields``
     and ``train`` changes; None values keep the recipe's. An explicit step count wins over the recipe's
     epochs."""
     fields = {k: v for k, v in fields.items() if v is not None}
     train = {k: v for k, v in (train or {}).items() if v is not None}
     if "max_steps" in train and "epochs" not in fields:
         fields["epochs"] = None
-    preset = preset or ("ner" if task in TOKEN_TASKS else "glue")
+    preset = preset or ("ner" if task in TOKEN_TASKS else "squad" if task in SPAN_TASKS else "glue")
     return FinetuneConfig.preset(preset, model=model, task=task, train_file=train_file, out=out,
                                  train=train, **fields)
 
@@ -172,18 +205,18 @@ class FinetuneResult:
 def load_classifier_start(model_dir: Path, architecture: str, labels: Sequence[str],
                           max_seq_len: int) -> nn.Module:
     """The model to fine-tune: any BERT directory, with a new ``architecture`` head for ``labels``
-    (an existing head of the same size is kept, e.g. to continue fine-tuning)."""
+    (none: a span head) (an existing head of the same size is kept, e.g. to continue fine-tuning)."""
     if not Path(model_dir).is_dir():
         raise CheckpointError(f"model directory {model_dir} not found",
                               "pass a directory from edgebert pretrain/distill or a Hugging Face BERT")
     src = BertConfig.load(model_dir)
-    if src.architecture == architecture and src.num_labels != len(labels):
+    if labels and src.architecture == architecture and src.num_labels != len(labels):
         raise CheckpointError(f"{model_dir} is a classifier with {src.num_labels} labels; the task has "
                               f"{len(labels)}", "fine-tune from the pretrained (not fine-tuned) model")
     if max_seq_len > src.max_position_embeddings:
         raise ConfigError(f"max_seq_len={max_seq_len} is longer than the model's "
                           f"max_position_embeddings={src.max_position_embeddings}")
-    id2label = {i: name for i, name in enumerate(labels)}
+    id2label = {i: name for i, name in enumerate(labels)} or None
     return load_model(model_dir, architecture, allow_new_heads=True, config_overrides={"id2label": id2label})
 
 
@@ -198,10 +231,9 @@ def finetune(cfg: FinetuneConfig, *, console=None, stop_at_step: int | None = No
     tok = load_tokenizer(cfg.model)
     data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
                           cfg.max_train_examples, cfg.max_eval_examples, cfg.train.seed,
-                          tag_column=cfg.tag_column)
-    arch = "BertForTokenClassification" if cfg.is_token_task else "BertForSequenceClassification"
+                          tag_column=cfg.tag_column, doc_stride=cfg.stride)
     torch.manual_seed(cfg.train.seed)  # the new head's initialisation
-    model = load_classifier_start(cfg.model, arch, data.labels, cfg.max_seq_len)
+    model = load_classifier_start(cfg.model, cfg.architecture, data.labels, cfg.max_seq_len)
     if cfg.freeze_word_embeddings:
         freeze_word_embeddings(model)
     train_cfg = cfg.train_config(len(data.train))

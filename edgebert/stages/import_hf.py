@@ -3,7 +3,8 @@
 edgebert uses Hugging Face parameter names and config.json, so importing is mostly checking: the
 source weights are mapped onto the edgebert model of the same architecture (``BertModel``,
 ``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification`` with its
-``id2label``, ``BertForTokenClassification``); anything that would silently change the network is
+``id2label``, ``BertForTokenClassification``, ``BertForQuestionAnswering`` (``qa_outputs``),
+``BertForMultipleChoice``); anything that would silently change the network is
 refused (missing encoder or head weights, shapes that disagree with config.json, an untied MLM
 decoder, leftover encoder weights such as extra layers), and what is dropped on purpose (buffers
 like ``position_ids``, tied copies, heads the chosen architecture has no use for) is reported.
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, ValidationError
+from edgebert.files.jsonfile import read_json_object
 from edgebert.files.atomic import copy_file, write_text
 from edgebert.model.bert import build_model, count_parameters
 from edgebert.model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, check_weights, load_model, map_state_dict,
@@ -135,12 +137,7 @@ def _read_source_config(src: Path) -> dict:
         raise CheckpointError(f"no {CONFIG_NAME} in {src}",
                               "pass a Hugging Face BERT directory (config.json + model.safetensors "
                               "or pytorch_model.bin)")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc})") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must hold a JSON object")
+    raw = read_json_object(path)
     if "model_type" in raw and raw["model_type"] != "bert":
         raise ConfigError(f"{path}: model_type={raw['model_type']!r} is not a BERT",
                           "edgebert imports BERT checkpoints (model_type 'bert') only")
@@ -287,7 +284,8 @@ def _do_lower_case(src: Path) -> bool:
 
 
 def probe_batch(cfg: BertConfig, batch: int = 2, seq: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
-    """A seeded batch with padding (row 1 half padded) and two segments, for output comparisons."""
+    """A seeded batch with padding (row 1 half padded) and two segments, for output comparisons
+    (a multiple-choice model gets it as one question with ``batch`` choices: (1, batch, seq))."""
     seq = min(seq, cfg.max_position_embeddings)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)
@@ -296,7 +294,10 @@ def probe_batch(cfg: BertConfig, batch: int = 2, seq: int = 12, seed: int = 0) -
     types = torch.zeros(batch, seq, dtype=torch.long)
     if cfg.type_vocab_size > 1:
         types[:, seq // 2:] = 1
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    tensors = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    if cfg.architecture == "BertForMultipleChoice":
+        tensors = {k: v[None] for k, v in tensors.items()}
+    return tensors
 
 
 def output_tensors(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -307,7 +308,7 @@ def output_tensors(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str
     tensors = {"last_hidden_state": enc.last_hidden_state}
     if enc.pooler_output is not None:
         tensors["pooler_output"] = enc.pooler_output
-    for name in ("logits", "prediction_logits", "seq_relationship_logits"):
+    for name in ("logits", "prediction_logits", "seq_relationship_logits", "start_logits", "end_logits"):
         if isinstance(getattr(out, name, None), torch.Tensor):
             tensors[name] = getattr(out, name)
     return tensors

@@ -22,7 +22,6 @@ evaluates on WikiText-2 test)::
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from ..data.mlm import (MaskingCollator, PretrainingExamples, mlm_documents, mlm
 from ..data.tokenizer import (TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer, load_vocab_tokenizer,
                               save_tokenizer, train_tokenizer)
 from ..errors import ConfigError, DataError
+from edgebert.files.jsonfile import read_json_object
 from edgebert.files.atomic import jsonable, write_json
 from ..model import MODEL_OUTPUTS, BertConfig, BertForPreTraining, count_parameters, masked_positions_logits, save_model
 from ..model import PRESETS as MODEL_SIZES
@@ -347,12 +347,7 @@ def build_pretrain_config(out: str | Path, recipe: str | None = None, *, resume:
     if ("model_size" in changes or "model_config" in changes) and "model_overrides" not in changes:
         changes["model_overrides"] = {}  # a named model size replaces the recipe's model
     if resume and recipe is None and saved.is_file():
-        try:
-            base = json.loads(saved.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"{saved} is not valid JSON ({exc})") from exc
-        if not isinstance(base, dict):
-            raise ConfigError(f"{saved} must hold a JSON object")
+        base = read_json_object(saved)
         base_train = dict(base.get("train") or {})
         base.update(changes)
         base.update(out=str(out), resume=True, train={**base_train, **train})

@@ -1,10 +1,15 @@
-"""What machine and library versions a result came from (recorded in reports and benchmarks)."""
+"""What machine and library versions a result came from (recorded in reports and benchmarks), and the
+one reader of Linux's ``/proc/cpuinfo`` (``cpuinfo``: also what ``edgebert.runtime.hostcpu`` reads
+the instruction sets from). Stdlib only."""
 
 from __future__ import annotations
 
 import importlib.metadata as md
 import os
 import platform
+from pathlib import Path
+
+CPUINFO = Path("/proc/cpuinfo")
 
 
 def _version(dist: str) -> str | None:
@@ -12,6 +17,12 @@ def _version(dist: str) -> str | None:
         return md.version(dist)
     except md.PackageNotFoundError:
         return None
+
+
+def versions() -> dict[str, str | None]:
+    """The library versions a bundle records (its manifest's ``versions``; None: not installed)."""
+    return {"onnxruntime": _version("onnxruntime-gpu") or _version("onnxruntime"), "onnx": _version("onnx"),
+            "torch": _version("torch"), "edgebert": _version("edgebert"), "tokenizers": _version("tokenizers")}
 
 
 def usable_cpus() -> int:
@@ -42,28 +53,30 @@ def onnxruntime_packages() -> list[str]:
             if _version(d)]
 
 
+def cpuinfo(path: Path = CPUINFO) -> dict[str, str]:
+    """The fields of the first processor in ``/proc/cpuinfo`` (``flags`` on x86, ``Features`` on ARM,
+    ``model name`` ...), each as its text; empty where there is no such file (macOS, Windows)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 def cpu_flags() -> list[str]:
     """SIMD flags that matter for int8/fp32 kernels (Linux; empty elsewhere)."""
     wanted = {"avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16"}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return sorted(wanted & set(line.split(":", 1)[1].split()))
-    except OSError:
-        pass
-    return []
+    return sorted(wanted & set(cpuinfo().get("flags", "").split()))
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name (``/proc/cpuinfo``; elsewhere what ``platform`` says)."""
+    return cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 def describe() -> dict[str, object]:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import CheckpointError, ConfigError, TrainingError
+from ..errors import CheckpointError, ConfigError, Interrupted, TrainingError
 from edgebert.files.atomic import atomic_path, write_json
 from .config import TrainConfig
 from .distributed import init_distributed
@@ -228,6 +228,14 @@ class Trainer:
         return metrics
 
     # ------------------------------------------------------------------ the run
+    def _kept(self) -> str:
+        """What an interrupted run leaves, for the CLI's ``error: interrupted (...)`` line."""
+        ckpt = checkpoint_dir(self.out_dir) if self.dist.is_main else None
+        if ckpt is None:
+            return f"at step {self.step}, before the first checkpoint; nothing is kept"
+        kept = ckpt.name.removeprefix("step-").lstrip("0") or "0"
+        return f"at step {self.step}; the checkpoint of step {kept} in {self.out_dir} is kept: pass --resume to continue"
+
     def _start(self, task: TrainingTask) -> None:
         """Put ``task`` on the device, wrap it for DDP, build the optimizer, load the resume point."""
         cfg = self.cfg
@@ -290,10 +298,13 @@ class Trainer:
                         self.save_checkpoint()
                     if any(k.startswith("eval_") for k in record):
                         t_log = time.perf_counter()  # tokens/s measures training, not evaluation
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if not self.dist.enabled and self.step > self.resumed_from:
                 self.save_checkpoint()  # keep the finished steps; --resume continues from here
-            raise
+            if isinstance(exc, Interrupted):   # the CLI's: it prints this message
+                exc.message = self._kept()
+                raise
+            raise Interrupted(self._kept()) from exc
         wall = time.perf_counter() - t0
         return TrainResult(self.out_dir, self.step, dict(self.last_train), dict(self.last_eval),
                            run_tokens * self.dist.world_size / max(1e-9, wall), wall, self.resumed_from)

@@ -19,7 +19,7 @@ from torch import nn
 from ...data.corpus import paragraphs
 from ...data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
 from ...data.task_data import encode_texts, load_task_data
-from ...data.tasks import TOKEN_TASKS
+from ...data.tasks import SPAN_TASKS, TOKEN_TASKS
 from ...data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ...errors import CheckpointError, ConfigError
 from edgebert.files.atomic import write_json
@@ -54,11 +54,12 @@ def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
                 "distil its hidden states with --task embed, use a BertForMaskedLM/BertForPreTraining "
                 "teacher (e.g. from edgebert pretrain), or fine-tune it and distil the classifier with --task")
     else:
-        wanted, kind = (("BertForTokenClassification", "token") if task in TOKEN_TASKS
-                        else ("BertForSequenceClassification", "sequence"))
+        wanted, kind = (("BertForTokenClassification", "token classifier") if task in TOKEN_TASKS
+                        else ("BertForQuestionAnswering", "span (question answering) model") if task in SPAN_TASKS
+                        else ("BertForSequenceClassification", "sequence classifier"))
         if cfg.architecture != wanted:
             raise CheckpointError(f"the teacher {teacher_dir} is a {cfg.architecture}, not a fine-tuned "
-                                  f"{kind} classifier",
+                                  f"{kind}",
                                   f"fine-tune it first: edgebert finetune {teacher_dir} --task {task} ...")
         teacher = load_model(teacher_dir)
     teacher.eval()
@@ -100,8 +101,9 @@ def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer
         labels = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] \
             if teacher.config.id2label else None
         data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
-                              cfg.max_train_examples, cfg.eval_limit, cfg.train.seed, labels, cfg.tag_column)
-        if len(data.labels) != teacher.config.num_labels:
+                              cfg.max_train_examples, cfg.eval_limit, cfg.train.seed, labels, cfg.tag_column,
+                              cfg.stride)
+        if not cfg.is_span_task and len(data.labels) != teacher.config.num_labels:
             raise CheckpointError(f"the teacher has {teacher.config.num_labels} labels, the data "
                                   f"{len(data.labels)}", "distil on the task the teacher was fine-tuned for")
         task = TaskDistillationTask(student, teacher, tok, data, cfg, layer_map)

@@ -13,11 +13,15 @@ from ...data.mlm import MaskingCollator
 from ...data.task_data import EncodedDataset, TaskData, collate, eval_batches
 from ...data.tokenizer import SpecialIds, save_tokenizer
 from ...model import IGNORE_INDEX, masked_positions_logits, save_model
+from ...model.bert import MASK_VALUE
 from ...training import LengthGroupedBatches, TrainingTask
 from ..classification import ClassificationTask
 from ..metrics import embedding_agreement, mean_pool, mlm_metrics, sentence_embeddings
 from .config import DistillConfig
 from .losses import ModelOutputs, distillation_loss, hard_label_loss
+
+
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class _DistillationTask(TrainingTask):
@@ -166,7 +170,11 @@ class TaskDistillationTask(ClassificationTask):
     A token classifier (``ner``) is distilled per token: KD over every real sub-token (not [CLS],
     [SEP] or padding), so the student also follows the teacher on the sub-tokens after a word's first
     (the ones ``EdgeSession.tag(aggregation="simple")`` groups); hard-label CE on the first sub-token
-    of each word, where the gold tags are."""
+    of each word, where the gold tags are.
+
+    A span model (``squad``) is distilled on its (B, 2, T) start/end logits: KD of the start and of the
+    end distribution over each window's tokens (padding masked out), hard-label CE on the gold start
+    and end positions (transformers' span loss, over the real tokens)."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, tokenizer, data: TaskData,
                  cfg: DistillConfig, layer_map: list[int]):
@@ -175,9 +183,11 @@ class TaskDistillationTask(ClassificationTask):
         self.teacher, self.cfg, self.layer_map = teacher, cfg, layer_map
         self.teacher_metrics: dict[str, float] | None = None
         self.token_task = data.train.is_token_task
+        self.span_task = data.train.is_span_task
         specials = SpecialIds.of(tokenizer)
         self.not_real = torch.tensor(sorted({specials.cls, specials.sep, specials.pad}))
-        # the teacher's logits of the training set: (N, C), or one (T_i, C) per example (token task)
+        # the teacher's logits of the training set: (N, C), or one (T_i, C) per example (token task),
+        # or one (2, T_i) per window (span task)
         self.logit_cache: torch.Tensor | list[torch.Tensor] | None = None
         self.logits_only = not (cfg.alpha_cos or cfg.alpha_hidden or cfg.alpha_attn)
         # hard labels only (the no-distillation baseline): the teacher is not run during training
@@ -195,19 +205,39 @@ class TaskDistillationTask(ClassificationTask):
         """The teacher's logits for every training example (eval mode: deterministic), in one pass
         over length-sorted batches: cheaper than recomputing them every epoch."""
         train = self.data.train
-        out: torch.Tensor | list = ([None] * len(train) if self.token_task
+        per_example = self.token_task or self.span_task
+        out: torch.Tensor | list = ([None] * len(train) if per_example
                                     else torch.zeros(len(train), len(self.data.labels)))
         for idx, batch in eval_batches(train, self.eval_batch_size, self.pad_id):
-            batch.pop("labels")
-            logits = self.teacher(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu()
-            if self.token_task:
+            inputs = {k: batch[k].to(device) for k in INPUT_KEYS}
+            logits = self.logits_of(self.teacher(**inputs), inputs["attention_mask"]).float().cpu()
+            if per_example:
                 for row, i in enumerate(idx):
-                    out[i] = logits[row, :len(train.input_ids[i])].clone()
+                    out[i] = logits[row, ..., :len(train.input_ids[i])].clone() if self.span_task \
+                        else logits[row, :len(train.input_ids[i])].clone()
             else:
                 out[torch.as_tensor(idx)] = logits
         return out
 
+    def logits_of(self, out, attention_mask: torch.Tensor) -> torch.Tensor:
+        """What the KD and CE terms compare: the classifier logits, or a span model's (B, 2, T) start/end
+        logits with padding at MASK_VALUE (no probability there, for student and teacher alike)."""
+        if not self.span_task:
+            return out.logits
+        return out.span_logits.masked_fill(attention_mask[:, None, :] == 0, MASK_VALUE)
+
+    def targets_of(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The hard labels: (B,) / (B, T) class ids, or (B, 2) start and end positions."""
+        if self.span_task:
+            return torch.stack([batch["start_positions"], batch["end_positions"]], dim=1)
+        return batch["labels"]
+
     def _cached(self, indices, width: int) -> torch.Tensor:
+        if self.span_task:
+            out = torch.full((len(indices), 2, width), MASK_VALUE)
+            for row, i in enumerate(indices):
+                out[row, :, :self.logit_cache[i].shape[-1]] = self.logit_cache[i]
+            return out
         if not self.token_task:
             return self.logit_cache[list(indices)]
         out = torch.zeros(len(indices), width, len(self.data.labels))
@@ -227,8 +257,9 @@ class TaskDistillationTask(ClassificationTask):
         return ~torch.isin(input_ids, self.not_real.to(input_ids.device))
 
     def loss(self, model, batch):
-        labels = batch["labels"]
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        labels = self.targets_of(batch)
+        inputs = {k: batch[k] for k in INPUT_KEYS}
+        mask = inputs["attention_mask"]
         kwargs = dict(output_hidden_states=self.cfg.needs_hidden_states,
                       output_attentions=self.cfg.needs_attentions)
         positions = self.real_tokens(inputs["input_ids"]) if self.token_task else None
@@ -236,20 +267,21 @@ class TaskDistillationTask(ClassificationTask):
         if "teacher_logits" in batch:
             t_out = ModelOutputs(batch["teacher_logits"], None)
         elif not self.needs_teacher:
-            s = model(**inputs)
-            loss = hard_label_loss(s.logits, labels)
+            logits = self.logits_of(model(**inputs), mask)
+            loss = hard_label_loss(logits, labels)
             with torch.no_grad():
-                acc = (s.logits.argmax(-1)[labelled] == labels[labelled]).float().mean()
+                acc = (logits.argmax(-1)[labelled] == labels[labelled]).float().mean()
             return self.cfg.alpha_ce * loss, {"loss_ce": loss.detach(), "accuracy": acc}
         else:
             with torch.no_grad():
                 t = self.teacher(**inputs, **kwargs)
-            t_out = ModelOutputs.of(t.encoder, t.logits)
+            t_out = ModelOutputs.of(t.encoder, self.logits_of(t, mask))
         s = model(**inputs, **kwargs)
-        total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s.encoder, s.logits), t_out,
-                                           inputs["attention_mask"], labels, self.layer_map, positions)
+        s_logits = self.logits_of(s, mask)
+        total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s.encoder, s_logits), t_out,
+                                           mask, labels, self.layer_map, positions)
         with torch.no_grad():
-            pred = s.logits.argmax(-1)
+            pred = s_logits.argmax(-1)
             agree = pred == t_out.logits.argmax(-1)
             metrics["accuracy"] = (pred[labelled] == labels[labelled]).float().mean()
             metrics["teacher_agreement"] = (agree[positions] if positions is not None else agree).float().mean()
@@ -261,6 +293,6 @@ class TaskDistillationTask(ClassificationTask):
             return metrics
         if self.teacher_metrics is None:
             m = self.dev_metrics(self.teacher)
-            self.teacher_metrics = {f"teacher_{k}": float(m[k]) for k in ("accuracy", "f1", "precision", "recall")
-                                    if k in m}
+            self.teacher_metrics = {f"teacher_{k}": float(m[k]) for k in
+                                    ("accuracy", "f1", "precision", "recall", "exact_match") if k in m}
         return {**metrics, **self.teacher_metrics}

@@ -1,0 +1,110 @@
+"""SQuAD scores: exact match (EM) and F1 of predicted answer texts, in percent, as SQuAD reports them.
+
+Every question's EM and F1 come from torchmetrics' ``SQuAD`` metric (the official SQuAD 1.1
+normalisation: lower case, punctuation and articles removed, whitespace collapsed; the best over the
+gold answers); nothing here re-implements the normalisation.
+
+- ``squad_scores(examples, answers)``: EM / F1 over the answerable questions (SQuAD 1.1 scoring; a
+  SQuAD 2.0 file's unanswerable questions are left out), ``n`` the questions scored.
+- ``squad_v2_scores(examples, answers, null_margins)``: SQuAD 2.0 scoring. A question is answered
+  "no answer" when its null margin (null score - best span score, ``edgebert.data.squad_spans``) is
+  above a threshold, chosen on the file to maximise F1 (as the official evaluation script's
+  ``best_f1_thresh``); EM / F1 at that threshold, over all questions and split into answerable
+  (``has_answer_*``) and unanswerable (``no_answer_*``: the share answered "no answer").
+
+Torch-free module: torchmetrics (which brings PyTorch: the ``[train]`` extra) is imported when a
+score is asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from edgebert.data.squad import SquadExample
+from edgebert.errors import DataError, MissingExtra
+
+
+def _squad_metric():
+    try:
+        from torchmetrics.functional.text import squad
+    except ImportError as exc:
+        raise MissingExtra("SQuAD scores need torchmetrics, which is not installed",
+                           "pip install 'edgebert[train]' (or pip install torchmetrics)") from exc
+    return squad
+
+
+def require_torchmetrics() -> None:
+    """``MissingExtra`` with the install hint when torchmetrics is missing (check before long work)."""
+    _squad_metric()
+
+
+def question_scores(answer: str, gold: Sequence[str]) -> tuple[float, float]:
+    """(EM, F1) in percent of one predicted answer against the gold answers (none: "no answer" is
+    right, so "" scores 100 and any text 0)."""
+    squad = _squad_metric()
+    texts = list(gold) or [""]
+    result = squad({"prediction_text": answer, "id": "q"},
+                    {"answers": {"answer_start": [0] * len(texts), "text": texts}, "id": "q"})
+    return float(result["exact_match"]), float(result["f1"])
+
+
+def _per_question(examples: Sequence[SquadExample], answers: Mapping[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    missing = [e.id for e in examples if e.id not in answers]
+    if missing:
+        raise DataError(f"no predicted answer for question {missing[0]} ({len(missing)} of {len(examples)} missing)")
+    scores = np.asarray([question_scores(answers[e.id], e.answer_texts) for e in examples], dtype=np.float64)
+    return scores[:, 0].reshape(-1), scores[:, 1].reshape(-1)
+
+
+def squad_scores(examples: Sequence[SquadExample], answers: Mapping[str, str]) -> dict[str, float]:
+    """``exact_match`` and ``f1`` (percent) over the answerable questions of ``examples``, and ``n``."""
+    answerable = [e for e in examples if e.has_answer]
+    if not answerable:
+        raise DataError("none of the questions has an answer to score against",
+                        "score a SQuAD 2.0 file with its unanswerable questions (--with-no-answer)")
+    exact, f1 = _per_question(answerable, answers)
+    return {"exact_match": float(exact.mean()), "f1": float(f1.mean()), "n": float(len(answerable))}
+
+
+def best_threshold(margins: np.ndarray, answered: np.ndarray, unanswered: np.ndarray) -> tuple[float, float]:
+    """(threshold, total) maximising the summed per-question score when questions whose margin is above
+    the threshold get "no answer": ``answered`` / ``unanswered`` are each question's score either way.
+    The threshold is one of the margins (ties are answered together), or below them all (every question
+    answered "no answer")."""
+    order = np.argsort(margins, kind="stable")
+    m = margins[order]
+    totals = unanswered.sum() + np.cumsum(answered[order] - unanswered[order])   # answer the first k+1
+    last_of_tie = np.r_[m[1:] != m[:-1], True]
+    candidates = np.flatnonzero(last_of_tie)
+    k = candidates[np.argmax(totals[candidates])]
+    if totals[k] > unanswered.sum():
+        return float(m[k]), float(totals[k])
+    return float(m[0] - 1.0), float(unanswered.sum())
+
+
+def squad_v2_scores(examples: Sequence[SquadExample], answers: Mapping[str, str],
+                    null_margins: Mapping[str, float]) -> dict[str, float]:
+    """SQuAD 2.0 scores (see the module docstring): ``exact_match``, ``f1`` and ``null_threshold``; the
+    same split into ``has_answer_*`` and ``no_answer_*`` with their ``*_n``; ``best_exact_match`` (with
+    its own ``best_exact_match_threshold``), ``n``."""
+    if not examples:
+        raise DataError("there are no questions to score")
+    exact, f1 = _per_question(examples, answers)
+    margins = np.asarray([float(null_margins[e.id]) for e in examples], dtype=np.float64)
+    has = np.asarray([e.has_answer for e in examples])
+    null_right = np.where(has, 0.0, 100.0)               # the score of answering "no answer"
+    threshold, _ = best_threshold(margins, f1, null_right)
+    exact_threshold, best_exact = best_threshold(margins, exact, null_right)
+    gives_null = margins > threshold
+    exact_at = np.where(gives_null, null_right, exact)
+    f1_at = np.where(gives_null, null_right, f1)
+    out = {"exact_match": float(exact_at.mean()), "f1": float(f1_at.mean()), "null_threshold": threshold,
+           "n": float(len(examples)), "has_answer_n": float(has.sum()), "no_answer_n": float((~has).sum()),
+           "best_exact_match": best_exact / len(examples), "best_exact_match_threshold": exact_threshold}
+    for name, part in (("has_answer", has), ("no_answer", ~has)):
+        if part.any():
+            out[f"{name}_exact_match"] = float(exact_at[part].mean())
+            out[f"{name}_f1"] = float(f1_at[part].mean())
+    return out

@@ -1,0 +1,22 @@
+"""``ExportJob``: the facts of one export that every graph step after tracing reads (the task, the
+model's shape, the traced and fused fp32 graphs, the tokenizer, the scratch folder and the bundle
+folder being written). Steps take it, the ``GraphValidator`` and their own options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgebert.model import BertConfig
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    task: str
+    model: BertConfig
+    work: Path            # scratch folder, removed after the export
+    staging: Path         # the bundle folder being written (replaces out_dir when complete)
+    raw: Path             # the traced graph (standard ONNX ops)
+    fused: Path           # the fused fp32 graph (model.onnx in staging)
+    tokenizer: Path       # the model's tokenizer.json
+    pad_id: int

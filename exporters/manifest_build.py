@@ -1,0 +1,70 @@
+"""The manifest *builder*: a new bundle's ``Manifest`` from the export's facts, hashed and written.
+
+``build_manifest`` makes the typed ``edgebert.bundle.manifest.Manifest`` (``Manifest.build``: the one
+definition of the manifest's keys, inputs and outputs), ``write_manifest`` adds the sha256 of every
+file (``with_files``) and writes ``manifest.to_dict()`` atomically, and ``verify_bundle`` re-reads and
+re-hashes what was written. Reading a bundle is ``edgebert.bundle.reader``'s. Also here: the bundle's
+graph file names and the ``export_host`` field (where the bundle was made).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgebert.bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
+from edgebert.bundle.manifest import ModelShape
+from edgebert.files.atomic import sha256_file, write_json
+from edgebert.model import BertConfig
+from edgebert.runtime.hostcpu import detect_host
+from edgebert.runtime.trt_profile import TrtProfile
+from edgebert.system.environment import versions
+
+__all__ = ["MODEL_FILES", "int8_file", "build_manifest", "write_manifest", "verify_bundle", "export_host"]
+
+MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+
+
+def int8_file(target: str, default: bool) -> str:
+    """``model.int8.onnx`` for the bundle's default INT8 graph, ``model.int8-<target>.onnx`` for others."""
+    return MODEL_FILES["int8"] if default else f"model.int8-{target}.onnx"
+
+
+def export_host() -> dict:
+    """The machine that exported (a bundle travels; this says where it was made)."""
+    host = detect_host()
+    return {"arch": host.arch, "kind": host.kind, "flags": host.flags(), "u8s8": host.u8s8, "cpu": host.model}
+
+
+def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, max_len: int, tokenizer: dict, opset: int,
+                   models: dict[str, dict], trt_profile: TrtProfile | None = None,
+                   extra: dict[str, Any] | None = None) -> Manifest:
+    """The manifest without file hashes (``write_manifest`` adds them). The top-level ``tensorrt_profile``
+    (batch x sequence, every input) is the export's; TensorRT graphs carry it per input."""
+    # the label map of a classifier (id -> name; token-cls: the IOB tags EdgeSession.tag groups)
+    labels = ({str(k): v for k, v in cfg.id2label.items()} if task in ("cls", "token-cls") and cfg.id2label
+              else None)
+    return Manifest.build(
+        task=task, config=ModelShape(**{k: getattr(cfg, k) for k in ModelShape.__dataclass_fields__}),
+        num_labels=cfg.num_labels,
+        source={"model_dir": str(Path(model_dir).resolve()), "architecture": cfg.architecture},
+        max_sequence_length=max_len, labels=labels, tokenizer=tokenizer, opset=opset, versions=versions(),
+        models=models, tensorrt_profile=(trt_profile or TrtProfile.default(max_len)).as_dict(), extra=extra)
+
+
+def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:
+    """Hash every file in ``bundle_dir`` (except the manifest, logs and hidden files) into ``files``;
+    write the manifest atomically. Returns it with the hashes."""
+    files = {p.name: sha256_file(p) for p in sorted(Path(bundle_dir).iterdir())
+             if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".jsonl")
+             and not p.name.startswith(".")}
+    manifest = manifest.with_files(files)
+    write_json(Path(bundle_dir) / MANIFEST_NAME, manifest.to_dict())
+    return manifest
+
+
+def verify_bundle(bundle_dir: str | Path) -> Manifest:
+    """Read the manifest and re-hash every file; ``BundleError`` on any problem. Returns the manifest."""
+    manifest = read_manifest(bundle_dir)
+    verify_files(bundle_dir, manifest)
+    return manifest

@@ -1,0 +1,76 @@
+"""``ExportResult``: what ``export_bundle`` returns (the bundle folder, its typed ``Manifest``, the time
+taken, the progress log) and the export's summary, one line per graph, read from the manifest's
+typed fields and each entry's recorded figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgebert.bundle import Manifest, ModelEntry
+
+INT8_OPS = ("QAttention", "MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeMatMul", "MatMul",
+            "QuantizeLinear", "DequantizeLinear", "Attention")
+
+
+@dataclass
+class ExportResult:
+    bundle_dir: Path
+    manifest: Manifest
+    seconds: float
+    log: list[dict] = field(default_factory=list)
+
+    def summary_lines(self) -> list[str]:
+        m = self.manifest
+        fp32 = m.models["fp32"]
+        val = fp32.get_extra("validation")
+        ops = ", ".join(f"{k}={v}" for k, v in fp32.get_extra("fused_ops").items() if k not in ("MatMul", "Gemm"))
+        lines = [f"bundle: {self.bundle_dir} (task {m.task}, opset {m.get_extra('opset')}, {self.seconds:.1f}s)",
+                 f"fp32 {fp32.file}: {ops}; max |onnx - torch| = {val['max_abs_diff']:.2g} "
+                 f"(tolerance {val['tolerance']:g}, {len(val['cases'])} shapes)"]
+        lines += [_int8_line(e) for e in m.models.values() if e.precision == "int8"]
+        lines += [_fp16_line(e) for e in map(m.entry, ("fp16", "fp16-cuda")) if e is not None]
+        lines += [_gpu_line(e) for e in map(m.entry, ("fp32-trt", "fp32-cuda")) if e is not None]
+        return lines
+
+
+def _fp16_line(e: ModelEntry) -> str:
+    v = e.get_extra("validation")
+    if v["mode"] == "structural":
+        return f"{e.key} {e.file}: checked structurally ({v['reason']})"
+    return f"{e.key} {e.file}: max |onnx - torch| = {v['max_abs_diff']:.2g} on CPU"
+
+
+def _gpu_line(e: ModelEntry) -> str:
+    where = (f"TensorRT profile {_profile_text(e.tensorrt_profile)}" if e.tensorrt_profile
+             else e.get_extra("attention_mask", ""))
+    return (f"{e.key} {e.file} ({e.graph}, for {', '.join(e.providers)}): max |onnx - torch| "
+            f"= {e.get_extra('validation')['max_abs_diff']:.2g}; {where}")
+
+
+def _profile_text(per_input) -> str:
+    first = next(iter(per_input.values()))
+    return ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in first.items()) + f" (every input: {len(per_input)})"
+
+
+def _int8_line(q: ModelEntry) -> str:
+    """One summary line per INT8 graph: target, recipe, ops, gate figure, batch invariance."""
+    quant = q.quantization
+    counts = ", ".join(f"{k}={v}" for k, v in quant["op_counts"].items() if k in INT8_OPS)
+    if q.is_static_qdq:
+        kind = f"static {quant['format']}"
+    else:
+        kind = f"{quant['weight_type']} weights {quant['weight_range']}, {quant['activation_scales'].split(' ')[0]} scales"
+    acc = q.get_extra("accuracy")
+    line = (f"int8 {q.file} (target {q.target}): {kind}; {counts}; {acc['metric']} mean {acc['mean']:.4f}"
+            + (f" min {acc['min']:.4f}" if acc.get("min") is not None else "")
+            + f" on {acc['n']} held-out texts (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
+    if quant["excluded_nodes"]:
+        line += f"; kept float: {len(quant['excluded_nodes'])} of {quant['candidate_nodes']} node(s)"
+    split = quant.get("outlier_split") or {}
+    if split.get("channels"):
+        line += f"; {split['channels']} outlier channel(s) float in {split['nodes']} MatMul(s)"
+    line += f"; batch-invariance 1-cos {q.get_extra('batch_invariance')['max_1_minus_cos']:.2g}"
+    if q.needs_exact_u8s8:
+        line += "; needs exact U8S8 (VNNI/ARM64, elsewhere the runtime sets session.x64quantprecision=1)"
+    return line

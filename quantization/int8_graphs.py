@@ -1,0 +1,154 @@
+"""The INT8 graphs of one fp32 model, made and measured on text: what an exporter asks of quantization.
+
+``Int8Maker`` is built once per export and holds what every INT8 graph shares: the tokenizer, the
+calibration / held-out split, the fp32 accuracy probe on held-out text and the channel ranges
+(collected once). Per graph it makes the outlier split (``outlier_split``, once per ratio), a target's
+CPU graph (``target_graph``) or the static QDQ graph for TensorRT (``static_graph``): quantization, the
+accuracy gate (sensitive nodes kept float until the budget is met) and a batch-invariance measurement,
+returned as an ``Int8Graph`` holding the graph's manifest figures.
+
+Nothing here compares with PyTorch or names bundle files: the exporter validates the split and each
+graph it is handed (``exporters.validate``), so this package never calls back into ``exporters``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from edgebert.errors import ValidationError
+from edgebert.graph.ops import op_type_counts, quantized_biases, weight_node_inputs
+
+from .accuracy import AccuracyProbe, GuardResult, batch_invariance, quantize_with_guard
+from .activations import ChannelStats
+from .calibration import TextBatches, TextSource, calibration_split, encode_batch, prepared_tokenizer
+from .config import Int8Config
+from .dynamic import DynamicInt8Quantizer
+from .outliers import split_outliers
+from .static import STATIC_REQUIREMENTS, StaticQdqInt8Quantizer
+from .targets import Int8Recipe
+
+Say = Callable[..., None]
+ARITHMETIC = ("exact U8S8 products (session.x64quantprecision=1 where the export host saturates): the figure "
+              "of a host that runs the graph correctly")
+
+
+@dataclass(frozen=True)
+class OutlierSplit:
+    """The graph a target quantizes: the fused graph with outlier channels split off (or the fused
+    graph itself at ratio 0), the split's ``{node: channels}`` and its manifest figures."""
+    path: Path
+    plan: dict[str, list[int]]
+    figures: dict[str, Any]
+    made: bool                     # a new graph: the exporter validates it before it is quantized
+
+    def with_figures(self, **figures: Any) -> "OutlierSplit":
+        return dataclasses.replace(self, figures={**self.figures, **figures})
+
+
+@dataclass(frozen=True)
+class Int8Graph:
+    """One INT8 graph written at ``path`` and what was measured on it (its manifest figures)."""
+    path: Path
+    target: str
+    requires: dict[str, Any]
+    recipe: dict[str, Any] | None
+    quantization: dict[str, Any]
+    accuracy: dict[str, Any]
+    batch_invariance: dict[str, Any]
+
+
+class Int8Maker:
+    """Makes and measures the INT8 graphs of the fused fp32 graph ``fused`` (see the module docstring).
+    ``work``: a scratch folder for split graphs and calibration caches; ``say``: progress."""
+
+    def __init__(self, qcfg: Int8Config, task: str, fused: Path, *, tokenizer: Path, pad_id: int, work: Path,
+                 say: Say):
+        self.qcfg, self.task, self.fused, self.work, self.say, self.pad_id = qcfg, task, fused, work, say, pad_id
+        self.tok = prepared_tokenizer(tokenizer, qcfg.calib_seq_len)
+        self.split = calibration_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size)
+        say(f"fp32 reference on held-out text ({self.split.held_out.describe()['source']})")
+        self.probe = AccuracyProbe(task, fused, self._batches(self.split.held_out))
+        self.budget = qcfg.budget(task)
+        self._stats: ChannelStats | None = None
+
+    def _batches(self, source: TextSource, pad_to: int | None = None) -> TextBatches:
+        return TextBatches(source, self.tok, None, self.qcfg.calib_batch_size, self.qcfg.calib_seq_len,
+                           pad_to=pad_to, pad_id=self.pad_id)
+
+    def calibration(self) -> dict:
+        return {**self.split.describe(), "max_length": self.qcfg.calib_seq_len}
+
+    # ------------------------------------------------------------------ CPU targets
+    def stats(self, op_types: tuple[str, ...]) -> ChannelStats:
+        """Per-channel ranges of every quantizable input on the calibration text (collected once)."""
+        if self._stats is None:
+            self.say(f"activation ranges on {self.split.calibration.describe()['texts']} calibration texts")
+            self._stats = ChannelStats.collect(self.fused, self._batches(self.split.calibration),
+                                               weight_node_inputs(self.fused, (*op_types, "Gemm")))
+        return self._stats
+
+    def outlier_split(self, recipe: Int8Recipe) -> OutlierSplit:
+        """The split ``recipe`` asks for (its outlier ratio), written to the scratch folder."""
+        stats = self.stats(recipe.op_types)
+        ratio = recipe.outlier_ratio
+        if ratio == 0:
+            return OutlierSplit(self.fused, {}, {"applied": False, "reason": "off (outlier ratio 0)"}, made=False)
+        self.say(f"splitting outlier channels (ratio {ratio:g})")
+        path = self.work / f"model.split-{ratio:g}.onnx"
+        plan = split_outliers(self.fused, path, None, ratio, stats=stats)
+        return OutlierSplit(path, plan, {"applied": True, "ratio": ratio, "nodes": len(plan),
+                                         "channels": sum(len(c) for c in plan.values()), "float_channels": plan},
+                            made=True)
+
+    def target_graph(self, recipe: Int8Recipe, split: OutlierSplit, out: Path) -> Int8Graph:
+        """Quantize ``split`` by ``recipe`` into ``out``, gate and measure it."""
+        quantizer = DynamicInt8Quantizer(split.path, recipe, self.stats(recipe.op_types), split.plan)
+        candidates = quantizer.candidates()
+        self.say(f"quantizing INT8 for {recipe.target} ({len(candidates)} nodes)")
+        guard, quant = self._quantize(quantizer, candidates, out, {"outlier_split": split.figures})
+        # the guard's last quantize() call wrote the kept file, so last_scales describe it
+        if quantizer.last_scales is not None:
+            quant["calibrated_scales"] = {k: quantizer.last_scales[k] for k in ("tensors", "fused_matmuls")}
+        return self._measured(out, recipe.target, quant, guard, recipe.requirements(), recipe.as_dict())
+
+    # ------------------------------------------------------------------ TensorRT (static QDQ)
+    def static_graph(self, raw: Path, out: Path) -> Int8Graph:
+        """The TensorRT INT8 graph of the traced graph ``raw``: QDQ S8S8 on standard ops, biases float."""
+        padded = self._batches(self.split.calibration, pad_to=self.qcfg.calib_seq_len)
+        quantizer = StaticQdqInt8Quantizer(raw, self.qcfg, padded, self.work)
+        candidates = quantizer.candidates()
+        self.say(f"quantizing INT8 (static QDQ, {len(candidates)} nodes)")
+        guard, quant = self._quantize(quantizer, candidates, out, {"quantized_biases": 0})
+        biases = quantized_biases(out)
+        if biases:
+            raise ValidationError(f"int8 tensorrt: {len(biases)} bias(es) quantized to int32 ({biases[0]} ...); "
+                                  "TensorRT rejects them", figures={"stage": "int8 tensorrt", "nodes": biases})
+        return self._measured(out, "tensorrt", quant, guard, STATIC_REQUIREMENTS, None)
+
+    # ------------------------------------------------------------------ shared
+    def _quantize(self, quantizer: DynamicInt8Quantizer | StaticQdqInt8Quantizer, candidates: list[str], out: Path,
+                  figures: dict) -> tuple[GuardResult, dict]:
+        """Quantize through the accuracy gate; the quantization figures (``figures`` after the counts)."""
+        guard = quantize_with_guard(quantizer, out, self.probe, self.budget, self.qcfg.sensitivity_size, self.say)
+        quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
+                 "quantized_nodes": len(candidates) - len(guard.excluded), "excluded_nodes": guard.excluded,
+                 "op_counts": op_type_counts(out), **figures, "calibration": self.calibration()}
+        return guard, quant
+
+    def _measured(self, out: Path, target: str, quant: dict, guard: GuardResult, requires: dict,
+                  recipe: dict | None) -> Int8Graph:
+        accuracy = {**guard.as_dict(self.budget), "held_out": self.split.held_out.describe(),
+                    "arithmetic": ARITHMETIC}
+        invariance = batch_invariance(out, self.task, self._invariance_probe(), self._long_batch_mates())
+        return Int8Graph(out, target, requires, recipe, quant, accuracy, invariance)
+
+    def _invariance_probe(self) -> list[dict]:
+        texts = [t for _, t in zip(range(8), self.split.held_out)]
+        return [encode_batch(self.tok, texts, self.qcfg.calib_seq_len, pad_id=self.pad_id)]
+
+    def _long_batch_mates(self) -> dict:
+        longest = sorted(self.split.calibration, key=len, reverse=True)[:8]
+        return encode_batch(self.tok, longest, self.qcfg.calib_seq_len, pad_id=self.pad_id)
