@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# --overwrite: an earlier demo run in $(RUNS)/demo is replaced (said on screen); a folder holding anything
+# else is refused, naming the files: nothing of yours is deleted
 demo: $(STAMP)
-	rm -rf $(RUNS)/demo
-	$(BIN)/edgebert pipeline --out $(RUNS)/demo
+	@echo "make demo: edgebert pipeline --out $(RUNS)/demo --overwrite (replaces an earlier demo run there, nothing else)"
+	$(BIN)/edgebert pipeline --out $(RUNS)/demo --overwrite
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -11,6 +11,7 @@ from edgebert.bundle import TASKS
 from edgebert.errors import ConfigError
 from edgebert.runtime.trt_profile import TrtProfile
 from quantization.config import INT8_MODES, Fp16Config, Int8Config
+from quantization.targets import target_names
 
 MIN_OPSET, MAX_OPSET = 14, 20   # 14: Trilu/etc.; 17: native LayerNormalization; 20: TorchScript max
 # Default task of each architecture (config.json "architectures").
@@ -20,10 +21,13 @@ ARCHITECTURE_TASKS = {
     "BertForMaskedLM": "mlm",
     "BertForSequenceClassification": "cls",
     "BertForTokenClassification": "token-cls",
+    "BertForQuestionAnswering": "qa",
+    "BertForMultipleChoice": "multiple-choice",
 }
 # The edgebert class each task is exported as.
 TASK_ARCHITECTURES = {"embed": "BertModel", "mlm": "BertForMaskedLM", "cls": "BertForSequenceClassification",
-                      "token-cls": "BertForTokenClassification"}
+                      "token-cls": "BertForTokenClassification", "qa": "BertForQuestionAnswering",
+                      "multiple-choice": "BertForMultipleChoice"}
 
 
 def default_task(architecture: str) -> str:
@@ -86,8 +90,7 @@ class ExportConfig:
                               "17 is the default and what the fusion gate is verified on")
         if self.int8_mode not in INT8_MODES:
             raise ConfigError(f"unknown INT8 mode {self.int8_mode!r}", f"use one of {', '.join(INT8_MODES)}")
-        object.__setattr__(self, "int8_targets", (self.int8_targets,) if isinstance(self.int8_targets, str)
-                           else tuple(self.int8_targets))
+        object.__setattr__(self, "int8_targets", target_names(self.int8_targets))
         if not self.int8:
             if (self.int8_mode != "dynamic" or self.calib is not None or self.max_accuracy_loss is not None
                     or self.int8_targets != ("portable",)):

@@ -20,13 +20,15 @@ from .job import ExportJob
 from .manifest_build import int8_file
 from .validate import GraphValidator
 
+SUMMARY = ("metric", "mean", "min", "n", "loss", "f1", "fp32_f1", "within_budget")   # the progress line's figures
+
 
 def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
                 tensorrt: TrtProfile | None = None) -> dict[str, dict]:
     """The bundle's INT8 manifest entries: ``{"int8": default CPU target's, "int8-<target>": ...}`` (dynamic
     mode), and ``"int8-trt"`` (static QDQ) when a TensorRT profile is given (static mode: only that one)."""
     maker = Int8Maker(qcfg, job.task, job.fused, tokenizer=job.tokenizer, pad_id=job.pad_id, work=job.work,
-                      say=check.say)
+                      say=check.say, max_length=job.max_len)
     entries = {}
     if qcfg.mode == "dynamic":
         recipes, notes = qcfg.recipes()
@@ -43,6 +45,19 @@ def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
         graph = maker.static_graph(job.raw, job.staging / GPU_FILES["int8-trt"])
         entries["int8-trt"] = {**_entry(graph, check), **tensorrt_fields(graph.path, tensorrt, "int8 tensorrt")}
     return entries
+
+
+def default_precision(models: dict[str, dict]) -> dict:
+    """``{"default_precision": {"precision": "fp32", "reason"}}`` when a CPU INT8 graph missed its accuracy
+    budget (a question-answering gate may: ``accuracy.within_budget`` false), else ``{}``: the bundle then
+    says so, and a session that names no precision loads fp32 (``edgebert.runtime.precision``)."""
+    missed = {k: e["accuracy"] for k, e in models.items()
+              if e["precision"] == "int8" and e["accuracy"].get("within_budget") is False}
+    if not missed:
+        return {}
+    said = "; ".join(f"{k} loses {a['loss']:g} (> {a['max_accuracy_loss']:g}, {a['metric']})" for k, a in missed.items())
+    return {"default_precision": {"precision": "fp32", "reason": f"the INT8 accuracy gate missed its budget at "
+                                                                 f"export: {said}; INT8 stays loadable by name"}}
 
 
 def _validated(split: OutlierSplit, check: GraphValidator) -> OutlierSplit:
@@ -64,6 +79,6 @@ def _entry(graph: Int8Graph, check: GraphValidator) -> dict:
              "recipe": graph.recipe, "graph": quant["graph"], "quantization": quant,
              "accuracy": accuracy, "batch_invariance": graph.batch_invariance, "validation": validation}
     check.say(f"INT8 {graph.target} done", op_counts=quant["op_counts"],
-              accuracy={k: accuracy[k] for k in ("metric", "mean", "min", "n", "loss")},
+              accuracy={k: v for k, v in accuracy.items() if k in SUMMARY},
               excluded=quant["excluded_nodes"], batch_invariance=graph.batch_invariance["max_1_minus_cos"])
     return entry

@@ -20,3 +20,4 @@ class ExportJob:
     fused: Path           # the fused fp32 graph (model.onnx in staging)
     tokenizer: Path       # the model's tokenizer.json
     pad_id: int
+    max_len: int | None = None   # the bundle's longest input (question windows for INT8 are cut to it)

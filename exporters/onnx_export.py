@@ -1,6 +1,9 @@
 """Trace a BERT to ONNX with the TorchScript exporter: dynamic batch/sequence axes, named outputs (names
 and axes from ``edgebert.bundle.manifest.io_spec``, the one definition the manifest declares too).
 
+A ``qa`` graph returns ``start_logits`` and ``end_logits`` (batch, sequence); a ``multiple-choice``
+graph takes (batch, choices, sequence) inputs and returns (batch, choices) ``logits``.
+
 ``dynamo=False`` on purpose: the TorchScript exporter with the model's eager attention yields the
 MatMul/Div/Add/Softmax/MatMul pattern that onnxruntime's BERT optimizer fuses into ``Attention``.
 """
@@ -19,6 +22,7 @@ from edgebert.errors import ValidationError
 from edgebert.model import encoder_of
 
 TRACE_BATCH, TRACE_SEQUENCE = 2, 16   # deliberately not among the validation shapes
+TRACE_CHOICES = 3                     # multiple-choice: validated at 2 and 4 choices
 
 
 class TaskModel(nn.Module):
@@ -33,6 +37,8 @@ class TaskModel(nn.Module):
         out = self.model(input_ids, attention_mask, token_type_ids)
         if self.task == "embed":
             return out.last_hidden_state, out.pooler_output
+        if self.task == "qa":
+            return out.start_logits, out.end_logits
         return (out.logits,)
 
 
@@ -58,6 +64,8 @@ def export_onnx(wrapped: TaskModel, path: str | Path, opset: int, pad_id: int = 
     mask[1, TRACE_SEQUENCE // 2:] = 0
     ids[mask == 0] = pad_id
     types = torch.zeros_like(ids)
+    if wrapped.task == "multiple-choice":      # (batch, choices, sequence): every row a choice
+        ids, mask, types = (x[:, None, :].repeat(1, TRACE_CHOICES, 1) for x in (ids, mask, types))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from edgebert.bundle import MANIFEST_NAME, TASK_OUTPUTS
+from edgebert.bundle.pooling import read_pooling
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_dir, write_text
 from edgebert.files.outdirs import OutputDir
@@ -25,7 +26,7 @@ from edgebert.model import CONFIG_NAME, BertConfig, load_model
 from .config import TASK_ARCHITECTURES, ExportConfig, default_task
 from .fusion import fused_entry
 from .gpu_graphs import GpuGraphs
-from .int8 import export_int8
+from .int8 import default_precision, export_int8
 from .job import ExportJob
 from .manifest_build import MODEL_FILES, build_manifest, export_host, verify_bundle, write_manifest
 from .onnx_export import TaskModel, export_onnx, prepare
@@ -76,6 +77,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
     remove_stale_work_dirs()
     say("loading checkpoint")
     model_cfg, task, model, tok_file = _load(cfg)
+    pooling = read_pooling(cfg.model_dir) if task == "embed" else None   # a sentence-transformers model's own
     tok_meta = tokenizer_metadata(tok_file)
     max_len = cfg.max_sequence_length or model_cfg.max_position_embeddings
     if max_len > model_cfg.max_position_embeddings:
@@ -87,7 +89,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
     wrapped = prepare(model, task)
     with work_dir("export") as scratch, out.staged() as staging:
         job = ExportJob(task, model_cfg, Path(scratch), staging, Path(scratch) / "model.raw.onnx",
-                        staging / MODEL_FILES["fp32"], tok_file, tok_meta["pad_id"])
+                        staging / MODEL_FILES["fp32"], tok_file, tok_meta["pad_id"], max_len)
         say(f"tracing to ONNX (opset {cfg.opset}, task {task})")
         export_onnx(wrapped, job.raw, cfg.opset, job.pad_id)
         check = _validator(cfg, wrapped, job, max_len, say)
@@ -111,7 +113,9 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         manifest = build_manifest(task=task, cfg=model_cfg, model_dir=cfg.model_dir, max_len=max_len,
                                   tokenizer=tok_meta, opset=cfg.opset, models=models, trt_profile=profile,
                                   extra={"attention_mask": "raw 2-D mask (any padding side)",
-                                         "export_host": export_host()})
+                                         "export_host": export_host(),
+                                         **({"pooling": pooling.as_dict()} if pooling else {}),
+                                         **default_precision(models)})
         manifest = write_manifest(staging, manifest)
         verify_bundle(staging)
         say("bundle written", files=list(manifest.files))
@@ -123,7 +127,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
 def _validator(cfg: ExportConfig, wrapped: TaskModel, job: ExportJob, max_len: int, say: Say) -> GraphValidator:
     """The export's validation context: its cases and the PyTorch reference on them, computed once."""
     cases = make_cases(job.model.vocab_size, max_len, cfg.validation_batch_sizes, cfg.validation_seq_lens,
-                       cfg.seed, job.pad_id)
+                       cfg.seed, job.pad_id, choices=(2, 4) if job.task == "multiple-choice" else ())
     names = TASK_OUTPUTS[job.task]
     return GraphValidator(cases, torch_reference(wrapped, cases, names), names, cfg.fp32_tolerance, say)
 

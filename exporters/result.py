@@ -64,7 +64,9 @@ def _int8_line(q: ModelEntry) -> str:
     acc = q.get_extra("accuracy")
     line = (f"int8 {q.file} (target {q.target}): {kind}; {counts}; {acc['metric']} mean {acc['mean']:.4f}"
             + (f" min {acc['min']:.4f}" if acc.get("min") is not None else "")
-            + f" on {acc['n']} held-out texts (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
+            + f" on {acc['n']} held-out texts"
+            + (f" of the {acc['held_out']['source']}" if (acc.get("held_out") or {}).get("source") else "")
+            + f" (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
     if quant["excluded_nodes"]:
         line += f"; kept float: {len(quant['excluded_nodes'])} of {quant['candidate_nodes']} node(s)"
     split = quant.get("outlier_split") or {}

@@ -1,8 +1,10 @@
 """Check an ONNX graph against the PyTorch model on shapes it was not traced with.
 
 Cases: every batch size x sequence length (default 1/3/8 x 7/64/max), right padding with uneven
-lengths (row 0 full, other rows shorter), two token-type segments per row. Per-token outputs are
-compared at real (mask = 1) positions; outputs at padded positions are undefined by contract (they
+lengths (row 0 full, other rows shorter), two token-type segments per row; for a multiple-choice graph
+every case is (batch, choices, sequence), 2 and 4 choices in turn, each choice its own uneven row.
+Per-token outputs (hidden states, token logits, ``start_logits`` / ``end_logits``) are compared at
+real (mask = 1) positions; outputs at padded positions are undefined by contract (they
 drift ~1e-4 between kernels) and are reported apart, not gated. A miss raises ``ValidationError``
 whose ``figures`` hold the measured numbers.
 
@@ -35,27 +37,36 @@ class Case:
     feeds: Arrays
 
     @property
-    def lengths(self) -> list[int]:
-        return self.feeds["attention_mask"].sum(1).astype(int).tolist()
+    def lengths(self) -> list:
+        return self.feeds["attention_mask"].sum(-1).astype(int).tolist()
+
+
+SPAN_OUTPUTS = ("start_logits", "end_logits")     # (batch, sequence): one score per token
 
 
 def make_cases(vocab_size: int, max_len: int, batch_sizes=(1, 3, 8), seq_lens=(7, 64, None),
-               seed: int = 0, pad_id: int = 0) -> list[Case]:
+               seed: int = 0, pad_id: int = 0, choices: tuple[int, ...] = ()) -> list[Case]:
+    """The validation cases (see the module docstring); ``choices``: multiple-choice counts, used in turn."""
     rng = np.random.default_rng(seed)
     lens = sorted({min(max_len, s if s is not None else max_len) for s in seq_lens})
     cases = []
     for b in batch_sizes:
         for t in lens:
-            lengths = [t] + [int(rng.integers(max(1, t // 4), t + 1)) for _ in range(b - 1)]
-            ids = rng.integers(1, vocab_size, (b, t)).astype(np.int64)
-            mask = np.zeros((b, t), np.int64)
-            types = np.zeros((b, t), np.int64)
+            c = choices[len(cases) % len(choices)] if choices else 1
+            rows = b * c
+            lengths = [t] + [int(rng.integers(max(1, t // 4), t + 1)) for _ in range(rows - 1)]
+            ids = rng.integers(1, vocab_size, (rows, t)).astype(np.int64)
+            mask = np.zeros((rows, t), np.int64)
+            types = np.zeros((rows, t), np.int64)
             for row, n in enumerate(lengths):
                 mask[row, :n] = 1
                 split = int(rng.integers(1, n + 1))
                 types[row, split:n] = 1
             ids[mask == 0] = pad_id
-            cases.append(Case(b, t, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}))
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            if choices:
+                feeds = {k: v.reshape(b, c, t) for k, v in feeds.items()}
+            cases.append(Case(b, t, feeds))
     return cases
 
 
@@ -106,7 +117,7 @@ def validate_graph(path: str | Path, cases: list[Case], references: list[Arrays]
                                       f"sequence {case.sequence}", figures={"stage": label, "output": name})
             err = np.abs(got.astype(np.float32) - want)
             mask = case.feeds["attention_mask"].astype(bool)
-            if err.ndim == 3 and err.shape[:2] == mask.shape:
+            if err.ndim == 3 and err.shape[:2] == mask.shape or name in SPAN_OUTPUTS and err.shape == mask.shape:
                 # per-token output: padded positions are undefined by contract; reported apart
                 if (~mask).any():
                     pad_worst = max(pad_worst, float(err[~mask].max()))

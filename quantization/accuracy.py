@@ -15,6 +15,11 @@ Sensitivity is measured per node: quantize *only* that node and record the dista
 (errors of separate nodes add up nearly linearly in BERT, measured on MiniLM). Then the shortest
 prefix of that ranking whose exclusion (``nodes_to_exclude``) meets the budget is searched: first
 guess from the summed per-node distances, then doubling / bisection, measuring the real loss.
+A gate may bound the search (``max_excluded``) and accept a miss (``allow_miss``: the question-answering
+gate, whose graph then ships flagged ``within_budget: false`` instead of failing the export).
+
+Question-answering graphs are gated by F1 on held-out questions (``quantization.span_gate``), multiple-
+choice graphs by choice agreement; both feed this search like the text metrics do.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import onnxruntime as ort
 from edgebert.errors import ValidationError
 from edgebert.files.atomic import work_dir
 from edgebert.runtime.fidelity import METRICS, OUTPUT, Fidelity, FidelityTracker, summarize
+
+GATE_OUTPUT = {**OUTPUT, "qa": "start_logits", "multiple-choice": "logits"}   # batch invariance compares these
 from edgebert.runtime.hostcpu import PRECISION_OPTION
 
 from .calibration import TextBatches
@@ -89,10 +96,13 @@ class GuardResult:
     before: Fidelity | None = None          # all candidates quantized, when that missed
     sensitivity: list[dict] = field(default_factory=list)   # [{"node", "distance"}], most sensitive first
     search: list[dict] = field(default_factory=list)        # [{"excluded": k, "loss"}] as measured
+    within_budget: bool | None = None       # said when the gate may miss (allow_miss)
 
     def as_dict(self, budget: float | None) -> dict:
         d = self.accuracy.as_dict()
         d["max_accuracy_loss"] = budget
+        if self.within_budget is not None:
+            d["within_budget"] = self.within_budget
         if self.before is not None:
             d["before_exclusion"] = self.before.as_dict()
             d["search"] = self.search
@@ -115,11 +125,14 @@ def rank_nodes(quantizer: Quantizer, probe: AccuracyProbe, sensitivity_size: int
 
 def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: AccuracyProbe | None,
                         budget: float | None, sensitivity_size: int = 64,
-                        on_step: Callable[[str], None] | None = None) -> GuardResult | None:
-    """Quantize into ``out_path``; with a probe, measure; over ``budget``, exclude sensitive nodes.
+                        on_step: Callable[[str], None] | None = None, max_excluded: int | None = None,
+                        allow_miss: bool = False) -> GuardResult | None:
+    """Quantize into ``out_path``; with a probe, measure; over ``budget``, exclude sensitive nodes (at
+    most ``max_excluded``; None: every candidate).
 
-    Raises ``ValidationError`` (figures: loss, budget, excluded) if even excluding every candidate
-    misses the budget. Returns ``None`` when there is no probe (nothing measured).
+    A miss (even the most exclusions allowed exceed the budget) raises ``ValidationError`` (figures:
+    loss, budget, excluded), or with ``allow_miss`` returns the graph with those exclusions and
+    ``within_budget=False``. Returns ``None`` when there is no probe (nothing measured).
     """
     say = on_step or (lambda msg: None)
     out_path = Path(out_path)
@@ -128,10 +141,11 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
         return None
     before = probe.measure(out_path)
     if budget is None or before.loss <= budget:
-        return GuardResult(before)
+        return GuardResult(before, within_budget=True if allow_miss else None)
     say(f"INT8 {probe.metric} loss {before.loss:.5f} > budget {budget}: ranking nodes by sensitivity")
     ranking = rank_nodes(quantizer, probe, sensitivity_size)
     nodes = [r["node"] for r in ranking]
+    limit = len(nodes) if max_excluded is None else max(1, min(len(nodes), max_excluded))
     # first guess: the shortest prefix whose per-node distances add up to the distance to shed
     share = (before.loss - budget) / max(before.loss, 1e-12) * sum(r["distance"] for r in ranking)
     total, guess = 0.0, len(nodes)
@@ -148,30 +162,35 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
         say(f"{k} node(s) kept float: {probe.metric} loss {measured[k].loss:.5f}")
         return measured[k]
 
-    lo, hi, k = 0, None, max(1, guess)      # lo: known miss; hi: known fit
+    lo, hi, k = 0, None, min(limit, max(1, guess))      # lo: known miss; hi: known fit
     while True:
         if loss_at(k).loss <= budget:
             hi = k
         else:
             lo = k
         if hi is None:
-            if k == len(nodes):
+            if k == limit:
                 break
-            k = min(len(nodes), 2 * k)
+            k = min(limit, 2 * k)
         elif hi - lo <= 1:
             break
         else:
             k = (lo + hi) // 2
     search = [{"excluded": k, "loss": float(f"{f.loss:.4g}")} for k, f in measured.items()]
     if hi is None:
+        if allow_miss:       # the file holds the last try: ``limit`` nodes kept float
+            say(f"INT8 {probe.metric} loss {measured[limit].loss:.5f} still exceeds {budget} with {limit} node(s) "
+                "kept float: the graph is kept, marked over budget")
+            return GuardResult(measured[limit], nodes[:limit], before, ranking, search, within_budget=False)
+        everything = "all" if limit == len(nodes) else f"{limit} of"
         raise ValidationError(
-            f"INT8 {probe.metric} loss {measured[len(nodes)].loss:.5f} exceeds --max-accuracy-loss {budget} "
-            f"even with all {len(nodes)} quantizable nodes kept float",
+            f"INT8 {probe.metric} loss {measured[limit].loss:.5f} exceeds --max-accuracy-loss {budget} "
+            f"even with {everything} {len(nodes)} quantizable nodes kept float",
             "raise --max-accuracy-loss, or export without --int8",
-            figures={"loss": measured[len(nodes)].loss, "max_accuracy_loss": budget, "excluded": len(nodes)})
+            figures={"loss": measured[limit].loss, "max_accuracy_loss": budget, "excluded": limit})
     if k != hi:
         quantizer.quantize(out_path, exclude=nodes[:hi])   # the file holds the last try; restore the fit
-    return GuardResult(measured[hi], nodes[:hi], before, ranking, search)
+    return GuardResult(measured[hi], nodes[:hi], before, ranking, search, within_budget=True if allow_miss else None)
 
 
 def batch_invariance(path: str | Path, task: str, probe_feeds: list[dict[str, np.ndarray]],
@@ -181,10 +200,10 @@ def batch_invariance(path: str | Path, task: str, probe_feeds: list[dict[str, np
     for embed, logits for cls, per-token logits for mlm)."""
     sess = cpu_session(path)
     names = {i.name for i in sess.get_inputs()}
-    output = OUTPUT[task]
+    output = GATE_OUTPUT[task]
     worst, rows = 0.0, 0
     for feeds in probe_feeds:
-        width = max(feeds["input_ids"].shape[1], batch_mates["input_ids"].shape[1])
+        width = max(feeds["input_ids"].shape[-1], batch_mates["input_ids"].shape[-1])
         alone = sess.run([output], {k: v for k, v in feeds.items() if k in names})[0]
         mixed = {k: np.concatenate([_pad(feeds[k], width), _pad(batch_mates[k], width)]) for k in feeds}
         together = sess.run([output], {k: v for k, v in mixed.items() if k in names})[0][:len(alone)]
@@ -196,21 +215,21 @@ def batch_invariance(path: str | Path, task: str, probe_feeds: list[dict[str, np
             rows += 1
     return {"max_1_minus_cos": float(f"{worst:.3g}"), "texts": rows,
             "batch_mates": int(batch_mates["input_ids"].shape[0]),
-            "batch_mate_tokens": int(batch_mates["attention_mask"].sum(1).max()),
+            "batch_mate_tokens": int(batch_mates["attention_mask"].sum(-1).max()),
             "method": "each text alone vs inside one right-padded batch with long texts; 1 - cos of the "
-                      "mean-pooled embedding (embed), the logits (cls) or the real-token logits (mlm, "
-                      "token-cls)"}
+                      "mean-pooled embedding (embed), the logits (cls, multiple-choice: over the choices), "
+                      "the real-token logits (mlm, token-cls) or the real-token start logits (qa)"}
 
 
 def _pad(array: np.ndarray, width: int) -> np.ndarray:
-    out = np.zeros((array.shape[0], width), dtype=array.dtype)
-    out[:, :array.shape[1]] = array
+    out = np.zeros((*array.shape[:-1], width), dtype=array.dtype)
+    out[..., :array.shape[-1]] = array
     return out
 
 
 def _row_vector(task: str, out: np.ndarray, n: int) -> np.ndarray:
     if task == "embed":
         return out[:n].astype(np.float64).mean(0)
-    if task == "cls":
+    if task in ("cls", "multiple-choice"):
         return out.astype(np.float64)
     return out[:n].astype(np.float64).ravel()

@@ -24,9 +24,12 @@ from typing import Any
 from edgebert.errors import ConfigError, DataError
 from edgebert.runtime.fidelity import DEFAULT_BUDGETS
 
-from .targets import ACTIVATION_SCALES, TARGET_NAMES, Int8Recipe, resolve_targets
+from .targets import ACTIVATION_SCALES, Int8Recipe, resolve_targets, target_names
 
 INT8_MODES = ("dynamic", "static")
+# The gate's default budget per task: the text metrics' (``runtime.fidelity``), half an F1 point on held-out
+# questions for a span head (qa: F1 points / 100), choice agreement as label agreement (multiple-choice).
+GATE_BUDGETS = {**DEFAULT_BUDGETS, "qa": 0.005, "multiple-choice": DEFAULT_BUDGETS["cls"]}
 CALIBRATE_METHODS = ("minmax", "percentile", "entropy")
 STATIC_OP_TYPES = ("MatMul", "Gemm")
 
@@ -36,8 +39,8 @@ class Int8Config:
     """How to quantize to INT8, for which targets, and how much accuracy loss is acceptable.
 
     ``max_accuracy_loss`` is in the task metric's loss units: 1 - mean cosine (embed), 1 - label
-    agreement (cls), 1 - top-1 agreement (mlm), against the fp32 model on held-out text; ``None``
-    takes the task's default budget.
+    agreement (cls), 1 - top-1 agreement (mlm), against the fp32 model on held-out text; F1 points lost
+    / 100 on held-out questions (qa); ``None`` takes the task's default budget (``GATE_BUDGETS``).
     """
 
     mode: str = "dynamic"
@@ -61,14 +64,8 @@ class Int8Config:
         if self.calibrate_method not in CALIBRATE_METHODS:
             raise ConfigError(f"unknown calibration method {self.calibrate_method!r}",
                               f"use one of {', '.join(CALIBRATE_METHODS)}")
-        targets = (self.targets,) if isinstance(self.targets, str) else tuple(self.targets)
-        targets = tuple(t.strip().lower() for name in targets for t in name.split(",") if t.strip())
-        bad = [t for t in targets if t not in TARGET_NAMES]
-        if not targets or bad:
-            raise ConfigError(f"unknown INT8 target {bad[0] if bad else '(none)'!r}",
-                              f"use one or more of {', '.join(TARGET_NAMES)}")
-        object.__setattr__(self, "targets", targets)
-        if self.mode == "static" and targets != ("portable",):
+        object.__setattr__(self, "targets", target_names(self.targets))
+        if self.mode == "static" and self.targets != ("portable",):
             raise ConfigError("--target chooses CPU INT8 graphs; static QDQ INT8 is one graph for TensorRT",
                               "drop --target, or use --int8-mode dynamic")
         if self.calib is not None:
@@ -109,7 +106,7 @@ class Int8Config:
 
     def budget(self, task: str) -> float:
         """The accuracy gate's budget for ``task``."""
-        return float(self.max_accuracy_loss) if self.max_accuracy_loss is not None else DEFAULT_BUDGETS[task]
+        return float(self.max_accuracy_loss) if self.max_accuracy_loss is not None else GATE_BUDGETS[task]
 
     @property
     def resolved_op_types(self) -> tuple[str, ...]:

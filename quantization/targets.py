@@ -140,18 +140,23 @@ def host_target() -> tuple[str, str]:
     return target, f"host: {host.summary()}"
 
 
+def target_names(names: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
+    """``names`` (a comma-separated string, or names that may hold commas) as checked, lower-case target
+    names in the order given: the one parser of ``--target`` lists. ConfigError for none or an unknown one."""
+    items = (names,) if isinstance(names, str) else tuple(names)
+    parsed = tuple(t.strip().lower() for item in items for t in str(item).split(",") if t.strip())
+    bad = [t for t in parsed if t not in TARGET_NAMES]
+    if not parsed or bad:
+        raise ConfigError(f"unknown INT8 target {bad[0]!r}" if bad else "no INT8 target given",
+                          f"use one or more of {', '.join(TARGET_NAMES)}")
+    return parsed
+
+
 def resolve_targets(names: tuple[str, ...] | list[str] | str) -> tuple[list[Int8Recipe], list[str]]:
     """Recipes for ``names`` (``host`` resolved on this machine, duplicates dropped, order kept) and
     notes on how ``host`` was resolved. ConfigError for an unknown name."""
-    if isinstance(names, str):
-        names = tuple(n.strip() for n in names.split(",") if n.strip())
-    if not names:
-        raise ConfigError("no INT8 target given", f"use one or more of {', '.join(TARGET_NAMES)}")
     recipes, notes, seen = [], [], set()
-    for name in names:
-        name = name.strip().lower()
-        if name not in TARGET_NAMES:
-            raise ConfigError(f"unknown INT8 target {name!r}", f"use one of {', '.join(TARGET_NAMES)}")
+    for name in target_names(names):
         if name == "host":
             name, why = host_target()
             notes.append(f"--target host -> {name} ({why})")

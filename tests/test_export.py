@@ -292,8 +292,9 @@ def test_export_config_rejects_bad_combinations(tmp_path):
     assert [default_task(a) for a in ("BertModel", "BertForPreTraining", "BertForMaskedLM",
                                       "BertForSequenceClassification", "BertForTokenClassification")
             ] == ["embed", "embed", "mlm", "cls", "token-cls"]
-    with pytest.raises(ConfigError, match="no export task for architecture BertForQuestionAnswering"):
-        default_task("BertForQuestionAnswering")
+    assert [default_task(a) for a in ("BertForQuestionAnswering", "BertForMultipleChoice")] == ["qa", "multiple-choice"]
+    with pytest.raises(ConfigError, match="no export task for architecture BertForNextSentencePrediction"):
+        default_task("BertForNextSentencePrediction")
 
 
 def test_missing_tokenizer_is_a_checkpoint_error(tmp_path):

@@ -176,6 +176,13 @@ def test_span_kd_is_zero_for_the_teacher_itself_and_the_kl_of_start_and_end(toy)
     assert float(metrics["loss_kd"]) == pytest.approx(float(kd), rel=1e-5)
     assert float(metrics["loss_ce"]) == pytest.approx(float(ce), rel=1e-5)
     assert float(loss.detach()) == pytest.approx(float(kd + ce), rel=1e-5) and float(kd) > 1e-3
+    # with a hidden-state term the teacher runs every step (no cache) and gives the same KD (to float
+    # noise: the cache was computed in other batches, padded to other widths)
+    hidden, batch = _task(root, layers=1, alpha_hidden=1.0, alpha_cos=1.0)
+    assert hidden.logit_cache is None and "teacher_logits" not in batch
+    _, metrics = hidden.loss(hidden.model, batch)
+    assert float(metrics["loss_kd"]) == pytest.approx(float(kd), rel=1e-3)
+    assert float(metrics["loss_hidden"]) > 0 and float(metrics["loss_cos"]) > 0
 
 
 def test_squad_distillation_keeps_the_toy_task(tmp_path, toy):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from distill_helpers import FILLERS, toy_tokenizer
-from edgebert.data.squad import (NOT_CONTEXT, SquadAnswer, SquadExample, SquadWindows, answer_tokens, check_window,
-                                 read_squad, squad_windows)
-from edgebert.data.squad_spans import predict_spans, window_spans
+from edgebert.qa.spans import predict_spans, window_spans
+from edgebert.qa.squad_file import SquadAnswer, SquadExample, read_squad
+from edgebert.qa.windows import NOT_CONTEXT, SquadWindows, answer_tokens, check_window, squad_windows
 from edgebert.errors import ConfigError, DataError
 from squad_helpers import toy_squad, write_toy_squad
 
@@ -258,6 +258,6 @@ def test_spans_never_come_from_the_question_specials_or_padding_and_win_across_w
 
 
 def test_post_processing_and_scores_import_no_torch():
-    code = ("import sys, edgebert.data.squad_spans, edgebert.scores.squad, edgebert.data.squad; "
+    code = ("import sys, edgebert.qa.spans, edgebert.qa.answers, edgebert.scores.squad, edgebert.qa.windows; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from edgebert.data.squad import SquadAnswer, SquadExample
+from edgebert.qa.squad_file import SquadAnswer, SquadExample
 from edgebert.errors import DataError, MissingExtra
 from edgebert.scores.squad import best_threshold, question_scores, squad_scores, squad_v2_scores
 

@@ -62,10 +62,12 @@ def forward_flops(shape: ModelShape, batch: int, seq: int, task: str = "embed") 
         mm["classifier"] = 2 * batch * H * shape.num_labels
     if task == "token-cls":
         mm["classifier"] = 2 * tokens * H * shape.num_labels
+    if task == "qa":
+        mm["qa_outputs"] = 2 * tokens * H * 2                 # a start and an end logit per token
     if task == "mlm":
         mm["lm_head"] = 2 * tokens * H * H + 2 * tokens * H * V
         ew["lm_head_elementwise"] = tokens * H * (1 + GELU + LAYERNORM) + tokens * V
-    if task not in ("embed", "cls", "token-cls", "mlm", "encoder"):
+    if task not in ("embed", "cls", "token-cls", "qa", "mlm", "encoder"):
         raise ValueError(f"unknown task {task!r}")
     out = {**mm, **ew}
     out["matmul"] = sum(mm.values())

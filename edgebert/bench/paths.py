@@ -3,7 +3,7 @@ ONNX provider x precision.
 
 A path is opened (``startup`` times an ONNX one), checked on the evaluation batches (accuracy against
 the reference's outputs; outputs holding a NaN or an infinity make the path FAILED, with no figures),
-scored on ``--data`` (entity F1), then timed at every fixed shape, smallest first, and on the length
+scored on ``--data`` (entity F1, or SQuAD EM / F1), then timed at every fixed shape, smallest first, and on the length
 mix. What cannot run is recorded with its reason in the shared ``BenchReport`` and the run goes on.
 """
 
@@ -21,12 +21,13 @@ from edgebert.runtime.fidelity import FidelityTracker
 from edgebert.runtime.numeric import nonfinite_rows
 
 from ..errors import BundleError, EdgebertError, RuntimeFault
+from .answers import AnswerData, SpanTracker
 from .config import BenchConfig
 from .entities import EntityData
 from .gpu import Nvml
 from .measure import Latency, release_memory, reset_peak_rss, peak_rss_mb, rss_mb, time_calls
 from .rows import REFERENCE_PATH, Accuracy, LatencyRow, MixRow, NotMeasured, PathRow, StartupRow, Unavailable
-from .schema import BenchReport, EntityScores, ReferenceFacts
+from .schema import AnswerScores, BenchReport, EntityScores, ReferenceFacts
 from .startup import open_path
 from .workloads import LengthMix, synthetic_feeds
 
@@ -108,6 +109,7 @@ class Run:
     nvml: Nvml | None = None
     cache_root: Path | None = None
     entities: EntityData | None = None
+    answers: AnswerData | None = None
     ref_outputs: list[Feeds] | None = None      # the reference's, when comparable (report.reference)
 
     @property
@@ -134,7 +136,7 @@ class Run:
             accuracy = None
             bad = sum(max(nonfinite_rows(v) for v in run_fn(f).values()) for f in self.eval_feeds)
         else:
-            tracker = FidelityTracker(self.task)
+            tracker = SpanTracker() if self.task == "qa" else FidelityTracker(self.task)
             for feeds, ref_out in zip(self.eval_feeds, self.ref_outputs):
                 tracker.add_runs(ref_out, run_fn(feeds), feeds["attention_mask"])
             fidelity = tracker.result()
@@ -154,6 +156,13 @@ class Run:
             return
         self.log.say(f"{name}: entity F1 on {len(self.entities.words)} sentences")
         self.report.entities.results[name] = EntityScores(**self.entities.score(run_feeds))
+
+    def score_answers(self, name: str, run: Callable[[Feeds], Feeds]) -> None:
+        """SQuAD EM / F1 of one path on ``--data FILE.json`` (``run``: feeds -> start / end logits)."""
+        if self.answers is None:
+            return
+        self.log.say(f"{name}: EM / F1 on {len(self.answers.examples)} questions")
+        self.report.answers.results[name] = AnswerScores(**self.answers.score(run))
 
     def not_measured(self, what: str, reason: str) -> None:
         self.report.not_measured.append(NotMeasured(what, reason))
@@ -199,8 +208,9 @@ def measure_reference(run: Run, hf_config: dict, num_labels: int) -> None:
     if facts.comparable:
         run.ref_outputs = [ref.run(f) for f in run.eval_feeds]
         run.score_entities(REFERENCE_PATH, ref.logits, ref.label_names)
-    elif run.entities is not None:
-        run.not_measured(f"entity F1 of {REFERENCE_PATH}", facts.note)
+        run.score_answers(REFERENCE_PATH, ref.run)
+    elif run.entities is not None or run.answers is not None:
+        run.not_measured(f"{'entity F1' if run.entities else 'EM / F1'} of {REFERENCE_PATH}", facts.note)
     run.report.paths.append(PathRow(REFERENCE_PATH, "torch", "fp32", True, model_bytes=ref.size_bytes,
                                     load_rss_mb=_delta(loaded, before), providers=["torch (CPU)"],
                                     notes=ref.notes, reference=True))
@@ -228,6 +238,7 @@ def measure_reference_gpu(run: Run) -> None:
             continue
         if run.report.reference.comparable:
             run.score_entities(name, ref.logits, ref.label_names)
+            run.score_answers(name, ref.run)
         row = PathRow(name, "torch-cuda", precision, True, model_bytes=ref.size_bytes,
                       providers=["torch (CUDA)"], notes=ref.notes)
         run.add_checked(row, ref, ref.run, None, gpu_before)
@@ -275,6 +286,7 @@ def measure_onnx(run: Run, provider: str, precision: str) -> None:
                   trt_profile=session.trt_profile.as_dict() if session.trt_profile else None,
                   int8_graph=session.int8_choice.as_dict() if session.int8_choice else None)
     run.score_entities(name, path.logits)
+    run.score_answers(name, session.run)
     try:
         run.add_checked(row, path, session.run, before, gpu_before)
     except EdgebertError as exc:   # e.g. a run-time provider failure: recorded, never rerouted

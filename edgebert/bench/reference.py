@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 TASK_ARCHITECTURE = {"embed": "BertModel", "cls": "BertForSequenceClassification", "mlm": "BertForMaskedLM",
-                     "token-cls": "BertForTokenClassification"}
+                     "token-cls": "BertForTokenClassification", "qa": "BertForQuestionAnswering"}
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
@@ -82,6 +82,8 @@ class TorchReference:
             return t.float().cpu().numpy()
         if self.task in ("embed", "encoder"):
             return {"last_hidden_state": host(out.last_hidden_state), "pooler_output": host(out.pooler_output)}
+        if self.task == "qa":
+            return {"start_logits": host(out.start_logits), "end_logits": host(out.end_logits)}
         return {"logits": host(out.logits)}
 
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:

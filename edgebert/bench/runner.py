@@ -3,7 +3,8 @@ reference. This module orders the work; ``paths`` measures one path, ``derived``
 that follow from the measured ones, ``schema`` holds the report, ``report`` renders it.
 
 Order of work: check everything that can be checked (bundle hashes, sequence lengths, reference, the
-``--data`` file) before anything is written; calibrate the matmul peak; load the reference (if any) and
+``--data`` file: CoNLL for a token-cls bundle, SQuAD JSON for a qa one, whose windows are then the length
+mix unless ``--lengths-from`` names another file) before anything is written; calibrate the matmul peak; load the reference (if any) and
 measure it first, keeping its outputs on the accuracy inputs, then (GPU providers requested, torch sees
 a GPU) the reference on CUDA in fp32 and fp16; then each ONNX path (provider x precision). An
 unavailable provider, a path that cannot run here or one that fails is recorded with its reason and the
@@ -26,6 +27,7 @@ from edgebert.files.outdirs import OutputDir
 from ..errors import ConfigError
 from .config import BenchConfig
 from .derived import derive
+from .answers import AnswerData
 from .entities import EntityData
 from .flops import ModelShape
 from .gpu import Nvml
@@ -35,14 +37,15 @@ from .paths import Run, measure_onnx, measure_reference, measure_reference_gpu
 from .peak import calibrate
 from .record import Record
 from .rows import GPU_PROVIDERS, ProviderRow, Unavailable
-from .schema import BenchReport, EntitiesSection, LengthMixSection
+from .schema import AnswersSection, BenchReport, EntitiesSection, LengthMixSection
 from .workloads import LengthMix, read_texts, synthetic_feeds
 
 REPORT_FILES = ("report.json", "report.md", "latency.png", "bench.jsonl")
 
 
 class _Log:
-    """Progress bar (stderr) + one JSON line per measured row (``bench.jsonl`` in the report dir)."""
+    """Progress bar on stderr (a plain line per step when stderr is not a terminal) + one JSON line per
+    measured row (``bench.jsonl`` in the report dir)."""
 
     def __init__(self, config: BenchConfig, out: OutputDir | None):
         self.path = config.report_dir / "bench.jsonl" if config.report_dir else None
@@ -51,13 +54,18 @@ class _Log:
             self.path.write_text("", encoding="utf-8")
         self.progress = None
         self.task = None
+        self.lines = None             # stderr as plain lines, when it is not a terminal
         if config.progress:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                     TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                                     console=Console(stderr=True), transient=True)
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                self.lines = console
+            else:
+                self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                         console=console, transient=True)
 
     def __enter__(self):
         if self.progress:
@@ -76,6 +84,8 @@ class _Log:
     def step(self, what: str, row: Record | None = None) -> None:
         if self.progress:
             self.progress.update(self.task, advance=1, description=what)
+        else:
+            self.say(what)
         if row is not None and self.path:
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row.to_dict()) + "\n")
@@ -83,6 +93,8 @@ class _Log:
     def say(self, what: str) -> None:
         if self.progress:
             self.progress.update(self.task, description=what)
+        elif self.lines is not None:
+            self.lines.print(f"bench: {what}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _eval_batches(config: BenchConfig, manifest: Manifest, encoder, pad_id: int) -> list[dict]:
@@ -106,6 +118,9 @@ def _eval_batches(config: BenchConfig, manifest: Manifest, encoder, pad_id: int)
 
 def _check_request(config: BenchConfig, manifest: Manifest) -> None:
     """What can be refused before anything is measured or written."""
+    if manifest.task == "multiple-choice":
+        raise ConfigError("bench times (batch, sequence) inputs; a multiple-choice bundle takes (batch, choices, "
+                          "sequence)", "time its graph with onnxruntime directly")
     if max(config.seqs) > manifest.max_length:
         raise ConfigError(f"seq {max(config.seqs)} is longer than the bundle's max_sequence_length "
                           f"{manifest.max_length}", f"use --seq values <= {manifest.max_length}")
@@ -146,14 +161,19 @@ def measure(config: BenchConfig) -> BenchReport:
     shape = ModelShape.from_hf_dict(hf_config, len(labels) or None)
     pad_id = manifest.tokenizer.pad_id
     encoder = TextEncoder(tokenizer_path(config.bundle_dir, manifest), manifest.max_length, pad_id)
-    entities = None
-    if config.data is not None:
+    entities = answers = None
+    if config.data is not None and manifest.task == "qa":
+        answers = AnswerData.load(config.data, manifest.task, tokenizer_path(config.bundle_dir, manifest),
+                                  manifest.max_length, pad_id, config.max_texts)
+    elif config.data is not None:
         entities = EntityData.load(config.data, manifest.task, encoder, labels, pad_id, config.max_texts)
     gpu_requested = any(p in GPU_PROVIDERS for p in config.providers)
     nvml = Nvml() if gpu_requested else None
     report = new_report(config, manifest, hf_config, nvml)
     if entities is not None:
         report.entities = EntitiesSection.from_dict(entities.summary(), exact=False)
+    if answers is not None:
+        report.answers = AnswersSection.from_dict(answers.summary(), exact=False)
     others = OtherCpuLoad()
     with _Log(config, out) as log, tempfile.TemporaryDirectory(prefix="edgebert-trt-") as cache_root:
         log.say("calibrating matmul peak")
@@ -161,11 +181,14 @@ def measure(config: BenchConfig) -> BenchReport:
         mix = None
         if config.lengths_from is not None:
             mix = LengthMix.load(config.lengths_from, encoder, max(config.seqs), config.max_texts)
+        elif answers is not None:
+            mix = answers.length_mix()         # the file's own window lengths
+        if mix is not None:
             report.length_mix = LengthMixSection.from_dict(mix.summary(), exact=False)
         shapes = sorted(((b, s) for b in config.batches for s in config.seqs),
                         key=lambda bs: (bs[0] * bs[1], bs))             # smallest first: see measure.py
         run = Run(config, manifest, shapes, mix, _eval_batches(config, manifest, encoder, pad_id), pad_id, report,
-                  log, nvml, Path(cache_root), entities)
+                  log, nvml, Path(cache_root), entities, answers)
         statuses = {p: probe(p) for p in config.providers}
         for p, status in statuses.items():
             report.providers.append(ProviderRow.from_dict(status.as_dict(), exact=False))

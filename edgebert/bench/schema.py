@@ -7,8 +7,8 @@ report.json; ``BenchReport.from_dict`` reads one back, older versions included (
 a key a row does not model is kept as it is, a key the JSON lacked stays out of ``to_dict()``).
 
 Here: the header (``Environment``: machine, versions, GPU, INT8 kernels, threads, load; ``BundleFacts``;
-``Calibration``; ``ReferenceFacts``), the sections ``LengthMixSection`` and ``EntitiesSection``, and the
-report itself.
+``Calibration``; ``ReferenceFacts``), the sections ``LengthMixSection``, ``EntitiesSection`` and
+``AnswersSection``, and the report itself.
 """
 
 from __future__ import annotations
@@ -168,6 +168,30 @@ class EntitiesSection(Record):
 
 
 @dataclass
+class AnswerScores(Record):
+    exact_match: float
+    f1: float
+    questions: int
+    wall_s: float
+
+
+@dataclass
+class AnswersSection(Record):
+    """``--data FILE.json``: the SQuAD file and each path's EM / F1 (``edgebert.bench.answers``)."""
+    file: str
+    questions: int
+    answerable: int
+    windows: int
+    max_length: int
+    doc_stride: int
+    batch: int
+    scored_by: str
+    through: str
+    results: dict[str, AnswerScores] = field(default_factory=dict)
+    NESTED: ClassVar[dict[str, Any]] = {"results": {str: AnswerScores}}
+
+
+@dataclass
 class BenchReport(Record):
     """One benchmark run. ``to_dict()`` is report.json."""
     created: str
@@ -184,16 +208,18 @@ class BenchReport(Record):
     results: list[LatencyRow] = field(default_factory=list)
     length_mix: LengthMixSection | None = None
     entities: EntitiesSection | None = None
+    answers: AnswersSection | None = None
     unavailable: list[Unavailable] = field(default_factory=list)
     startup: list[StartupRow] = field(default_factory=list)
     not_measured: list[NotMeasured] = field(default_factory=list)
     ORDER: ClassVar[tuple[str, ...]] = ("schema", "version", "created", "config", "environment", "bundle",
                                         "methods", "calibration", "providers", "paths", "reference", "results",
-                                        "length_mix", "entities", "unavailable", "startup", "not_measured")
+                                        "length_mix", "entities", "answers", "unavailable", "startup",
+                                        "not_measured")
     NESTED: ClassVar[dict[str, Any]] = {
         "environment": Environment, "bundle": BundleFacts, "calibration": Calibration, "providers": [ProviderRow],
         "paths": [PathRow], "reference": ReferenceFacts, "results": [LatencyRow], "length_mix": LengthMixSection,
-        "entities": EntitiesSection, "unavailable": [Unavailable], "startup": [StartupRow],
+        "entities": EntitiesSection, "answers": AnswersSection, "unavailable": [Unavailable], "startup": [StartupRow],
         "not_measured": [NotMeasured]}
 
     def to_dict(self) -> dict[str, Any]:

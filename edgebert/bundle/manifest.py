@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from edgebert.errors import BundleError
+from edgebert.bundle.pooling import SentencePooling
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "READABLE_VERSIONS", "TASKS", "PRECISIONS",
            "TASK_OUTPUTS", "INPUT_NAMES", "LEGACY_INT8", "TensorSpec", "TokenizerFacts", "ModelShape",
@@ -37,7 +38,7 @@ MANIFEST_NAME = "manifest.json"
 BUNDLE_FORMAT = "edgebert-bundle"
 BUNDLE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-TASKS = ("embed", "mlm", "cls", "token-cls")
+TASKS = ("embed", "mlm", "cls", "token-cls", "qa", "multiple-choice")
 PRECISIONS = ("fp32", "int8", "fp16")
 # Output names per task, in graph order.
 TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
@@ -45,6 +46,7 @@ TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
     "mlm": ("logits",),
     "cls": ("logits",),
     "token-cls": ("logits",),       # (batch, sequence, num_labels): one score row per token
+    "qa": ("start_logits", "end_logits"), "multiple-choice": ("logits",),   # (batch, sequence) each; (batch, choices)
 }
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _REQUIRED_KEYS = ("format", "version", "task", "config", "tokenizer", "inputs", "outputs", "models", "files")
@@ -115,10 +117,11 @@ class TensorSpec:
 def io_spec(task: str, hidden_size: int, vocab_size: int, num_labels: int) -> tuple[tuple[TensorSpec, ...],
                                                                                      tuple[TensorSpec, ...]]:
     """The inputs and outputs of a ``task`` graph: the one definition of a bundle's I/O names and axes."""
-    inputs = tuple(TensorSpec(n, "int64", ("batch", "sequence")) for n in INPUT_NAMES)
-    logits = {"mlm": ("batch", "sequence", vocab_size), "token-cls": ("batch", "sequence", num_labels)}
+    axes = ("batch", "choices", "sequence") if task == "multiple-choice" else ("batch", "sequence")
+    inputs = tuple(TensorSpec(n, "int64", axes) for n in INPUT_NAMES)
+    logits = {"mlm": (*axes, vocab_size), "token-cls": (*axes, num_labels), "multiple-choice": axes[:2]}
     shapes = {"last_hidden_state": ("batch", "sequence", hidden_size), "pooler_output": ("batch", hidden_size),
-              "logits": logits.get(task, ("batch", num_labels))}
+              "logits": logits.get(task, ("batch", num_labels)), "start_logits": axes, "end_logits": axes}
     return inputs, tuple(TensorSpec(n, "float32", shapes[n]) for n in TASK_OUTPUTS[task])
 
 
@@ -233,6 +236,7 @@ class Manifest(_JsonView):
     models: Mapping[str, ModelEntry]
     files: Mapping[str, str]
     _json: dict[str, Any] = field(repr=False)
+    pooling: SentencePooling | None = None     # the model's own pooling (``bundle.pooling``); None: unstated
 
     # ------------------------------------------------------------------ making one
     @classmethod
@@ -266,7 +270,8 @@ class Manifest(_JsonView):
         models = {k: ModelEntry.from_dict(k, e, value["version"]) for k, e in value["models"].items()}
         return cls(value["version"], value["task"], shape, value.get("max_sequence_length"), value.get("labels"),
                    facts, tuple(TensorSpec.from_dict(i) for i in value["inputs"]),
-                   tuple(TensorSpec.from_dict(o) for o in value["outputs"]), models, dict(value["files"]), value)
+                   tuple(TensorSpec.from_dict(o) for o in value["outputs"]), models, dict(value["files"]), value,
+                   SentencePooling.from_dict(value["pooling"], str(where)) if value.get("pooling") is not None else None)
 
     @classmethod
     def read(cls, bundle_dir: str | os.PathLike) -> "Manifest":

@@ -5,5 +5,5 @@ take are declared once in ``options``; every error becomes one line in ``app.mai
 """
 
 from .app import app, main, run  # noqa: F401
-from . import (attention_cmds, bench_cmds, check_cmds, distill_cmds, evaluate_cmds, export_cmds,  # noqa: F401,E402
-               finetune_cmds, info_cmds, interop_cmds, pipeline_cmds, pretrain_cmds)
+from . import (answer_cmds, attention_cmds, bench_cmds, check_cmds, distill_cmds, evaluate_cmds,  # noqa: F401,E402
+               export_cmds, finetune_cmds, info_cmds, interop_cmds, pipeline_cmds, pretrain_cmds)

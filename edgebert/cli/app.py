@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Annotated, Iterator
 
 import typer
 from rich.console import Console
@@ -42,11 +42,22 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,          # plain help: switches read --json / --no-json, no <bool> hints
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from edgebert.system.environment import versions
+
+        say(f"edgebert {versions()['edgebert'] or 'unknown (not installed)'}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", "-V", is_eager=True, callback=_print_version,
+                                                help="Print edgebert's version and exit.")] = False) -> None:
     """Train or import a BERT, shrink it, export it to ONNX, and benchmark it on edge devices."""
 
 
@@ -93,7 +104,7 @@ def _sigint_as_interrupted() -> Iterator[list[Interrupted]]:
 
 def _main(argv: list[str] | None) -> int:
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=argv, prog_name="edgebert", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except _Exit as exc:  # --help, typer.Exit
         return exc.exit_code

@@ -13,8 +13,9 @@ from .app import app, say
 
 @app.command("attention")
 def attention(
-    model_dir: Annotated[Path, typer.Argument(help="Model directory with config.json, weights, tokenizer.json.")],
-    text: Annotated[str, typer.Argument(help="The text to look at.")],
+    model_dir: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
+                                              help="Model directory with config.json, weights, tokenizer.json.")],
+    text: Annotated[str, typer.Argument(metavar="TEXT", help="The text to look at.")],
     layer: Annotated[int, typer.Option("--layer", help="Layer index (0-based; negative counts from the end).")] = -1,
     head: Annotated[Optional[int], typer.Option("--head", help="Head index (0-based); omit: mean over heads.")] = None,
     out: o.OutFile = Path("attn.png"),

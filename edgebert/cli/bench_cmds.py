@@ -36,7 +36,8 @@ def _opt(flag: str, help: str, kind=str):
 
 @app.command("bench")
 def bench(
-    bundle_dir: Annotated[Path, typer.Argument(help="Bundle directory written by `edgebert export`.")],
+    bundle_dir: Annotated[Path, typer.Argument(metavar="BUNDLE", help="Bundle folder or archive written by "
+                                                                    "`edgebert export`.")],
     providers: _opt("--providers", "Comma list of cpu,cuda,tensorrt; unavailable ones are reported with "
                                    "the reason (default: all three).") = None,
     precisions: _opt("--precisions", "Comma list of fp32,int8,fp16 (default: fp32,int8).") = None,
@@ -57,12 +58,18 @@ def bench(
                                        "(default: 10).", float) = None,
     preset: o.preset_option("quick | default | full | gpu (cuda, tensorrt x fp32/fp16/int8, batch to 128, "
                             "seq to 512); options override it; default default") = None,
-    report: _opt("--report", "Write report.json, report.md, latency.png and bench.jsonl into this "
-                             "directory.", Path) = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
+    out: o.ReportDir = None,
+    report: Annotated[Optional[Path], typer.Option("--report", hidden=True, help="Old name of --out.")] = None,
+    as_json: o.Json = False,
 ) -> None:
     """Benchmark a bundle per provider x precision x batch x seq against the PyTorch reference."""
     from ..bench import BenchConfig, measure, print_report
+    from ..runtime.archive import bundle_folder
+
+    if out is not None and report is not None and out != report:
+        raise ConfigError("--out and --report (its old name) name different folders", "pass --out only")
+    report = out if out is not None else report
+    bundle_dir = bundle_folder(bundle_dir)
 
     overrides = {
         "providers": _names(providers), "precisions": _names(precisions), "batches": _ints("--batch", batch),

@@ -1,4 +1,5 @@
-"""``edgebert evaluate``: a model directory or an ONNX bundle, scored on labelled data or MLM text."""
+"""``edgebert evaluate``: a model directory or an ONNX bundle, scored on labelled data, a SQuAD file or
+MLM text."""
 
 from __future__ import annotations
 
@@ -16,25 +17,29 @@ from .app import app, say
 def evaluate_cmd(
     path: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
                                          help="Model directory (config.json) or ONNX bundle (manifest.json).")],
-    task: o.task_option("sst2 | mrpc | tsv | ner | mlm", required=True),
-    data: Annotated[Path, typer.Option("--data", help="Labelled TSV (classifiers), CoNLL file (ner) or a "
-                                                      "text file (mlm).")],
+    task: o.task_option("sst2 | mrpc | tsv | ner | squad | mlm", required=True),
+    data: Annotated[Path, typer.Option("--data", help="Labelled TSV (classifiers), CoNLL file (ner), SQuAD "
+                                                      "1.1 / 2.0 JSON (squad) or a text file (mlm).")],
     tag_column: o.TagColumn = None,
+    with_no_answer: Annotated[bool, typer.Option(
+        "--with-no-answer", help="squad: SQuAD 2.0 scoring of every question (a null threshold chosen on the "
+                                 "file, HasAns / NoAns split); default: EM / F1 of the answerable ones.")] = False,
+    doc_stride: o.DocStride = None,
     max_seq_len: o.MaxSeqLen = None,
     eval_batch_size: Annotated[Optional[int], typer.Option(
         "--eval-batch-size", help="Examples per forward pass (default 64).")] = None,
     max_eval_examples: o.MaxEvalExamples = None,
     corpus_format: o.CorpusFormat = None,
     precision: Annotated[Optional[str], typer.Option("--precision", help="Bundles: int8 | fp32 | fp16.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_json: o.Json = False,
 ) -> None:
-    """Accuracy/F1 of a classifier, entity F1 (overall and per type) of a token classifier, or MLM
-    accuracy/perplexity of a masked LM."""
+    """Accuracy/F1 of a classifier, entity F1 (overall and per type) of a token classifier, SQuAD EM/F1
+    of a span model, or MLM accuracy/perplexity of a masked LM."""
     from ..stages.evaluate import evaluate
 
     result = evaluate(path, task, data, max_seq_len=max_seq_len, batch_size=eval_batch_size,
                       max_examples=max_eval_examples, corpus_format=corpus_format, precision=precision,
-                      tag_column=tag_column)
+                      tag_column=tag_column, with_no_answer=with_no_answer, doc_stride=doc_stride)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return

@@ -3,19 +3,21 @@ Thin: parse, call ``exporters.export_bundle``, print."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from . import options as o
-from .app import app, console
+from .app import app, console, say
 
 
 @app.command("export")
 def export(
-    model_dir: Annotated[Path, typer.Argument(help="edgebert checkpoint or Hugging Face BERT directory "
-                                                   "(config.json, weights, tokenizer.json).")],
+    model_dir: Annotated[Path, typer.Argument(metavar="MODEL_DIR", help="edgebert checkpoint or Hugging Face BERT "
+                                                                        "directory (config.json, weights, "
+                                                                        "tokenizer.json).")],
     out: o.Out,
     overwrite: o.Overwrite = False,
     task: o.task_option("embed | mlm | cls | token-cls (default: from the checkpoint's architecture).") = None,
@@ -29,7 +31,10 @@ def export(
         "--per-channel/--per-tensor", help="INT8 weight scales (default: the target's, per-channel).")] = None,
     calib: o.Calib = None,
     calib_size: Annotated[int, typer.Option("--calib-size", help="Texts that calibrate.")] = 256,
-    gate_size: Annotated[int, typer.Option("--gate-size", help="Held-out texts the accuracy gate measures on.")] = 200,
+    gate_size: Annotated[int, typer.Option(
+        "--gate-size", help="Held-out texts the accuracy gate measures on: the first 200 of the built-in held-out "
+                            "text's 202 (`edgebert check` re-measures on all 202), or of --calib's texts after "
+                            "--calib-size.")] = 200,
     max_accuracy_loss: o.MaxAccuracyLoss = None,
     outlier_ratio: Annotated[Optional[float], typer.Option(
         "--outlier-ratio", help="Activation channels whose calibration max exceeds this x the median "
@@ -48,19 +53,55 @@ def export(
         "--cuda", help="Also write the CUDA graphs model.cuda.onnx and model.fp16.cuda.onnx (1-D mask "
                        "index: flash / memory-efficient attention).")] = False,
     max_seq_len: o.MaxSeqLen = None,
+    archive: Annotated[Optional[Path], typer.Option(
+        "--archive", help="Also pack the bundle into this one file to ship (.tar.gz, .tgz or .zip); EdgeSession, "
+                          "check, bench and info open it as they open the folder.")] = None,
 ) -> None:
     """Export MODEL_DIR to an ONNX bundle: fused fp32 model.onnx, INT8 graphs per deployment target (gated
     on held-out text), optional FP16, TensorRT and CUDA graphs, tokenizer, manifest with hashes. Every graph
     is validated against PyTorch on untraced shapes."""
     from exporters import ExportConfig, export_bundle
 
-    targets = tuple(t.strip() for t in (target or "portable").split(",") if t.strip())
+    archive_out = _archive_output(archive, out, overwrite)     # checked before anything is computed
+
     cfg = ExportConfig(model_dir=model_dir, out_dir=out, overwrite=overwrite, task=task, opset=opset, int8=int8, int8_mode=int8_mode,
-                       int8_targets=targets, per_channel=per_channel, calib=calib, calib_size=calib_size,
+                       int8_targets=target or "portable", per_channel=per_channel, calib=calib, calib_size=calib_size,
                        gate_size=gate_size, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda)
-    with console.status("exporting", spinner="dots") as status:
-        result = export_bundle(cfg, on_step=lambda msg: status.update(msg))
+    result = _export_with_progress(export_bundle, cfg)
     for line in result.summary_lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    pooling = result.manifest.pooling
+    if result.manifest.task == "embed":
+        say(f"pooling: {pooling.describe()}" if pooling else "pooling: not stated by the model (no "
+            "sentence-transformers modules.json): EdgeSession.embed pools by mean")
+    if archive_out is not None:
+        from edgebert.runtime.archive import write_archive
+
+        with archive_out.writing() as tmp:
+            write_archive(result.bundle_dir, tmp, name=archive.name)
+        say(f"archive: {archive} ({archive.stat().st_size / 1e6:.1f} MB), one file holding the bundle")
+
+
+def _export_with_progress(export_bundle, cfg):
+    """A spinner naming the step on a terminal; elsewhere (a pipe, a log file) one line per step."""
+    if console.is_terminal:
+        with console.status("exporting", spinner="dots") as status:
+            return export_bundle(cfg, on_step=lambda msg: status.update(msg))
+    start = time.perf_counter()
+    return export_bundle(cfg, on_step=lambda msg: say(f"[{time.perf_counter() - start:6.1f}s] export: {msg}"))
+
+
+def _archive_output(archive: Path | None, out: Path, overwrite: bool):
+    """The ``--archive`` file as an output (``files.outfiles``), checked before the export runs."""
+    if archive is None:
+        return None
+    from edgebert.errors import ConfigError
+    from edgebert.files.outfiles import OutputFile
+    from edgebert.runtime.archive import check_archive_name, is_bundle_archive
+
+    check_archive_name(archive)
+    if archive.resolve().is_relative_to(out.resolve()):
+        raise ConfigError(f"--archive {archive} is inside --out {out}", "write the archive beside the bundle folder")
+    return OutputFile(archive, "export", ours=is_bundle_archive, overwrite=overwrite, what="--archive")

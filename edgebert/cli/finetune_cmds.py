@@ -48,7 +48,8 @@ def finetune_cmd(
                                 epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column,
                                 doc_stride=doc_stride)
     result = finetune(cfg, console=console)
+    what = f"labels {list(result.labels)}" if result.labels else "answer spans"
     say(f"fine-tuned {result.num_train_examples} examples, {result.steps} steps in {result.wall_s:.0f} s; "
-        f"labels {list(result.labels)}; saved to {result.out_dir}")
+        f"{what}; saved to {result.out_dir}")
     if result.best_metrics:
         say(f"best dev (step {result.best_step}): {metrics_line(result.best_metrics)}")

@@ -1,4 +1,4 @@
-"""``edgebert import-hf SRC --out DIR``: a Hugging Face BERT as a verified edgebert checkpoint."""
+"""``edgebert import-hf HF_DIR --out DIR``: a Hugging Face BERT as a verified edgebert checkpoint."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from .app import app, say
 
 @app.command("import-hf")
 def import_hf_cmd(
-    src: Annotated[Path, typer.Argument(help="Hugging Face BERT directory (config.json + model.safetensors "
-                                             "or pytorch_model.bin, tokenizer files).")],
+    src: Annotated[Path, typer.Argument(metavar="HF_DIR", help="Hugging Face BERT directory (config.json + "
+                                                               "model.safetensors or pytorch_model.bin, tokenizer "
+                                                               "files; a sentence-transformers model's modules.json "
+                                                               "and pooling config).")],
     out: o.Out,
     architecture: Annotated[Optional[str], typer.Option(
         "--architecture", "-a", help="Import as this architecture instead of the source's "
@@ -41,6 +43,8 @@ def import_hf_cmd(
     if report.tokenizer_built_from_vocab:
         tok += " (tokenizer.json built from vocab.txt)"
     say(f"  tokenizer: {tok}")
+    if report.pooling is not None:
+        say(f"  pooling: {report.pooling.describe()}, kept for export (modules.json, 1_Pooling/config.json)")
     for note in report.notes:
         say(f"  note: {note}")
     say(f"  reload check: max abs diff {report.max_abs_diff:g} vs the source weights")

@@ -15,6 +15,10 @@ from typing import Annotated, Any, Callable, List, Optional
 
 import typer
 
+from edgebert.runtime.fidelity import DEFAULT_BUDGETS
+
+PIPELINE_INT8_BUDGET = 0.01     # PipelineConfig.max_accuracy_loss (tests/test_cli_help.py holds them equal)
+
 
 def preset_option(names: str) -> Any:
     """``--preset``: the named recipe of a command (``names``: its choices, for the help)."""
@@ -35,13 +39,19 @@ Resume = Annotated[bool, typer.Option("--resume", help="Continue the checkpoint 
 Overwrite = Annotated[bool, typer.Option(
     "--overwrite", help="Start again in an --out this command wrote before (its files only; a folder "
                         "holding anything else is refused).")]
-Progress = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar (or log lines).")]
+Progress = Annotated[Optional[bool], typer.Option(
+    "--progress/--no-progress", help="A progress bar on a terminal; --no-progress (and any output that is not a "
+                                     "terminal): a plain log line per logging step and evaluation.")]
+Json = Annotated[bool, typer.Option("--json/--no-json", help="Print the result as JSON (for scripts) instead of text.")]
+ReportDir = Annotated[Optional[Path], typer.Option(
+    "--out", "-o", help="Write report.json, report.md, latency.png and bench.jsonl into this directory.")]
 
 # --------------------------------------------------------------------------- data
 Corpus = Annotated[Optional[List[Path]], typer.Option(
-    "--corpus", help="Training text (repeatable); default: the built-in corpus (Python's documentation).")]
+    "--corpus", metavar="<path>",
+    help="Training text (repeatable); default: the built-in corpus (Python's documentation).")]
 EvalCorpus = Annotated[Optional[List[Path]], typer.Option(
-    "--eval-corpus", help="Held-out text (repeatable); default: a held-out part of --corpus.")]
+    "--eval-corpus", metavar="<path>", help="Held-out text (repeatable); default: a held-out part of --corpus.")]
 CorpusFormat = Annotated[Optional[str], typer.Option("--corpus-format", help="auto | text | wikitext.")]
 TrainFile = Annotated[Optional[Path], typer.Option("--train", help="Training file (GLUE TSV; CoNLL for ner; "
                                                                    "SQuAD JSON for squad).")]
@@ -93,9 +103,11 @@ Calib = Annotated[Optional[Path], typer.Option(
                     "--calib-size are held out for the accuracy gate.")]
 MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
     "--max-accuracy-loss", help="INT8 budget vs fp32 on held-out text: 1 - mean cosine (embed, default "
-                                "0.005), 1 - label agreement (cls, 0.01), 1 - top-1 agreement (mlm, 0.02); "
-                                "export keeps the most sensitive nodes float until it is met, check "
-                                "defaults to the budget the export used.")]
+                                f"{DEFAULT_BUDGETS['embed']}), 1 - label agreement (cls, {DEFAULT_BUDGETS['cls']}), "
+                                f"1 - top-1 agreement (mlm, {DEFAULT_BUDGETS['mlm']}), 1 - token label agreement "
+                                f"(token-cls, {DEFAULT_BUDGETS['token-cls']}); pipeline: "
+                                f"{PIPELINE_INT8_BUDGET} (its embedding student). export keeps the most sensitive "
+                                "nodes float until it is met; check defaults to the budget the export used.")]
 Target = Annotated[Optional[str], typer.Option(
     "--target", help="INT8 deployment target(s), comma list: portable (any x86-64/ARM64 CPU) | x86-avx2 | "
                      "x86-vnni | arm64 | host. export: the graphs to make (default portable; the first is "

@@ -6,7 +6,7 @@ arrays; batches are padded only to their own longest row (dynamic padding). Trai
 from the engine's length-grouped stream (``edgebert.training.LengthGroupedBatches``), so the rows of
 a batch have similar lengths: on SST-2 (mostly short phrases) that pads a batch of 32 to ~its real
 length instead of 64, which is most of the CPU time saved. Task ``squad`` trains on the token windows
-of ``edgebert.data.squad`` (``SquadWindows``), batched the same way with start/end positions as labels.
+of ``edgebert.qa.windows`` (``SquadWindows``), batched the same way with start/end positions as labels.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from tokenizers import Tokenizer
 
 from ..errors import ConfigError, DataError
 from ..model import IGNORE_INDEX
-from .squad import SquadExample, SquadWindows, read_squad, squad_windows
+from ..qa.squad_file import SquadExample, read_squad
+from ..qa.windows import SquadWindows, squad_windows
 from .tasks import SPAN_TASKS, TOKEN_TASKS, LabelledExample, TaggedSentence, read_tagged, read_task_tsv, spec_for_model
 
 

@@ -1,5 +1,5 @@
 """Labelled data: GLUE TSV (SST-2, MRPC, any TSV with named columns) and CoNLL named-entity tags (SQuAD
-question answering, task ``squad``, is ``edgebert.data.squad``'s).
+question answering, task ``squad``, is ``edgebert.qa``'s).
 
 ``read_task_tsv(path, task)`` returns ``LabelledExample``s and ``read_tagged(path)`` returns
 ``TaggedSentence``s (task ``ner``: a CoNLL file, one ``TOKEN TAG`` or ``TOKEN POS CHUNK TAG`` per

@@ -95,6 +95,11 @@ def read_marker(folder: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _some(names: Sequence[str]) -> str:
+    """The first five names, and how many more (for messages)."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def _matches(name: str, names: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in names)
 
@@ -150,7 +155,7 @@ class OutputDir:
             if marker:
                 raise OutputError(f"{path} holds the output of `edgebert {marker.get('command')}`, not of {who}",
                                   "choose a new or empty folder")
-            raise OutputError(f"{path} is not empty and was not written by {who}",
+            raise OutputError(f"{path} is not empty and was not written by {who} (it holds {_some(sorted(names))})",
                               "choose a new or empty folder")
         if self.resume:
             return "resume"
@@ -159,8 +164,8 @@ class OutputDir:
                               f"pass {self._flags} to reuse it, or choose another folder")
         foreign = sorted(n for n in names if not _matches(n, self.names))
         if foreign:
-            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            raise OutputError(f"{path} holds files {who} did not write ({shown}); --overwrite never deletes them",
+            raise OutputError(f"{path} holds files {who} did not write ({_some(foreign)}); --overwrite never "
+                              "deletes them",
                               "move them away or choose another folder")
         return "overwrite"
 

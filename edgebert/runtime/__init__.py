@@ -4,9 +4,13 @@ Needs only onnxruntime, tokenizers and numpy::
 
     from edgebert.runtime import EdgeSession
 
-    session = EdgeSession("bundle/", provider="auto", precision="int8")
-    vectors = session.embed(["a sentence", "another one"])     # (2, hidden), unit norm
+    session = EdgeSession("bundle/")                            # or "bundle.tar.gz" (export --archive)
+    vectors = session.embed(["a sentence", "another one"])     # (2, hidden), unit norm, the model's pooling
+    print(session.describe()["precision_reason"])               # the best graph here (INT8 if exact), and why
     print(session.providers, session.provider_notes)            # what really runs, and why
+
+``encode`` / ``similarity`` are sentence-transformers' (``runtime.sentences``): replacing
+``SentenceTransformer(path)`` by ``EdgeSession(bundle)`` is a one-line change.
 
 Every failure is an ``edgebert.errors`` type: ``BundleError`` (a bundle whose parts disagree),
 ``DataError`` (an input the graph cannot take), ``RuntimeFault`` (onnxruntime failed, or an output
@@ -19,9 +23,10 @@ from .numeric import softmax
 from .providers import PROVIDERS, ProviderStatus, probe
 from .results import ClassificationResult, MaskPrediction
 from .session import POOLINGS, EdgeSession
+from .answer import answer_questions
 from .tagging import AGGREGATIONS
 from .text import Encoded, pad_batch
 
 __all__ = ["EdgeSession", "ClassificationResult", "MaskPrediction", "ProviderStatus", "probe",
            "PROVIDERS", "POOLINGS", "AGGREGATIONS", "BundleError", "ProviderUnavailable", "RuntimeFault", "Encoded",
-           "pad_batch", "softmax"]
+           "pad_batch", "softmax", "answer_questions"]

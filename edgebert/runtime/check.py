@@ -71,7 +71,10 @@ class CheckReport:
             line = (f"fidelity: {f['metric']} mean {f['mean']:.5f}" + (f" min {f['min']:.5f}" if f.get("min") is not None else "")
                     + f" vs fp32 on {f['n']} {self.texts['source']} texts")
             if self.export_fidelity:
-                line += f" (export measured {self.export_fidelity['mean']:.5f} on its held-out texts)"
+                e = self.export_fidelity        # the same text's first n lines, or the export's own text
+                where = (f"the first {e['n']} of these" if e.get("source") == f"{self.texts['source']} text"
+                         else f"{e['n']} texts of {e.get('source') or 'its held-out text'}")
+                line += f" (the export's gate measured {e['mean']:.5f} on {where})"
             out.append(line)
         if self.entities:
             e = self.entities
@@ -146,7 +149,8 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     choice = int8.int8_choice
     report.chosen = choice.as_dict()
     accuracy = choice.entry.get_extra("accuracy") or {}
-    report.export_fidelity = {k: v for k, v in accuracy.items() if k in ("metric", "mean", "min", "n", "loss")} or None
+    report.export_fidelity = {**{k: v for k, v in accuracy.items() if k in ("metric", "mean", "min", "n", "loss")},
+                              "source": (accuracy.get("held_out") or {}).get("source")} if accuracy else None
     budget = max_accuracy_loss if max_accuracy_loss is not None else accuracy.get("max_accuracy_loss")
     report.budget = float(budget if budget is not None else DEFAULT_BUDGETS[task])
     try:

@@ -14,12 +14,19 @@ ORT issues 5849, 6004, 14642). VNNI (VPDPBUSD, int32 sums) and ARM64 kernels are
 
 Two sources of truth, both reported:
 
-* ``isa``: instruction-set flags read from the OS (Linux ``/proc/cpuinfo``, macOS ``sysctl``,
-  Windows ``IsProcessorFeaturePresent``); ``None`` where the OS does not say.
+* ``isa``: instruction-set flags read from the OS (Linux ``/proc/cpuinfo``: x86 ``flags``, ARM64
+  ``Features`` ``asimddp`` / ``i8mm`` / ``sve``; macOS ``sysctl hw.optional.arm.FEAT_DotProd`` /
+  ``FEAT_I8MM`` / ``FEAT_SVE``; Windows ``IsProcessorFeaturePresent``); ``None`` where the OS does not say.
 * ``u8s8``: an empirical probe. A 64-term ``MatMulInteger`` (uint8 255 x int8 127, a bundled
   244-byte graph) runs through this process's onnxruntime: ``exact`` if it returns the true sum,
   ``saturating`` if it returns 32 x 32767. This is what the kernels really do here, also in VMs
   that hide CPU flags and under emulators.
+
+On ARM64 every onnxruntime U8S8 kernel sums in int32 (exact): i8mm (``UMMLA``/``SMMLA``, Graviton3,
+Apple M2+), dot product (``UDOT``, ARMv8.2+: Neoverse N1 / Graviton2, Cortex-A55/A76, Apple M1) and,
+on CPUs without the dot product (Cortex-A53/A72: Raspberry Pi 3 and 4), plain NEON widening
+multiplies: exact too, without the dot product's speed. ``HostCpu.int8_kernel`` names which one the
+flags imply; the summary line says it (checked under QEMU: ``benchmarks/results/arm64_check.md``).
 """
 
 from __future__ import annotations
@@ -28,12 +35,11 @@ import ctypes
 import functools
 import os
 import platform
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
-from edgebert.system.environment import cpu_model, cpuinfo
+from edgebert.system.environment import cpu_model, cpuinfo, sysctl
 
 PROBE_FILE = Path(__file__).resolve().parents[1] / "assets" / "u8s8_probe.onnx"
 PROBE_K = 64                                  # terms in the probe's dot product
@@ -42,8 +48,15 @@ PROBE_SATURATED = (PROBE_K // 2) * 32767      # every int16 pair sum clipped
 PRECISION_OPTION = "session.x64quantprecision"
 
 X86_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8")
-ARM_FLAGS = ("dotprod", "i8mm")
+ARM_FLAGS = ("dotprod", "i8mm", "sve")
+ARM_FEATURES = {"dotprod": "asimddp", "i8mm": "i8mm", "sve": "sve"}      # flag -> Linux `Features` word
+MACOS_ARM_SYSCTL = {"dotprod": "hw.optional.arm.FEAT_DotProd", "i8mm": "hw.optional.arm.FEAT_I8MM",
+                    "sve": "hw.optional.arm.FEAT_SVE"}
 KINDS = ("x86-vnni", "x86-avx512", "x86-avx2", "x86-sse", "arm64", "unknown")
+# ARM64 U8S8 kernel families (all exact: int32 sums), best first; see the module docstring
+ARM_KERNELS = {"i8mm": "i8mm matrix-multiply kernel", "dotprod": "dot-product kernel",
+               "neon": "plain NEON kernel, without the dot product's speed-up",
+               "unknown": "kernel family not reported by the OS"}
 
 
 @dataclass(frozen=True)
@@ -71,12 +84,41 @@ class HostCpu:
         """True unless the probe showed exact U8S8 products: unknown counts as unsafe."""
         return self.u8s8 != "exact"
 
+    @property
+    def int8_kernel(self) -> str | None:
+        """ARM64: the U8S8 kernel family its flags imply (``i8mm`` / ``dotprod`` / ``neon``, i.e. no dot
+        product / ``unknown``); None elsewhere (``kind`` says it on x86)."""
+        if self.arch != "arm64":
+            return None
+        if self.isa.get("i8mm"):
+            return "i8mm"
+        if self.isa.get("dotprod"):
+            return "dotprod"
+        return "neon" if self.isa.get("dotprod") is False else "unknown"
+
     def flags(self) -> list[str]:
         """The instruction sets present, e.g. ``['avx2']`` or ``['avx2', 'avx512f', 'avx512_vnni']``."""
         return [k for k, v in self.isa.items() if v]
 
+    def _detail(self) -> str:
+        """The CPU in parentheses' words: the flags, and on ARM64 the core's name and a missing dot product."""
+        if self.arch != "arm64":
+            return " ".join(self.flags()) or "no flags reported"
+        name = self.model if self.model not in ("", "arm64", "aarch64") else ""
+        flags = " ".join((["no dot product"] if self.int8_kernel == "neon" else []) + self.flags())
+        return "; ".join(p for p in (name, flags) if p) or "no flags reported"
+
+    def cpu_text(self) -> str:
+        """What the CPU is, as INT8 sees it: ``x86-vnni CPU (avx2 avx512f ...)``, ``arm64 CPU (Arm
+        Cortex-A72; no dot product)``: the words ``int8_choice`` uses."""
+        return f"{self.kind} CPU ({self._detail()})"
+
     def summary(self) -> str:
         """One line for logs and reports."""
+        if self.arch == "arm64":
+            kernel = {"exact": f" ({ARM_KERNELS[self.int8_kernel or 'unknown']})",
+                      "saturating": ": NOT exact, unlike every ARM64 kernel (an emulator?), so treated as unsafe"}
+            return f"arm64 ({self._detail()}); onnxruntime U8S8 kernel: {self.u8s8}{kernel.get(self.u8s8, '')}"
         flags = " ".join(self.flags()) or "none reported"
         return (f"{self.arch} {self.kind} ({flags}); onnxruntime U8S8 kernel: {self.u8s8}"
                 + ("" if self.u8s8 != "saturating" else
@@ -86,6 +128,7 @@ class HostCpu:
         d = asdict(self)
         d["flags"] = self.flags()
         d["saturates"] = self.saturates
+        d["int8_kernel"] = self.int8_kernel
         return d
 
 
@@ -95,41 +138,32 @@ def _machine() -> str:
 
 
 # ---------------------------------------------------------------------------------- flags per OS
-def _linux_flags(arch: str) -> dict[str, bool | None]:
-    fields = cpuinfo()
+Sysctl = Callable[[str], "str | None"]
+
+
+def linux_flags(arch: str, fields: Mapping[str, str] | None = None) -> dict[str, bool | None]:
+    """Flags from ``/proc/cpuinfo`` fields (``environment.cpuinfo``; default: this machine's): x86
+    ``flags``, ARM64 ``Features`` (``asimddp`` = the dot product, ``i8mm``, ``sve``)."""
+    fields = cpuinfo() if fields is None else fields
     value = fields.get("flags", fields.get("Features"))
     if value is None:
         return {}
     words = set(value.split())
     if arch == "x86_64":
         return {f: f in words for f in X86_FLAGS}
-    return {"dotprod": "asimddp" in words, "i8mm": "i8mm" in words}
+    return {flag: word in words for flag, word in ARM_FEATURES.items()}
 
 
-def _sysctl(name: str) -> str | None:
-    """macOS ``sysctlbyname`` through libc (no subprocess)."""
-    try:
-        libc = ctypes.CDLL("libc.dylib")
-        size = ctypes.c_size_t(0)
-        if libc.sysctlbyname(name.encode(), None, ctypes.byref(size), None, 0) != 0:
-            return None
-        buf = ctypes.create_string_buffer(size.value)
-        if libc.sysctlbyname(name.encode(), buf, ctypes.byref(size), None, 0) != 0:
-            return None
-        raw = buf.raw[:size.value]
-        if size.value in (4, 8) and b"\x00" in raw[1:]:      # an integer
-            return str(int.from_bytes(raw, sys.byteorder))
-        return raw.rstrip(b"\x00").decode(errors="replace")
-    except (OSError, AttributeError):
-        return None
-
-
-def _macos_flags(arch: str) -> dict[str, bool | None]:
+def macos_flags(arch: str, query: Sysctl = sysctl) -> dict[str, bool | None]:
+    """Flags from macOS ``sysctl`` (``query``: the reader, faked in tests). Apple silicon lists
+    ``hw.optional.arm.FEAT_*`` (macOS 12+): a name it lacks is a feature it lacks; without the dot
+    product's name the OS says nothing (None)."""
     if arch == "arm64":
-        dot = _sysctl("hw.optional.arm.FEAT_DotProd")
-        i8mm = _sysctl("hw.optional.arm.FEAT_I8MM")
-        return {"dotprod": None if dot is None else dot == "1", "i8mm": None if i8mm is None else i8mm == "1"}
-    leaf7 = (_sysctl("machdep.cpu.leaf7_features") or "").upper().split()
+        said = {flag: query(name) for flag, name in MACOS_ARM_SYSCTL.items()}
+        if said["dotprod"] is None:
+            return {flag: None for flag in said}
+        return {flag: value == "1" for flag, value in said.items()}
+    leaf7 = (query("machdep.cpu.leaf7_features") or "").upper().split()
     if not leaf7:
         return {f: None for f in X86_FLAGS}
     return {"avx2": "AVX2" in leaf7, "avx512f": "AVX512F" in leaf7, "avx512bw": "AVX512BW" in leaf7,
@@ -148,13 +182,17 @@ def _windows_flags(arch: str) -> dict[str, bool | None]:
             "avx512_vnni": None, "avx_vnni": None, "amx_int8": None}
 
 
-def isa_flags(arch: str | None = None) -> dict[str, bool | None]:
+def isa_flags(arch: str | None = None, *, system: str | None = None, fields: Mapping[str, str] | None = None,
+              query: Sysctl = sysctl) -> dict[str, bool | None]:
+    """This machine's INT8-relevant flags (``X86_FLAGS`` / ``ARM_FLAGS``: True, False or None where the OS
+    does not say); ``system``, ``fields`` (``/proc/cpuinfo``) and ``query`` (``sysctl``) stand in for
+    the machine's in tests."""
     arch = arch or _machine()
-    system = platform.system()
+    system = system or platform.system()
     if system == "Linux":
-        flags = _linux_flags(arch)
+        flags = linux_flags(arch, fields)
     elif system == "Darwin":
-        flags = _macos_flags(arch)
+        flags = macos_flags(arch, query)
     elif system == "Windows":
         flags = _windows_flags(arch)
     else:
@@ -203,17 +241,21 @@ def probe_u8s8(precise: bool = False) -> str:
     return "saturating" if value == PROBE_SATURATED else "unknown"
 
 
+def host_from(arch: str, isa: dict[str, bool | None], u8s8: str, precise_fix: bool | None,
+              model: str = "", system: str | None = None) -> HostCpu:
+    """A ``HostCpu`` from what was read and probed. Where the flags claim exact kernels but the probe
+    saturates (an emulator or a VM that passes an x86 host's flags through), the kernels decide."""
+    kind = cpu_kind(arch, isa)
+    if u8s8 == "saturating" and arch == "x86_64" and kind in ("x86-vnni", "unknown"):
+        kind = "x86-avx512" if isa.get("avx512f") else "x86-avx2"
+    return HostCpu(arch, isa, kind, u8s8, precise_fix, system or platform.system(), model)
+
+
 @functools.lru_cache(maxsize=1)
 def detect_host() -> HostCpu:
     """This machine (cached per process; ``EDGEBERT_ASSUME_U8S8=saturating|exact`` overrides the
     probe's verdict for tests of the selection logic)."""
     arch = _machine()
-    isa = isa_flags(arch)
-    kind = cpu_kind(arch, isa)
     u8s8 = os.environ.get("EDGEBERT_ASSUME_U8S8") or probe_u8s8()
     fix = probe_u8s8(precise=True) == "exact" if u8s8 == "saturating" else None
-    if u8s8 == "saturating" and kind in ("x86-vnni", "arm64", "unknown"):
-        # the flags claim exact kernels but onnxruntime's saturate (an emulator or a VM that passes the
-        # host's flags through): the kernels decide
-        kind = "x86-avx512" if isa.get("avx512f") else "x86-avx2"
-    return HostCpu(arch, isa, kind, u8s8, fix, model=cpu_model())
+    return host_from(arch, isa_flags(arch), u8s8, fix, cpu_model())

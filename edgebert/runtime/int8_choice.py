@@ -2,8 +2,10 @@
 
 Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_exact``:
 
-1. Host with exact U8S8 products (VNNI, ARM64): prefer the graph made for this kind of CPU, then any
-   8-bit graph (more accurate), then the rest, in manifest order.
+1. Host with exact U8S8 products (VNNI; every ARM64 CPU, with or without the dot product): prefer the
+   graph made for this kind of CPU, then any 8-bit graph (more accurate), then the rest, in manifest
+   order. So a ``--target portable,arm64`` bundle runs its arm64 graph on ARM64, and on a VNNI x86 CPU
+   too (same 8-bit arithmetic, exact there).
 2. Host whose U8S8 kernel saturates (AVX2 / AVX-512 without VNNI) or could not be probed: prefer a
    graph that cannot saturate (7-bit or uint8 weights). If the bundle (or the caller's ``target``) only
    has graphs that need exact products, load it with ``session.x64quantprecision=1`` (onnxruntime
@@ -61,14 +63,13 @@ def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: s
             have = ", ".join(str(e.target) for e in manifest.int8_graphs().values())
             raise BundleError(f"the bundle has no INT8 graph for target {target!r} (it has: {have})",
                               f"re-export with --target {target}, or leave the target to the runtime")
-    where = f"this {host.kind} CPU ({' '.join(host.flags()) or 'no flags reported'})"
+    where = f"this {host.cpu_text()}"
     if not host.saturates:
         own = HOST_TARGETS.get(host.kind, ())
         ranked = sorted(graphs.items(), key=lambda kv: (kv[1].target not in own, not kv[1].needs_exact_u8s8))
         key, entry = ranked[0]
-        return GraphChoice(key, entry, {}, f"{where} computes U8S8 products exactly; "
-                                            f"{entry.target} graph chosen"
-                                            + (" (made for this CPU)" if entry.target in own else ""))
+        return GraphChoice(key, entry, {}, f"{where} computes U8S8 products exactly; {entry.target} graph "
+                                           f"chosen ({_exact_host_why(entry, own, len(graphs))})")
     safe = [(k, e) for k, e in graphs.items() if not e.needs_exact_u8s8]
     if safe:
         key, entry = safe[0]
@@ -86,3 +87,13 @@ def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: s
                        f"{where}: onnxruntime's U8S8 kernel {kernel} and the {entry.target} graph has "
                        f"8-bit weights, so it is loaded with {PRECISION_OPTION}=1 (weights converted to uint8 "
                        "at load: exact, U8U8 kernel)")
+
+
+def _exact_host_why(entry: ModelEntry, own: tuple[str, ...], n_graphs: int) -> str:
+    """Why ``entry`` was ranked first on a host with exact U8S8 products."""
+    if entry.target in own:
+        return "made for this CPU" + (": 8-bit weights, exact int32 sums here" if entry.needs_exact_u8s8 else "")
+    if entry.needs_exact_u8s8:
+        return "8-bit weights: the most accurate graph, and exact here"
+    hint = f"; export --target {own[0]} for this CPU's 8-bit graph" if own else ""
+    return ("the bundle's only INT8 graph" if n_graphs == 1 else "no 8-bit graph in the bundle") + hint

@@ -31,29 +31,38 @@ import numpy as np
 from ..bundle import PRECISIONS, open_bundle, tokenizer_path
 from edgebert.system.environment import check_threads
 from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
+from .archive import bundle_folder
 from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host
 from .numeric import nonfinite_rows, softmax
+from .pooling import CALLER_POOLINGS, choose_pooling
+from .precision import choose_precision
 from .providers import short_name
 from .results import ClassificationResult, MaskPrediction
+from .sentences import SentenceMethods
 from .tagging import Entity, Tagger, batched_logits, tag_texts
 from .text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_batch
 from .trt_profile import TrtProfile
 
-POOLINGS = ("mean", "cls")
+POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
 ORT_LOG_ENV = "EDGEBERT_ORT_LOG_LEVEL"
 QUIET_ORT_LOG = 4            # onnxruntime's "fatal" only: its errors reach the caller as typed exceptions
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
 
 
-class EdgeSession:
+class EdgeSession(SentenceMethods):
     """Load a bundle (hash-checked) and run it on the best provider that really works here.
+
+    bundle_dir: the folder ``edgebert export`` wrote, or its archive (``.tar.gz`` / ``.zip`` from
+    ``export --archive``: extracted once into the cache, see ``runtime.archive``).
 
     provider: ``auto`` (TensorRT -> CUDA -> CPU, one attempt each with the graph made for it, every
     failure kept in ``provider_notes``), or ``cpu`` / ``cuda`` / ``tensorrt`` (``ProviderUnavailable``
     with the reason if it cannot be had). ``placement`` says where the nodes really run.
-    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``); on TensorRT fp16 and
-    int8 are engine build flags on the standard-op graphs (see ``runtime.graphs``).
+    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``); None (the default):
+    the best the bundle has for this host, INT8 where it has one that runs exactly here, else fp32
+    (``runtime.precision``; ``describe()["precision_reason"]`` says why). A precision the bundle lacks is a
+    ``BundleError``. On TensorRT fp16 and int8 are engine build flags on the standard-op graphs.
     threads: onnxruntime intra-op threads, 1 to the CPUs this process may use (None: onnxruntime's
     default, one per physical core).
     max_length: token limit per input (default and ceiling: the bundle's ``max_sequence_length``).
@@ -74,7 +83,7 @@ class EdgeSession:
     docstring); unset, ``EDGEBERT_ORT_LOG_LEVEL`` decides.
     """
 
-    def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str = "int8",
+    def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str | None = None,
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
                  batch_size: int = 32, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
                  int8_target: str | None = None, allow_spinning: bool = True,
@@ -82,22 +91,25 @@ class EdgeSession:
         if not isinstance(bundle_dir, (str, os.PathLike)):
             raise ConfigError(f"bundle_dir={bundle_dir!r} is a {type(bundle_dir).__name__}, not a path",
                               "pass the folder written by `edgebert export` (a str or pathlib.Path)")
-        if precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        if precision is not None and precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}, or leave "
+                                                               "it unset for the best one here")
         check_threads(threads)   # 1 .. the CPUs this process may use
         _check_batch_size(batch_size)
         if max_length is not None and not _is_int(max_length):
             raise ConfigError(f"max_length={max_length!r} must be an integer or None")
         self.ort_log_level = _ort_log_level(ort_log_level)
-        self.bundle_dir = Path(bundle_dir)
+        self.source = Path(bundle_dir)                       # as given: a folder or an archive
+        self.bundle_dir = bundle_folder(self.source)
         self.manifest = open_bundle(self.bundle_dir, verify=verify)
         self.task: str = self.manifest.task
-        self.precision = precision
         self.threads = threads
         self.allow_spinning = bool(allow_spinning)
         self.truncate = bool(truncate)
         self.batch_size = batch_size
         self.host = detect_host()
+        chosen = choose_precision(precision, self.manifest, self.host, int8_target)
+        self.precision, self.precision_reason = chosen.precision, chosen.reason
         self.int8_target = int8_target
         self.hidden_size = self.manifest.config.hidden_size
         limit = self.manifest.max_length
@@ -152,7 +164,9 @@ class EdgeSession:
 
     def describe(self) -> dict[str, Any]:
         """What runs: for logs and reports."""
-        return {"bundle": str(self.bundle_dir), "task": self.task, "precision": self.precision,
+        return {"bundle": str(self.bundle_dir), "source": str(self.source), "task": self.task,
+                "precision": self.precision, "precision_reason": self.precision_reason,
+                "pooling": self.pooling.as_dict() if self.task == "embed" else None,
                 "model_file": self.model_file.name, "model_bytes": self.model_file.stat().st_size,
                 "model": self.model_key, "provider": self.provider, "providers": list(self.providers),
                 "provider_notes": list(self.provider_notes), "placement": self.placement.as_dict(),
@@ -244,11 +258,13 @@ class EdgeSession:
     def _truncate(self, truncate: bool | None) -> bool:
         return self.truncate if truncate is None else bool(truncate)
 
+    def _batch_size(self, batch_size: int | None) -> int:
+        return self.batch_size if batch_size is None else _check_batch_size(batch_size)
+
     def _batches(self, rows: list[Encoded], outputs: list[str], batch_size: int | None
                  ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]]:
         """(indices into rows, padded feeds, outputs) per length-sorted batch."""
-        size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
-        for idx in length_sorted_batches(rows, size):
+        for idx in length_sorted_batches(rows, self._batch_size(batch_size)):
             feeds = pad_batch([rows[i] for i in idx], self.pad_id)
             yield idx, feeds, self.run(feeds, outputs)
 
@@ -258,30 +274,21 @@ class EdgeSession:
                               f"'{self.task}' bundle", f"export the model with task '{task}'")
 
     # ------------------------------------------------------------------ tasks
-    def embed(self, texts: str | Sequence[str], pooling: str = "mean", normalize: bool = True,
+    def embed(self, texts: str | Sequence[str], pooling: str | None = None, normalize: bool = True,
               batch_size: int | None = None, truncate: bool | None = None) -> np.ndarray:
-        """(N, hidden) float32 sentence embeddings, in input order.
+        """(N, hidden) float32 sentence embeddings, in input order (a str is a batch of one).
 
-        pooling ``mean`` averages the token vectors under the attention mask ([CLS]/[SEP] included,
-        as sentence-transformers does); ``cls`` takes the [CLS] vector. ``normalize`` scales each row
-        to unit L2 norm (so a dot product is the cosine). An empty list gives shape (0, hidden).
+        pooling: ``mean`` averages the token vectors under the attention mask ([CLS]/[SEP] included,
+        as sentence-transformers does), ``cls`` takes the [CLS] vector; None (the default): the model's
+        own pooling, read from its sentence-transformers files at export (``session.pooling``: mean, cls
+        or max; mean when the model states none). ``normalize`` scales each row to unit L2
+        norm (a dot product is then the cosine). A text with no tokens (``""``, only spaces) gets the
+        zero vector. An empty list gives shape (0, hidden). ``encode`` is sentence-transformers' form.
         """
         self._require("embed", "embed")
-        if pooling not in POOLINGS:
-            raise ConfigError(f"unknown pooling {pooling!r}", f"use one of {', '.join(POOLINGS)}")
+        chosen = choose_pooling(pooling, self.manifest.pooling)
         items, _ = check_texts(texts)
-        rows = self.encoder.encode(items, False, self._truncate(truncate))
-        result = np.zeros((len(rows), self.hidden_size), dtype=np.float32)
-        for idx, feeds, out in self._batches(rows, ["last_hidden_state"], batch_size):
-            hidden = out["last_hidden_state"]                                   # (B, T, H)
-            if pooling == "mean":
-                mask = feeds["attention_mask"][:, :, None].astype(np.float32)   # (B, T, 1)
-                result[idx] = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)
-            else:
-                result[idx] = hidden[:, 0]
-        if normalize and len(result):
-            result /= np.maximum(np.linalg.norm(result, axis=1, keepdims=True), 1e-12)
-        return result
+        return self._vectors(items, chosen, bool(normalize), batch_size, self._truncate(truncate))
 
     def logits(self, texts: Any, batch_size: int | None = None, truncate: bool | None = None) -> np.ndarray:
         """Raw ``logits`` of a ``cls`` bundle, (N, C) float32 in input order (texts or pairs)."""
@@ -318,8 +325,8 @@ class EdgeSession:
         width = int(self.manifest.outputs[0].shape[-1])     # labels of a manifest that names none
         labels = tuple(self.label_names) or tuple(f"LABEL_{i}" for i in range(width))
 
-        size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
-        run = batched_logits(lambda feeds: self.run(feeds, ["logits"])["logits"], self.pad_id, size)
+        run = batched_logits(lambda feeds: self.run(feeds, ["logits"])["logits"], self.pad_id,
+                             self._batch_size(batch_size))
         results = tag_texts(Tagger(self.encoder, labels), items, run, aggregation, stride, ignore_labels)
         return results[0] if isinstance(texts, str) else results
 
@@ -348,6 +355,17 @@ class EdgeSession:
             predictions.append(MaskPrediction(int(pos), [self.encoder.token(t) for t in top],
                                               [int(t) for t in top], [float(probs[t]) for t in top]))
         return predictions
+
+    def answer(self, question: str | Sequence[str], context: str | Sequence[str], top_k: int = 1,
+               max_answer_len: int = 30, doc_stride: int = 128, max_length: int = 384,
+               handle_impossible_answer: bool = False, batch_size: int | None = None) -> Any:
+        """Answers of a ``qa`` bundle, named and shaped as transformers' question-answering pipeline
+        (``edgebert.runtime.answer``): ``{"score", "start", "end", "answer"}`` for one pair (character
+        offsets into the context), a list for lists of pairs or for ``top_k > 1``."""
+        from .answer import answer_questions
+
+        return answer_questions(self, question, context, top_k, max_answer_len, doc_stride, max_length,
+                                handle_impossible_answer, batch_size)
 
 
 def _is_int(value: Any) -> bool:

@@ -1,2 +1,3 @@
 """Scores, counted one way everywhere and torch-free: label accuracy / F1 as GLUE reports them
-(``labels``) and CoNLL entity scores by seqeval (``entities``)."""
+(``labels``), CoNLL entity scores by seqeval (``entities``) and SQuAD EM / F1 by torchmetrics, with the
+SQuAD 2.0 null threshold (``squad``)."""

@@ -7,7 +7,7 @@ gold answers); nothing here re-implements the normalisation.
 - ``squad_scores(examples, answers)``: EM / F1 over the answerable questions (SQuAD 1.1 scoring; a
   SQuAD 2.0 file's unanswerable questions are left out), ``n`` the questions scored.
 - ``squad_v2_scores(examples, answers, null_margins)``: SQuAD 2.0 scoring. A question is answered
-  "no answer" when its null margin (null score - best span score, ``edgebert.data.squad_spans``) is
+  "no answer" when its null margin (null score - best span score, ``edgebert.qa.spans``) is
   above a threshold, chosen on the file to maximise F1 (as the official evaluation script's
   ``best_f1_thresh``); EM / F1 at that threshold, over all questions and split into answerable
   (``has_answer_*``) and unanswerable (``no_answer_*``: the share answered "no answer").
@@ -18,12 +18,23 @@ score is asked for.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from edgebert.data.squad import SquadExample
 from edgebert.errors import DataError, MissingExtra
+
+
+class SquadExample(Protocol):
+    """What scoring reads of a question (``edgebert.qa.squad_file.SquadExample`` has it): scores stay below
+    the data layer."""
+    id: str
+
+    @property
+    def answer_texts(self) -> Sequence[str]: ...
+
+    @property
+    def has_answer(self) -> bool: ...
 
 
 def _squad_metric():
@@ -108,3 +119,14 @@ def squad_v2_scores(examples: Sequence[SquadExample], answers: Mapping[str, str]
             out[f"{name}_exact_match"] = float(exact_at[part].mean())
             out[f"{name}_f1"] = float(f1_at[part].mean())
     return out
+
+
+def prediction_scores(examples: Sequence[SquadExample], predictions: Sequence, with_no_answer: bool = False
+                      ) -> dict[str, float]:
+    """SQuAD scores of span predictions (objects with ``id``, ``text`` and ``null_margin``, as
+    ``edgebert.qa.spans.predict_spans`` gives them): ``squad_scores`` over the answerable questions, or
+    with ``with_no_answer`` ``squad_v2_scores`` over all of them."""
+    answers = {p.id: p.text for p in predictions}
+    if with_no_answer:
+        return squad_v2_scores(examples, answers, {p.id: p.null_margin for p in predictions})
+    return squad_scores(examples, answers)

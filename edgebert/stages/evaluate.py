@@ -10,6 +10,14 @@
   spaces, ``aggregation="none"``: each word takes the label of the sub-token that starts it, the same
   position), so the figure includes the runtime's tokenization, offsets and windowing. Sentences are
   never truncated by default (the model's full length; a bundle tags longer ones in windows);
+- extractive question answering (``squad``, a SQuAD 1.1 / 2.0 JSON file): EM and F1 (percent, the
+  official SQuAD normalisation, torchmetrics) over the answerable questions; with ``with_no_answer``
+  SQuAD 2.0 scoring over all of them (a null threshold chosen on the file, HasAns / NoAns split;
+  ``edgebert.scores.squad``). Contexts are cut into windows of ``max_seq_len`` tokens (384, at most the
+  model's) sharing ``doc_stride`` (128) and the best span over an example's windows is its answer, as
+  transformers' ``run_qa`` scores (``edgebert.qa``). A checkpoint and a ``qa`` bundle (through the
+  ``EdgeSession``'s graph, torch-free: tokenizers, numpy, onnxruntime and torchmetrics) get the same
+  windows and the same post-processing, so their figures differ only by the graph's numbers;
 - masked LM (``mlm``, a text file): MLM accuracy and perplexity (exp of the mean cross-entropy on the
   masked tokens), on sentence-pair examples masked with a fixed seed: the same examples and masks
   as ``edgebert pretrain``'s evaluation (``edgebert.data.mlm.mlm_eval_batches``), so numbers from
@@ -33,12 +41,15 @@ from typing import Any
 
 from ..bundle import read_manifest
 from ..data.corpus import read_corpus
-from ..data.tasks import SEQUENCE_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
+from ..data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
 from ..errors import CheckpointError, ConfigError, DataError
+from ..qa.squad_file import read_squad
+from ..qa.windows import MAX_SEQ_LEN, check_window, default_stride
 from edgebert.scores.labels import classification_metrics
 from edgebert.scores.entities import entity_report, entity_scores
+from edgebert.scores.squad import prediction_scores, require_torchmetrics
 
-EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, "mlm")
+EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS, "mlm")
 
 
 @dataclass
@@ -65,17 +76,25 @@ def is_bundle(path: str | Path) -> bool:
 def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int | None = None,
              batch_size: int | None = None, max_examples: int | None = None, mlm_probability: float = 0.15,
              corpus_format: str | None = None, precision: str | None = None, device: str = "cpu",
-             tag_column: int | None = None) -> EvaluationResult:
+             tag_column: int | None = None, with_no_answer: bool = False,
+             doc_stride: int | None = None) -> EvaluationResult:
     """Score the model (or bundle) at ``path`` on ``data``; see the module docstring. ``None`` settings
-    take the defaults: 128 tokens (``ner``: the model's maximum; at most the model's), batches of 64,
-    corpus format ``auto``, a CoNLL file's last column as the tag."""
+    take the defaults: 128 tokens (``ner``: the model's maximum; ``squad``: 384; at most the model's),
+    batches of 64, corpus format ``auto``, a CoNLL file's last column as the tag, a window stride of 128
+    (less for windows under 384 tokens)."""
     if task in TOKEN_TASKS and max_seq_len is None:
         max_seq_len = 4096                     # capped at the model's length below: no truncation
+    if task in SPAN_TASKS and max_seq_len is None:
+        max_seq_len = MAX_SEQ_LEN
     max_seq_len, batch_size, corpus_format = max_seq_len or 128, batch_size or 64, corpus_format or "auto"
     if task not in EVAL_TASKS:
         raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(EVAL_TASKS)}")
     if tag_column is not None and task not in TOKEN_TASKS:
         raise ConfigError(f"--tag-column is for CoNLL files (--task ner), not --task {task}")
+    if (with_no_answer or doc_stride is not None) and task not in SPAN_TASKS:
+        raise ConfigError(f"--with-no-answer and --doc-stride are for SQuAD files (--task squad), not --task {task}")
+    if task in SPAN_TASKS:
+        require_torchmetrics()                 # before any model is loaded
     if not 8 <= max_seq_len <= 4096:
         raise ConfigError(f"max_seq_len={max_seq_len} must be between 8 and 4096")
     if batch_size < 1 or (max_examples is not None and max_examples < 1):
@@ -87,6 +106,11 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
     if not data.is_file():
         raise DataError(f"{data} not found", "pass an existing data file")
     t0 = time.perf_counter()
+    if task in SPAN_TASKS:
+        metrics, n, details = _evaluate_squad(path, data, max_seq_len, doc_stride, batch_size, max_examples,
+                                              with_no_answer, precision, device)
+        return EvaluationResult(path, "bundle" if is_bundle(path) else "model", task, data, metrics, n,
+                                time.perf_counter() - t0, details)
     if is_bundle(path):
         metrics, n, details = _evaluate_bundle(path, task, data, max_seq_len, batch_size, max_examples,
                                                mlm_probability, corpus_format, precision, tag_column)
@@ -211,3 +235,65 @@ def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, 
     gold = [[tags[t] for t in s.tags] for s in sentences]
     return _entity_result(gold, predicted, {**details, "max_length": session.max_length,
                                             "through": "EdgeSession.tag(aggregation='none')"})
+
+
+# =========================================================================== SQuAD
+def _evaluate_squad(path: Path, data: Path, max_seq_len: int, doc_stride: int | None, batch_size: int,
+                    max_examples: int | None, with_no_answer: bool, precision: str | None, device: str):
+    """EM / F1 of a span checkpoint (PyTorch) or a ``qa`` bundle (onnxruntime) on a SQuAD file."""
+    examples = read_squad(data)
+    examples = examples[:max_examples] if max_examples else examples
+    if is_bundle(path):
+        predictions, details = _bundle_spans(path, examples, max_seq_len, doc_stride, batch_size, precision)
+    else:
+        predictions, details = _model_spans(path, examples, max_seq_len, doc_stride, batch_size, device)
+    details["scoring"] = ("SQuAD 2.0: all questions, a null threshold chosen on the file" if with_no_answer
+                          else "SQuAD 1.1: the answerable questions")
+    return prediction_scores(examples, predictions, with_no_answer), len(examples), details
+
+
+def _window_shape(max_seq_len: int, doc_stride: int | None, limit: int) -> tuple[int, int]:
+    length = min(max_seq_len, limit)
+    stride = default_stride(length) if doc_stride is None else doc_stride
+    check_window(length, stride)
+    return length, stride
+
+
+def _model_spans(path: Path, examples, max_seq_len: int, doc_stride: int | None, batch_size: int, device: str):
+    from ..data.tokenizer import SpecialIds, load_tokenizer
+    from ..model import BertConfig, load_model
+    from ..qa.windows import squad_windows
+    from .metrics import squad_predictions
+
+    cfg = BertConfig.load(path)
+    if cfg.architecture != "BertForQuestionAnswering":
+        raise CheckpointError(f"{path} is a {cfg.architecture}, not a BertForQuestionAnswering",
+                              f"fine-tune it first: edgebert finetune {path} --task squad ...")
+    tok = load_tokenizer(path)
+    length, stride = _window_shape(max_seq_len, doc_stride, cfg.max_position_embeddings)
+    windows = squad_windows(examples, tok, length, stride)
+    model = load_model(path).to(device)
+    predictions = squad_predictions(model, windows, examples, batch_size, SpecialIds.of(tok).pad)
+    return predictions, {"architecture": cfg.architecture, "max_seq_len": length, "doc_stride": stride,
+                         "windows": len(windows), "truncated_questions": windows.truncated_questions}
+
+
+def _bundle_spans(path: Path, examples, max_seq_len: int, doc_stride: int | None, batch_size: int,
+                  precision: str | None):
+    """The spans of a ``qa`` bundle's graph, torch-free: the same windows and post-processing as a checkpoint."""
+    from ..qa.spans import predict_spans
+    from ..runtime import EdgeSession
+    from ..runtime.answer import QA_TASK, SPAN_OUTPUTS, span_logits, window_maker
+
+    session = EdgeSession(path, provider="cpu", precision=precision, batch_size=batch_size)
+    if session.task != QA_TASK:
+        raise ConfigError(f"{path} is a '{session.task}' bundle; --task squad needs a '{QA_TASK}' bundle",
+                          "export the fine-tuned span model (task qa)")
+    length, stride = _window_shape(max_seq_len, doc_stride, session.max_length)
+    windows = window_maker(str(session.encoder.file), length, stride)(examples)
+    starts, ends = span_logits(lambda feeds: session.run(feeds, list(SPAN_OUTPUTS)), session.pad_id, windows,
+                               batch_size)
+    return predict_spans(examples, windows, starts, ends), {
+        "precision": session.precision, "precision_reason": session.precision_reason, "provider": session.provider,
+        "bundle_task": session.task, "max_seq_len": length, "doc_stride": stride, "windows": len(windows),
+        "truncated_questions": windows.truncated_questions, "through": "EdgeSession.run (graph), edgebert.qa spans"}

@@ -16,7 +16,7 @@ accuracy (``ner``: entity F1) as the output directory's model (``config.json`` w
 labels the first sub-token of every word (the others, and the special tokens, get -100).
 
 ``squad`` trains on windows of ``max_seq_len`` tokens overlapping by ``doc_stride`` (384 / 128, as
-transformers' ``run_qa``; ``edgebert.data.squad``) and reports dev EM / F1 (percent, SQuAD 1.1
+transformers' ``run_qa``; ``edgebert.qa``) and reports dev EM / F1 (percent, SQuAD 1.1
 scoring of the dev file's answerable questions: ``edgebert.scores.squad``); the best checkpoint is
 kept by dev F1.
 
@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from ..data.task_data import load_task_data
-from ..data.squad import check_window, default_stride
+from ..qa.windows import check_window, default_stride
 from ..data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS
 from ..data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ..errors import CheckpointError, ConfigError

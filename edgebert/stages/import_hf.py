@@ -7,7 +7,10 @@ source weights are mapped onto the edgebert model of the same architecture (``Be
 ``BertForMultipleChoice``); anything that would silently change the network is
 refused (missing encoder or head weights, shapes that disagree with config.json, an untied MLM
 decoder, leftover encoder weights such as extra layers), and what is dropped on purpose (buffers
-like ``position_ids``, tied copies, heads the chosen architecture has no use for) is reported.
+like ``position_ids``, tied copies, heads the chosen architecture has no use for) is reported. A
+sentence-transformers directory's pooling (``modules.json``, ``1_Pooling/config.json``, ``Normalize``:
+``edgebert.bundle.pooling``) is kept in the checkpoint in the same files, for ``export`` to put into
+the bundle; one edgebert cannot reproduce (a ``Dense`` module, concatenated modes) is refused.
 
 The output directory is written in one go (``atomic_dir``): ``config.json`` + ``model.safetensors``
 via ``save_model``, the tokenizer files, and nothing at all if any step fails. Before it is moved
@@ -27,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from edgebert.bundle.pooling import POOLING_FILES, SentencePooling, read_pooling, write_pooling
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, ValidationError
 from edgebert.files.jsonfile import read_json_object
 from edgebert.files.atomic import copy_file, write_text
@@ -38,7 +42,7 @@ from edgebert.files.outdirs import OutputDir
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES)
+IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES, *POOLING_FILES)
 CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification")
 # Config keys that describe how the *source* was stored; edgebert always writes float32.
 DROPPED_CONFIG_KEYS = ("torch_dtype", "dtype")
@@ -60,6 +64,7 @@ class ImportReport:
     tokenizer_built_from_vocab: bool = False
     max_abs_diff: float = 0.0       # reloaded checkpoint vs model built from the source weights
     notes: list[str] = field(default_factory=list)
+    pooling: SentencePooling | None = None   # a sentence-transformers model's pooling, kept in the checkpoint
 
 
 def import_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None = None,
@@ -80,6 +85,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     src, out_dir = Path(src), Path(out_dir)
     raw = _read_source_config(src)
     out = _check_out_dir(src, out_dir, overwrite)
+    pooling = read_pooling(src)      # sentence-transformers' modules.json: how the model pools (bundle.pooling)
     source_arch = (raw.get("architectures") or ["BertModel"])[0]
     try:
         cfg = BertConfig.from_hf_dict(raw)
@@ -114,6 +120,8 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     with out.staged() as tmp:
         save_model(model, tmp)
         tokenizer_files, built = _write_tokenizer(src, tmp, cfg)
+        if pooling is not None:
+            write_pooling(tmp, pooling, cfg.hidden_size, write_text, src)
         diff = _verify_reload(model, tmp)
     if not tokenizer_files:
         notes.append(f"{src} has no tokenizer files: add tokenizer.json or vocab.txt to {out_dir}")
@@ -122,7 +130,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
         num_parameters=count_parameters(model), weights_file=weights_file,
         source_dtypes=source_dtypes,
         dropped=dropped, tokenizer_files=tokenizer_files, tokenizer_built_from_vocab=built,
-        max_abs_diff=diff, notes=notes)
+        max_abs_diff=diff, notes=notes, pooling=pooling)
 
 
 # --------------------------------------------------------------------------- reading the source

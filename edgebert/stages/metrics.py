@@ -1,6 +1,6 @@
 """Every metric a stage reports, counted one way: classification (accuracy, F1), named entities
 (entity-level precision / recall / F1 by seqeval, ``edgebert.scores.entities``), SQuAD answers (EM / F1
-by torchmetrics, ``edgebert.scores.squad``, of the spans ``edgebert.data.squad_spans`` picks), masked LM
+by torchmetrics, ``edgebert.scores.squad``, of the spans ``edgebert.qa.spans`` picks), masked LM
 (accuracy, mean cross-entropy, perplexity) and sentence embeddings (cosine, nearest-neighbour agreement).
 
 Fine-tuning, distillation, pretraining and ``edgebert evaluate`` (PyTorch models and ONNX bundles)
@@ -17,14 +17,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.squad import SquadExample, SquadWindows
-from ..data.squad_spans import MAX_ANSWER_LEN, N_BEST, SpanPrediction, predict_spans
+from ..qa.spans import MAX_ANSWER_LEN, N_BEST, SpanPrediction, predict_spans
+from ..qa.squad_file import SquadExample
+from ..qa.windows import SquadWindows
 from ..data.task_data import EncodedDataset, eval_batches
 from ..errors import CheckpointError
 from edgebert.scores.labels import accuracy, classification_metrics, f1_binary, f1_macro  # noqa: F401
 from ..model import IGNORE_INDEX, has_mlm_head, masked_positions_logits
 from edgebert.scores.entities import entity_scores
-from edgebert.scores.squad import squad_scores, squad_v2_scores
+from edgebert.scores.squad import prediction_scores
 
 
 # =========================================================================== classification
@@ -129,7 +130,7 @@ def span_logits(model: nn.Module, windows: SquadWindows, batch_size: int = 64, p
 def squad_predictions(model: nn.Module, windows: SquadWindows, examples: Sequence[SquadExample],
                       batch_size: int = 64, pad_id: int = 0, n_best: int = N_BEST,
                       max_answer_len: int = MAX_ANSWER_LEN) -> list[SpanPrediction]:
-    """The best span of every example (``edgebert.data.squad_spans.predict_spans``) by a span model."""
+    """The best span of every example (``edgebert.qa.spans.predict_spans``) by a span model."""
     starts, ends = span_logits(model, windows, batch_size, pad_id)
     return predict_spans(examples, windows, starts, ends, n_best, max_answer_len)
 
@@ -138,11 +139,7 @@ def squad_metrics(model: nn.Module, windows: SquadWindows, examples: Sequence[Sq
                   pad_id: int = 0, with_no_answer: bool = False) -> dict[str, float]:
     """EM / F1 (percent) of a span model: over the answerable questions (``squad_scores``), or with
     ``with_no_answer`` over all of them with a null threshold chosen on the file (``squad_v2_scores``)."""
-    predictions = squad_predictions(model, windows, examples, batch_size, pad_id)
-    answers = {p.id: p.text for p in predictions}
-    if with_no_answer:
-        return squad_v2_scores(examples, answers, {p.id: p.null_margin for p in predictions})
-    return squad_scores(examples, answers)
+    return prediction_scores(examples, squad_predictions(model, windows, examples, batch_size, pad_id), with_no_answer)
 
 
 # =========================================================================== masked LM

@@ -3,7 +3,10 @@
 The runtime install (``pip install 'edgebert[cpu]'``, or ``[gpu]``) has onnxruntime, tokenizers, numpy,
 typer and rich: ``EdgeSession``, ``edgebert check``, ``bench`` (without ``--reference``) and ``info``.
 Training, export and everything else that runs PyTorch need ``edgebert[train]``; the Hugging Face
-interop tests ``edgebert[hf]``. Torch-free (stdlib only).
+interop tests ``edgebert[hf]``. The hints name the extra (``pip install 'edgebert[train]'``): with edgebert
+installed, from a checkout (``pip install '.[cpu]'``) or a built wheel, pip satisfies ``edgebert`` from
+the installed copy and adds the extra's packages, so the hint works without edgebert on any package
+index (the README's install section says the same). Torch-free (stdlib only).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Progress of a run on the terminal: a rich progress bar, or plain log lines when not a terminal."""
+"""Progress of a run: a rich progress bar on a terminal; plain log lines (one per logging step and per
+evaluation) when the output is not a terminal or the bar is switched off (``progress=False``,
+``--no-progress``). Only the main process prints (``enabled``)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,13 @@ from .config import TrainConfig
 
 
 class Progress:
-    """A rich progress bar on a terminal; plain log lines otherwise (e.g. under nohup)."""
+    """A rich progress bar on a terminal when ``cfg.progress``; plain log lines otherwise (under nohup,
+    in a pipe, with ``--no-progress``). ``enabled``: this process prints (the main one)."""
 
     def __init__(self, console, cfg: TrainConfig, enabled: bool, start: int):
         self.console, self.cfg, self.enabled, self.start = console, cfg, enabled, start
         self.bar = None
-        if enabled and console.is_terminal:
+        if enabled and cfg.progress and console.is_terminal:
             from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
             from rich.progress import Progress as Bar

@@ -266,7 +266,7 @@ class Trainer:
         end = min(cfg.max_steps, stop_at_step) if stop_at_step else cfg.max_steps
         t0 = time.perf_counter()
         t_log, run_tokens, window_tokens_since = t0, 0, 0
-        progress = Progress(self.console, cfg, enabled=self.dist.is_main and cfg.progress, start=self.step)
+        progress = Progress(self.console, cfg, enabled=self.dist.is_main, start=self.step)
         try:
             with progress:
                 while self.step < end:

@@ -18,6 +18,8 @@ Three modes, one ``DistillConfig`` (``config.py``):
   best student (by dev accuracy) is kept. ``task="ner"``: a fine-tuned ``BertForTokenClassification``;
   KD per token (``KL(teacher_T || student_T) * T^2`` averaged over every real sub-token) + hard-label
   CE on each word's first sub-token; dev entity F1 (seqeval) next to the teacher's, best kept by it.
+  ``task="squad"``: a fine-tuned ``BertForQuestionAnswering``; KD of the start and end distributions
+  over each window's tokens + hard start/end CE; dev EM / F1 next to the teacher's, best kept by F1.
 
 ``losses.py`` holds the loss terms, ``tasks.py`` one training task per mode, ``stage.py`` the run.
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...data.corpus import FORMATS
-from ...data.squad import check_window, default_stride
+from ...qa.windows import check_window, default_stride
 from ...data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS
 from ...errors import ConfigError
 from edgebert.files.atomic import jsonable

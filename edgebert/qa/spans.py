@@ -1,5 +1,7 @@
 """From a span model's start/end logits back to answer text, torch-free (numpy only): what fine-tuning,
-distillation, ``edgebert evaluate`` and the runtime all do after the forward pass.
+distillation, ``edgebert evaluate`` and ``edgebert bench`` do after the forward pass (SQuAD scores).
+``EdgeSession.answer`` decodes as transformers' question-answering pipeline does instead
+(``edgebert.qa.pipeline_spans``).
 
 ``predict_spans(examples, windows, start_logits, end_logits)`` follows transformers' ``run_qa``
 post-processing (``postprocess_qa_predictions``): in every window of an example, the ``n_best`` highest
@@ -19,8 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import DataError
-from .squad import NOT_CONTEXT, SquadExample, SquadWindows
+from edgebert.errors import DataError
+
+from .squad_file import SquadExample
+from .windows import NOT_CONTEXT, SquadWindows
 
 N_BEST, MAX_ANSWER_LEN = 20, 30
 

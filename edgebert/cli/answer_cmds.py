@@ -1,0 +1,52 @@
+"""``edgebert answer``: ask a question-answering bundle about a text file (torch-free). Thin: read the
+context, call ``EdgeSession.answer``, print the answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import options as o
+from .app import app, say
+
+
+@app.command("answer")
+def answer_cmd(
+    bundle_dir: Annotated[Path, typer.Argument(metavar="BUNDLE", help="A question-answering bundle (task qa) "
+                                                                    "written by `edgebert export`, or its archive.")],
+    question: Annotated[str, typer.Argument(metavar="QUESTION", help="The question, in quotes.")],
+    context: Annotated[Path, typer.Option("--context", help="UTF-8 text file holding the text to answer from "
+                                                            "(long texts are read in overlapping windows).")],
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="How many answers, best first.")] = 1,
+    max_answer_len: Annotated[int, typer.Option("--max-answer-len", min=1, help="Longest answer, in tokens.")] = 30,
+    doc_stride: Annotated[int, typer.Option("--doc-stride", min=0, help="Tokens of context consecutive windows "
+                                                                        "share.")] = 128,
+    max_length: Annotated[int, typer.Option("--max-length", min=8, help="Tokens per window, question included "
+                                                                        "(at most the bundle's).")] = 384,
+    handle_impossible_answer: Annotated[bool, typer.Option(
+        "--handle-impossible-answer", help="Let the empty answer (the text does not answer) compete.")] = False,
+    precision: Annotated[Optional[str], typer.Option(
+        "--precision", help="int8 | fp32 (default: the best the bundle has here).")] = None,
+    threads: o.Threads = None,
+    as_json: o.Json = False,
+) -> None:
+    """Answer a question from a text file with a question-answering bundle, as transformers'
+    question-answering pipeline would: the answer, its score and its character offsets in the file."""
+    from edgebert.files.textfiles import read_utf8
+    from edgebert.runtime import EdgeSession
+
+    text = read_utf8(context, "context file", "pass the text to answer from as a UTF-8 file")
+    session = EdgeSession(bundle_dir, provider="cpu", precision=precision, threads=threads)
+    result = session.answer(question, text, top_k=top_k, max_answer_len=max_answer_len, doc_stride=doc_stride,
+                            max_length=max_length, handle_impossible_answer=handle_impossible_answer)
+    answers = result if isinstance(result, list) else [result]
+    if as_json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+        return
+    for a in answers:
+        shown = repr(a["answer"]) if a["answer"] else "(no answer)"
+        say(f"{shown}  score {a['score']:.4f}  characters {a['start']}-{a['end']}")
+    say(f"({session.precision} on {session.provider}: {session.describe()['precision_reason']})")

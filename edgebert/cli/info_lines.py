@@ -1,0 +1,56 @@
+"""What ``edgebert info`` says beyond versions: the threads a session may use, which onnxruntime providers
+can actually run here (and why the others cannot: ``runtime.gpu_probe``'s reasons, since onnxruntime-gpu
+lists CUDA and TensorRT on any Linux x86-64 machine, GPU or not), and with a BUNDLE argument what that
+bundle holds and how it runs here (default precision, pooling). Torch-free; reads, never hashes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def runtime_lines() -> list[str]:
+    """``threads: ...`` and one ``provider <name>: ...`` line per provider, usable ones first."""
+    from edgebert.runtime.providers import AUTO_ORDER, probe
+    from edgebert.system.environment import usable_cpus
+
+    cpus = usable_cpus()
+    lines = [f"threads: {cpus} CPU(s) usable by this process: --threads / EdgeSession(threads=) take 1..{cpus}; "
+             "unset, onnxruntime uses one per physical core"]
+    statuses = [probe(name) for name in reversed(AUTO_ORDER)]            # cpu, cuda, tensorrt
+    usable = [s.name for s in statuses if s.available]
+    lines.append(f"providers usable here: {', '.join(usable)} (provider='auto' tries "
+                 f"{' -> '.join(n for n in AUTO_ORDER if n in usable)})")
+    lines += [f"provider {s.name}: not usable here: {s.reason}" for s in statuses if not s.available]
+    return lines
+
+
+def bundle_lines(path: Path) -> list[str]:
+    """A bundle (folder or archive): task, sizes, graphs, the precision a default session loads here and
+    why, the pooling ``embed`` / ``encode`` use, labels."""
+    from edgebert.bundle import read_manifest
+    from edgebert.runtime.archive import bundle_folder
+    from edgebert.runtime.hostcpu import detect_host
+    from edgebert.runtime.pooling import choose_pooling
+    from edgebert.runtime.precision import choose_precision
+
+    folder = bundle_folder(path)
+    manifest = read_manifest(folder)
+    cfg = manifest.config
+    where = f"{path}" + (f" (archive, extracted to {folder})" if folder != path else "")
+    lines = [f"bundle: {where}",
+             f"  task: {manifest.task}; {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, vocabulary "
+             f"{cfg.vocab_size}, up to {manifest.max_length} tokens"]
+    graphs = [f"{key} ({entry.file}" + (f", target {entry.target}" if entry.target else "") + ")"
+              for key, entry in manifest.models.items()]
+    lines.append(f"  graphs: {', '.join(graphs)}")
+    chosen = choose_precision(None, manifest, detect_host())
+    lines.append(f"  default precision here: {chosen.precision} ({chosen.reason})")
+    if manifest.task == "embed":
+        lines.append(f"  pooling: {choose_pooling(None, manifest.pooling).describe()}; EdgeSession.embed and "
+                     "encode use it unless told otherwise")
+    if manifest.label_names:
+        lines.append(f"  labels: {', '.join(manifest.label_names)}")
+    host = manifest.get_extra("export_host") or {}
+    if host.get("cpu"):
+        lines.append(f"  exported on: {host['cpu']} ({host.get('kind', '?')})")
+    return lines

@@ -1,0 +1,132 @@
+"""Extractive question answering behind ``EdgeSession.answer``, torch-free.
+
+``answer_questions(session, question, context, ...)`` is named and shaped as transformers'
+``question-answering`` pipeline: for one (question, context) pair a dict ``{"score", "start", "end",
+"answer"}`` (``start`` / ``end``: character offsets into the context, ``context[start:end] == answer``);
+for lists of pairs (or a list of questions about one context) a list, one entry per pair; with
+``top_k > 1`` each entry is a list of up to ``top_k`` answers, best first.
+
+Every pair is cut into windows of ``max_length`` tokens (at most the bundle's), ``[CLS] question [SEP]
+context part [SEP]``, consecutive windows sharing ``doc_stride`` context tokens (``edgebert.qa.windows``,
+as fine-tuning and the pipeline window); the windows of all pairs run through the graph together, in
+length-sorted batches padded to their own longest row; each window's logits are cut back to its own
+tokens, so padding never reaches an answer, and spans never cross the question or leave the context.
+Answers are scored and chosen as the pipeline does (``edgebert.qa.answers``: softmax over the window,
+start x end probability, spans widened to whole words, the same text from several windows summed), so
+on the same model the answer text is the pipeline's. ``handle_impossible_answer`` adds the
+no-answer candidate ``{"answer": "", "start": 0, "end": 0}`` scored [CLS] start x end.
+
+The default ``doc_stride`` (128) shrinks to half the context room of windows shorter than 384 tokens
+(the bundle may take fewer); a stride that leaves no new context per window is a ``ConfigError``. An
+empty (or blank) question or context is a ``DataError`` naming it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import ConfigError, DataError
+from ..qa.answers import Answer, check_answer_options, pipeline_answers
+from ..qa.squad_file import SquadExample
+from ..qa.windows import DOC_STRIDE, MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from .tagging import batched_logits
+from .text import Encoded
+
+QA_TASK = "qa"
+SPAN_OUTPUTS = ("start_logits", "end_logits")
+
+
+@lru_cache(maxsize=8)
+def window_maker(tokenizer_file: str, max_length: int, doc_stride: int) -> WindowMaker:
+    """One ``WindowMaker`` per bundle tokenizer and window shape (bundle files are immutable)."""
+    from tokenizers import Tokenizer
+
+    return WindowMaker(Tokenizer.from_file(tokenizer_file), max_length, doc_stride)
+
+
+def _texts(value: Any, what: str) -> tuple[list[str], bool]:
+    """(texts, given as one str); ``DataError`` for anything but a str or a list of str, or a blank text."""
+    single = isinstance(value, str)
+    if not single and not isinstance(value, (list, tuple)):
+        raise DataError(f"{what} is a {type(value).__name__}, expected a str or a list of str")
+    texts = [value] if single else list(value)
+    for i, text in enumerate(texts):
+        where = what if single else f"{what}[{i}]"
+        if not isinstance(text, str):
+            raise DataError(f"{where} is a {type(text).__name__}, expected str")
+        if not text.strip():
+            raise DataError(f"{where} is empty", f"pass a non-empty {what}")
+    return texts, single
+
+
+def qa_examples(question: Any, context: Any) -> tuple[list[SquadExample], bool]:
+    """(one ``SquadExample`` per pair, whether one pair was given). A list of questions may share one
+    context (the pipeline's form); otherwise the two lists pair up and must be as long."""
+    questions, one_question = _texts(question, "question")
+    contexts, one_context = _texts(context, "context")
+    if one_context and not one_question:
+        contexts = contexts * len(questions)
+    elif len(questions) != len(contexts):
+        raise DataError(f"{len(questions)} questions and {len(contexts)} contexts",
+                        "pass one context per question, or one context for all of them")
+    return [SquadExample(str(i), q, c) for i, (q, c) in enumerate(zip(questions, contexts))], one_question and one_context
+
+
+def window_shape(max_length: Any, doc_stride: Any, limit: int) -> tuple[int, int]:
+    """(window tokens, stride) for a bundle taking at most ``limit`` tokens (see the module docstring)."""
+    for name, value in (("max_length", max_length), ("doc_stride", doc_stride)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"{name}={value!r} must be a non-negative integer")
+    length = min(int(max_length), limit)
+    if int(doc_stride) == DOC_STRIDE and length < MAX_SEQ_LEN:
+        doc_stride = default_stride(length)
+    return length, int(doc_stride)
+
+
+def span_logits(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], pad_id: int, windows: SquadWindows,
+                batch_size: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(start, end) logits of every window, (T_i,) float32 each, in window order. ``run`` maps padded
+    feeds to the graph's ``start_logits`` / ``end_logits`` (an ``EdgeSession``'s ``run``, a bench
+    path); windows go in length-sorted batches of ``batch_size``, each row cut back to its own length."""
+    def stacked(feeds: dict[str, np.ndarray]) -> np.ndarray:
+        out = run(feeds)
+        return np.stack([out["start_logits"], out["end_logits"]], axis=-1)          # (B, T, 2)
+
+    rows = [Encoded(ids.astype(np.int64), types.astype(np.int64))
+            for ids, types in zip(windows.input_ids, windows.token_type_ids)]
+    logits = batched_logits(stacked, pad_id, batch_size)(rows)
+    return [x[:, 0] for x in logits], [x[:, 1] for x in logits]
+
+
+def answer_questions(session, question: Any, context: Any, top_k: int = 1, max_answer_len: int = 30,
+                     doc_stride: int = DOC_STRIDE, max_length: int = MAX_SEQ_LEN,
+                     handle_impossible_answer: bool = False, batch_size: int | None = None
+                     ) -> Answer | list[Answer] | list[list[Answer]]:
+    """``EdgeSession.answer`` (see the module docstring); ``session``: an open ``qa`` bundle."""
+    if session.task != QA_TASK:
+        raise ConfigError(f"answer() needs a '{QA_TASK}' bundle; {session.bundle_dir} is a '{session.task}' "
+                          "bundle", "export a question-answering checkpoint (task qa)")
+    check_answer_options(top_k, max_answer_len)
+    examples, single = qa_examples(question, context)
+    if not examples:
+        return []
+    length, stride = window_shape(max_length, doc_stride, session.max_length)
+    windows = window_maker(str(session.encoder.file), length, stride)(examples)
+    size = session.batch_size if batch_size is None else batch_size
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
+        raise ConfigError(f"batch_size={batch_size!r} must be a positive integer")
+    starts, ends = span_logits(lambda feeds: session.run(feeds, list(SPAN_OUTPUTS)), session.pad_id, windows,
+                               int(size))
+    found = pipeline_answers(examples, windows, starts, ends, top_k, max_answer_len, bool(handle_impossible_answer),
+                             cls_id=session.manifest.tokenizer.cls_id)
+    results = [answers if top_k > 1 else (answers[0] if answers else _no_span()) for answers in found]
+    return results[0] if single else results
+
+
+def _no_span() -> Answer:
+    """What a question gets when no span of its context has a non-zero probability (float underflow)."""
+    return {"score": 0.0, "start": 0, "end": 0, "answer": ""}
+

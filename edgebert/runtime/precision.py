@@ -1,0 +1,44 @@
+"""The precision a session loads when the caller names none: the best graph the bundle has for this host.
+
+INT8 when the bundle has a CPU INT8 graph that this CPU computes exactly (``int8_choice``: a graph made
+for it, one that cannot saturate, or one loaded with exact products), else fp32. The reason is kept
+for ``EdgeSession.describe()``. A precision the caller names is never replaced: a bundle without it
+stays a ``BundleError``. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..bundle import PRECISIONS, Manifest
+from ..errors import BundleError, ConfigError
+from .hostcpu import HostCpu
+from .int8_choice import choose_int8
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    precision: str
+    reason: str
+
+
+def choose_precision(requested: str | None, manifest: Manifest, host: HostCpu,
+                     int8_target: str | None = None) -> PrecisionChoice:
+    """``requested`` as given (``ConfigError`` if unknown), or the default described in the module docstring."""
+    if requested is not None:
+        if requested not in PRECISIONS:
+            raise ConfigError(f"unknown precision {requested!r}",
+                              f"use one of {', '.join(PRECISIONS)}, or leave it unset for the best one here")
+        return PrecisionChoice(requested, "asked for by the caller")
+    if int8_target is not None:       # a target names an INT8 graph: the caller asked for INT8
+        return PrecisionChoice("int8", f"int8_target={int8_target!r} names an INT8 graph")
+    if not manifest.int8_graphs():
+        return PrecisionChoice("fp32", f"default: the bundle has no INT8 graph (it has: {', '.join(manifest.models)})")
+    held = manifest.get_extra("default_precision")    # the export kept fp32 as the default (exporters.int8)
+    if held:
+        return PrecisionChoice(held["precision"], f"default: {held['reason']}")
+    try:
+        choice = choose_int8(manifest, host, int8_target)
+    except BundleError as exc:
+        return PrecisionChoice("fp32", f"default: no INT8 graph of the bundle runs exactly here ({exc.message})")
+    return PrecisionChoice("int8", f"default: the best graph here ({choice.reason})")

@@ -1,0 +1,245 @@
+"""What each task's graph is calibrated and gated on, as ONNX feeds: ``task_feeds`` gives ``Int8Maker``
+one of these.
+
+* ``TextFeeds`` (embed, mlm, cls, token-cls): single texts, the built-in English text or ``--calib``
+  (``calibration.calibration_split``), gated by ``AccuracyProbe`` with the task's agreement metric;
+* ``ChoiceFeeds`` (multiple-choice): the same texts, four at a time as the choices of one
+  (batch, choices, sequence) input, gated by choice agreement (the argmax over a row's choices: the
+  ``cls`` metric on the (batch, choices) logits);
+* ``QuestionFeeds`` (qa): ``[CLS] question [SEP] context [SEP]`` windows as the bundle answers with
+  them (``edgebert.qa.windows``: 384 tokens or the model's maximum, the default stride), gated by F1 on
+  held-out questions (``quantization.span_gate``). ``--calib`` a SQuAD JSON file: its first
+  ``calib_size`` questions calibrate and the next ``gate_size`` answerable ones are held out (questions,
+  not paragraphs: a held-out question may share its context with a calibration one); fewer than
+  ``MIN_GATE_QUESTIONS`` left, the built-in questions gate. Otherwise the calibration text
+  (``--calib`` or the built-in text), as pairs of consecutive lines (the first as the question),
+  calibrates and the 62 built-in questions about the built-in held-out text gate
+  (``edgebert.qa.squad_file.builtin_questions``).
+
+Each gives ``calibration()`` (feeds for the channel ranges), ``padded_calibration(length)`` (static
+QDQ), ``probe`` (the gate), ``invariance()`` (probe feeds, long batch mates) and ``describe()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from edgebert.errors import DataError
+from edgebert.qa.squad_file import SquadExample, builtin_questions, read_squad
+from edgebert.qa.windows import MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from edgebert.runtime.text import Encoded, pad_batch
+
+from .accuracy import AccuracyProbe
+from .calibration import Feeds, TextBatches, TextSource, calibration_split, encode_batch, prepared_tokenizer
+from .config import Int8Config
+from .span_gate import SpanProbe
+
+CHOICES = 4                  # texts per multiple-choice input
+MIN_GATE_QUESTIONS = 32      # fewer held-out questions than this: the built-in questions gate
+INVARIANCE_ROWS = 8
+Say = Callable[..., None]
+
+
+class TextFeeds:
+    """Single texts (see the module docstring)."""
+
+    def __init__(self, qcfg: Int8Config, task: str, fused: Path, tokenizer: Path, pad_id: int, say: Say):
+        self.qcfg, self.pad_id = qcfg, pad_id
+        self.tok = prepared_tokenizer(tokenizer, qcfg.calib_seq_len)
+        self.split = calibration_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size)
+        say(f"fp32 reference on held-out text ({self.split.held_out.describe()['source']})")
+        self.probe = AccuracyProbe(self.metric_task(task), fused, self._batches(self.split.held_out))
+
+    def metric_task(self, task: str) -> str:
+        return task
+
+    def _batches(self, source: TextSource, pad_to: int | None = None):
+        return TextBatches(source, self.tok, None, self.qcfg.calib_batch_size, self.qcfg.calib_seq_len,
+                           pad_to=pad_to, pad_id=self.pad_id)
+
+    def calibration(self):
+        return self._batches(self.split.calibration)
+
+    def padded_calibration(self):
+        return self._batches(self.split.calibration, pad_to=self.qcfg.calib_seq_len)
+
+    def calibration_count(self) -> int:
+        return self.split.calibration.describe()["texts"]
+
+    def invariance(self) -> tuple[list[Feeds], Feeds]:
+        texts = [t for _, t in zip(range(INVARIANCE_ROWS), self.split.held_out)]
+        longest = sorted(self.split.calibration, key=len, reverse=True)[:INVARIANCE_ROWS]
+        return ([encode_batch(self.tok, texts, self.qcfg.calib_seq_len, pad_id=self.pad_id)],
+                encode_batch(self.tok, longest, self.qcfg.calib_seq_len, pad_id=self.pad_id))
+
+    def describe(self) -> dict:
+        return {**self.split.describe(), "max_length": self.qcfg.calib_seq_len}
+
+
+def as_choices(feeds: Feeds, choices: int = CHOICES) -> Feeds | None:
+    """(B, T) feeds of single texts as (B // choices, choices, T); None when fewer than ``choices`` rows."""
+    rows = feeds["input_ids"].shape[0] // choices * choices
+    if not rows:
+        return None
+    return {k: v[:rows].reshape(rows // choices, choices, v.shape[-1]) for k, v in feeds.items()}
+
+
+@dataclass(frozen=True)
+class ChoiceBatches:
+    """``TextBatches`` regrouped as multiple-choice inputs (``as_choices``)."""
+    texts: TextBatches
+
+    @property
+    def batch_size(self) -> int:
+        return max(1, self.texts.batch_size // CHOICES)
+
+    def __iter__(self) -> Iterator[Feeds]:
+        for feeds in self.texts:
+            grouped = as_choices(feeds)
+            if grouped is not None:
+                yield grouped
+
+    def count(self) -> int:
+        return self.texts.count() // CHOICES
+
+    def restricted(self, input_names: set[str]) -> Iterator[Feeds]:
+        for feeds in self:
+            yield {k: v for k, v in feeds.items() if k in input_names}
+
+
+class ChoiceFeeds(TextFeeds):
+    """Texts as the choices of multiple-choice inputs (see the module docstring)."""
+
+    def metric_task(self, task: str) -> str:
+        return "cls"                   # agreement of the argmax over each input's choices
+
+    def _batches(self, source: TextSource, pad_to: int | None = None):
+        return ChoiceBatches(super()._batches(source, pad_to))
+
+    def invariance(self) -> tuple[list[Feeds], Feeds]:
+        probe, mates = super().invariance()
+        return [as_choices(f) for f in probe], as_choices(mates)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "choices": CHOICES}
+
+
+# --------------------------------------------------------------------------- question windows
+@dataclass(frozen=True)
+class WindowBatches:
+    """Re-iterable feeds over question windows, ``batch_size`` windows per batch, padded to the batch's
+    longest (or to ``pad_to``)."""
+    windows: SquadWindows
+    batch_size: int
+    pad_id: int = 0
+    pad_to: int | None = None
+
+    def __iter__(self) -> Iterator[Feeds]:
+        rows = [Encoded(i.astype(np.int64), t.astype(np.int64))
+                for i, t in zip(self.windows.input_ids, self.windows.token_type_ids)]
+        for start in range(0, len(rows), self.batch_size):
+            yield pad_batch(rows[start:start + self.batch_size], self.pad_id, self.pad_to)
+
+    def count(self) -> int:
+        return len(self.windows)
+
+    def restricted(self, input_names: set[str]) -> Iterator[Feeds]:
+        for feeds in self:
+            yield {k: v for k, v in feeds.items() if k in input_names}
+
+
+@dataclass(frozen=True)
+class QuestionSplit:
+    calibration: list[SquadExample]
+    held_out: list[SquadExample]
+    note: str
+    sources: dict
+
+
+def _line_pairs(source: TextSource, pairs: int) -> list[SquadExample]:
+    lines = [t for _, t in zip(range(2 * pairs), source)]
+    return [SquadExample(f"calib-{i // 2}", lines[i], lines[i + 1]) for i in range(0, len(lines) - 1, 2)]
+
+
+def question_split(calib: Path | None, calib_size: int, gate_size: int) -> QuestionSplit:
+    """The calibration and held-out questions of a question-answering export (module docstring)."""
+    builtin = builtin_questions()[:gate_size]
+    if calib is not None and Path(calib).suffix.lower() == ".json":
+        examples = read_squad(calib)
+        calibration = examples[:calib_size]
+        held = [e for e in examples[calib_size:] if e.has_answer][:gate_size]
+        source = str(Path(calib).resolve())
+        if len(held) >= MIN_GATE_QUESTIONS:
+            return QuestionSplit(calibration, held, f"{Path(calib).name}: questions 1-{len(calibration)} calibrate, "
+                                                    f"the next {len(held)} answerable ones are held out for the gate",
+                                 {"calibration": source, "held_out": source})
+        return QuestionSplit(calibration, builtin, f"{Path(calib).name} has {len(held)} answerable questions after "
+                                                   f"the first {calib_size} (fewer than {MIN_GATE_QUESTIONS}): the "
+                                                   "gate measures on the built-in questions",
+                             {"calibration": source, "held_out": "built-in questions"})
+    split = calibration_split(calib, 2 * calib_size, 1)
+    pairs = _line_pairs(split.calibration, calib_size)
+    if not pairs:
+        raise DataError(f"calibration text {calib} has fewer than two lines", "pass a SQuAD JSON file or more text")
+    return QuestionSplit(pairs, builtin, "pairs of consecutive calibration lines (the first as the question) "
+                                         "calibrate; the built-in questions about the built-in held-out text gate",
+                         {"calibration": split.calibration.describe()["source"], "held_out": "built-in questions"})
+
+
+class QuestionFeeds:
+    """Question windows (see the module docstring); ``window``: the tokens of a window."""
+
+    def __init__(self, qcfg: Int8Config, fused: Path, tokenizer: Path, pad_id: int, window: int, say: Say):
+        from tokenizers import Tokenizer
+
+        self.qcfg, self.pad_id = qcfg, pad_id
+        self.window = min(MAX_SEQ_LEN, window)
+        maker = WindowMaker(Tokenizer.from_file(str(tokenizer)), self.window, default_stride(self.window))
+        self.split = question_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size)
+        self.calibration_windows = maker(self.split.calibration)
+        held = maker(self.split.held_out)
+        say(f"fp32 reference on {len(self.split.held_out)} held-out questions ({self.split.sources['held_out']})")
+        self.probe = SpanProbe(fused, self.split.held_out, held, pad_id, qcfg.calib_batch_size)
+        self.held_windows = held
+
+    def _batches(self, windows: SquadWindows, pad_to: int | None = None) -> WindowBatches:
+        return WindowBatches(windows, self.qcfg.calib_batch_size, self.pad_id, pad_to)
+
+    def calibration(self) -> WindowBatches:
+        return self._batches(self.calibration_windows)
+
+    def padded_calibration(self) -> WindowBatches:
+        return self._batches(self.calibration_windows, pad_to=self.window)
+
+    def calibration_count(self) -> int:
+        return len(self.calibration_windows)
+
+    def invariance(self) -> tuple[list[Feeds], Feeds]:
+        first = next(iter(WindowBatches(self.held_windows, INVARIANCE_ROWS, self.pad_id)))
+        lengths = self.calibration_windows.lengths
+        longest = np.argsort(-lengths, kind="stable")[:INVARIANCE_ROWS]
+        mates = pad_batch([Encoded(self.calibration_windows.input_ids[i].astype(np.int64),
+                                   self.calibration_windows.token_type_ids[i].astype(np.int64)) for i in longest],
+                          self.pad_id)
+        return [first], mates
+
+    def describe(self) -> dict:
+        return {"calibration": {"source": self.split.sources["calibration"], "questions": len(self.split.calibration),
+                                "windows": len(self.calibration_windows)},
+                "held_out": {"source": self.split.sources["held_out"], "questions": len(self.split.held_out),
+                             "windows": len(self.held_windows)},
+                "note": self.split.note, "max_length": self.window, "doc_stride": default_stride(self.window)}
+
+
+def task_feeds(qcfg: Int8Config, task: str, fused: Path, *, tokenizer: Path, pad_id: int, max_length: int | None,
+               say: Say):
+    """The feeds of ``task`` (see the module docstring); ``max_length``: the bundle's longest input."""
+    if task == "qa":
+        return QuestionFeeds(qcfg, fused, tokenizer, pad_id, max_length or MAX_SEQ_LEN, say)
+    if task == "multiple-choice":
+        return ChoiceFeeds(qcfg, task, fused, tokenizer, pad_id, say)
+    return TextFeeds(qcfg, task, fused, tokenizer, pad_id, say)
