@@ -42,7 +42,7 @@ and speed cannot rank them. On an AVX-512 VNNI host the 8-bit per-call split rec
 fused fp32 (benchmarks/results/export_minilm*.md); on an Intel AVX2 host (issue 9) 7-bit weights ran
 at 0.76x and uint8 weights (U8U8, or 8-bit with the precision option) at 0.85x. Hence 7-bit int8
 weights for ``x86-avx2`` rather than U8U8, and 8-bit for VNNI/ARM, where reduce_range would only cost
-accuracy. ``arm64`` shares the VNNI arithmetic (exact); its latency is unmeasured (no ARM machine).
+accuracy. ``arm64`` shares the VNNI arithmetic: exact on aarch64, checked under QEMU (benchmarks/results/arm64_check.md: mean cosine 0.99770 vs transformers fp32, as on an exact x86); its latency on a real board is unmeasured.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ TARGETS: dict[str, Int8Recipe] = {
     "x86-avx2": Int8Recipe("x86-avx2", **{**_PORTABLE, "tuned_for": ("avx2", "avx512f")}),
     # AVX-512 VNNI / AVX-VNNI: VPDPBUSD sums in int32, so 8-bit weights are exact and more accurate
     "x86-vnni": Int8Recipe("x86-vnni", tuned_for=("avx512_vnni", "avx_vnni"), **_EXACT_8BIT),
-    # ARM64 (NEON, dot product): exact int32 sums like VNNI; latency unmeasured here
+    # ARM64 (NEON, dot product, i8mm): exact int32 sums like VNNI (checked emulated); latency unmeasured
     "arm64": Int8Recipe("arm64", tuned_for=("dotprod",), **_EXACT_8BIT),
 }
 TARGET_NAMES = (*TARGETS, "host")

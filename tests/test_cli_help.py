@@ -17,7 +17,7 @@ from distill_helpers import run_cli
 from edgebert.cli import app, main
 
 # one spelling per concept an argument names
-ARGUMENT_NAMES = {"BUNDLE", "MODEL_DIR", "TEACHER_DIR", "HF_DIR", "TEXT"}
+ARGUMENT_NAMES = {"BUNDLE", "MODEL_DIR", "TEACHER_DIR", "HF_DIR", "TEXT", "QUESTION"}
 
 
 def _commands() -> dict[str, object]:

@@ -8,7 +8,8 @@ Modules, each with one job:
 * ``paths``: measuring one path (PyTorch reference, PyTorch on CUDA, an ONNX provider x precision);
 * ``startup``: cold start of an ONNX path (TensorRT: empty, then warm engine cache);
 * ``measure``: timing loops and process memory; ``gpu``: GPU facts and NVML memory;
-* ``workloads``: the inputs (fixed shapes, a real length mix); ``entities``: entity F1 on ``--data``;
+* ``workloads``: the inputs (fixed shapes, a real length mix); ``entities``: entity F1 on ``--data``
+  (CoNLL); ``answers``: SQuAD EM / F1 on ``--data`` (qa bundles; its windows are the length mix);
 * ``reference``: the PyTorch model (torch imported there only, when a reference is given);
 * ``flops``, ``peak``, ``derived``: FLOP count, measured matmul peak, the figures derived from both;
 * ``record``, ``rows``, ``schema``: the typed report (``BenchReport``) and its JSON;
@@ -17,7 +18,7 @@ Modules, each with one job:
 * ``gpu_check``: the GPU acceptance check (every GPU path runs where it says, with the CPU's answers).
 
 Accuracy against the reference is ``edgebert.runtime.fidelity.FidelityTracker`` (the tracker of the INT8
-gate and ``edgebert check`` too).
+gate and ``edgebert check`` too); a qa bundle's start / end logits, ``answers.SpanTracker``.
 """
 
 from .config import PRESETS, BenchConfig

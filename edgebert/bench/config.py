@@ -44,7 +44,9 @@ class BenchConfig:
     ``dynamic`` (each batch padded to its longest text, as EdgeSession runs) and ``padded`` (every
     batch padded to the longest --seq, as a static-shape export must).
     data: a CoNLL file scored on every path of a token-cls bundle, the PyTorch reference included:
-    entity precision / recall / F1 against its gold tags (``edgebert.bench.entities``).
+    entity precision / recall / F1 against its gold tags (``edgebert.bench.entities``); or a SQuAD
+    JSON file for a qa bundle: EM / F1 of every path, and its windows as the length mix unless
+    ``lengths_from`` is given (``edgebert.bench.answers``).
     max_seconds: per measured shape, stop early once the timed loop has run this long (>= 3 iters).
     torch_gpu: when a GPU provider is benchmarked and torch sees a GPU, also time the reference with
     PyTorch on CUDA in fp32 and fp16 (the GPU baseline); otherwise say why it was not measured.

@@ -193,6 +193,16 @@ def _entity_lines(report: BenchReport) -> list[str]:
     return out
 
 
+def _answer_lines(report: BenchReport) -> list[str]:
+    ans = report.answers
+    if not ans:
+        return []
+    return ["", f"## SQuAD EM / F1 on `{ans.file}`", "",
+            f"{ans.answerable} answerable of {ans.questions} questions, {ans.windows} windows of {ans.max_length} tokens "
+            f"(stride {ans.doc_stride}), scored by {ans.scored_by}; {ans.through}.", "", "| path | EM | F1 |",
+            "|---|---:|---:|", *(f"| {n} | {r.exact_match:.2f} | {r.f1:.2f} |" for n, r in ans.results.items())]
+
+
 def to_markdown(report: Report) -> str:
     """report.md."""
     report = BenchReport.of(report)
@@ -205,7 +215,7 @@ def to_markdown(report: Report) -> str:
     for gap in report.not_measured:
         out.append(f"\n**Not measured: {gap.what}** ({gap.reason}).")
     out += _startup_lines(report) + _latency_lines(report) + _mix_lines(report) + _accuracy_lines(report)
-    out += _entity_lines(report)
+    out += _entity_lines(report) + _answer_lines(report)
     out += ["", "## Methods", ""] + [f"- {k}: {v}" for k, v in report.methods.items()]
     return "\n".join(out) + "\n"
 
@@ -325,7 +335,7 @@ def print_report(report: Report, console) -> None:
                       _rate(r.sequences_per_s), f"{r.tokens_per_s:.0f}", _fmt(r.peak_rss_mb, ".0f"),
                       _fmt(_pct(r.fraction_of_peak), ".1f", "%"), _fmt(r.speedup_vs_reference, ".2f", "x"))
     console.print(table)
-    for part in (_mix_table, _entity_table, _accuracy_table, _startup_table):
+    for part in (_mix_table, _entity_table, _answer_table, _accuracy_table, _startup_table):
         part(report, console)
     for u in report.unavailable:
         console.print(f"[red]not measured[/red] {u.name}: {u.reason}", highlight=False)
@@ -357,6 +367,15 @@ def _entity_table(report: BenchReport, console) -> None:
     for name, r in ents.results.items():
         et.add_row(name, f"{r.f1:.4f}", f"{r.precision:.4f}", f"{r.recall:.4f}", f"{r.word_accuracy:.4f}")
     console.print(et)
+
+
+def _answer_table(report: BenchReport, console) -> None:
+    if report.answers:
+        t = _table(f"SQuAD EM / F1 on {report.answers.answerable} questions of {Path(report.answers.file).name}",
+                   ("path", "EM", "F1"))
+        for name, r in report.answers.results.items():
+            t.add_row(name, f"{r.exact_match:.2f}", f"{r.f1:.2f}")
+        console.print(t)
 
 
 def _accuracy_table(report: BenchReport, console) -> None:

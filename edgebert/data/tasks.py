@@ -17,6 +17,7 @@ from typing import Sequence
 
 from ..errors import CheckpointError, DataError
 from edgebert.files.textfiles import IOB_TAG, first_line, read_conll, read_utf8
+from edgebert.qa.windows import default_stride
 
 TASKS = ("sst2", "mrpc", "tsv", "ner", "squad")
 SEQUENCE_TASKS = ("sst2", "mrpc", "tsv")   # one label per example
@@ -161,3 +162,21 @@ def spec_for_model(task: str, path: str | Path, model_labels: Sequence[str] | No
     header = [h.strip() for h in first_line(path).split("\t")]
     base = task_spec("tsv", header)
     return TaskSpec("tsv", base.text_columns, base.label_column, labels, labels)
+
+
+class TaskShape:
+    """What a stage config's ``task`` means for its windows: mixed into the fine-tune and distill configs,
+    which hold ``task``, ``max_seq_len`` and ``doc_stride``."""
+
+    @property
+    def is_token_task(self) -> bool:
+        return self.task in TOKEN_TASKS
+
+    @property
+    def is_span_task(self) -> bool:
+        return self.task in SPAN_TASKS
+
+    @property
+    def stride(self) -> int:
+        """squad: the windows' overlap in tokens (default: 128, less for windows under 384 tokens)."""
+        return default_stride(self.max_seq_len) if self.doc_stride is None else self.doc_stride

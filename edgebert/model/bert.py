@@ -360,14 +360,21 @@ class BertForMaskedLM(nn.Module):
         return MaskedLMOutput(loss, logits, enc)
 
 
-class BertForSequenceClassification(nn.Module):
+class _Classifier(nn.Module):
+    """BERT + dropout + ``classifier`` (hidden -> num_labels): over the pooled [CLS] (``pooled``) or every token."""
+    pooled = True
+
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.config = cfg
-        self.bert = BertModel(cfg, add_pooling_layer=True)
+        self.bert = BertModel(cfg, add_pooling_layer=self.pooled)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.classifier = nn.Linear(cfg.hidden_size, cfg.num_labels)
         _init_heads(self, cfg, self.classifier)
+
+
+class BertForSequenceClassification(_Classifier):
+    pooled = True
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, output_attentions=False):
@@ -377,14 +384,8 @@ class BertForSequenceClassification(nn.Module):
         return ClassifierOutput(loss, logits, enc)
 
 
-class BertForTokenClassification(nn.Module):
-    def __init__(self, cfg: BertConfig):
-        super().__init__()
-        self.config = cfg
-        self.bert = BertModel(cfg, add_pooling_layer=False)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        self.classifier = nn.Linear(cfg.hidden_size, cfg.num_labels)
-        _init_heads(self, cfg, self.classifier)
+class BertForTokenClassification(_Classifier):
+    pooled = False
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, output_attentions=False):

@@ -356,14 +356,10 @@ class EdgeSession(SentenceMethods):
                                               [int(t) for t in top], [float(probs[t]) for t in top]))
         return predictions
 
-    def answer(self, question: str | Sequence[str], context: str | Sequence[str], top_k: int = 1,
-               max_answer_len: int = 30, doc_stride: int = 128, max_length: int = 384,
-               handle_impossible_answer: bool = False, batch_size: int | None = None) -> Any:
-        """Answers of a ``qa`` bundle, named and shaped as transformers' question-answering pipeline
-        (``edgebert.runtime.answer``): ``{"score", "start", "end", "answer"}`` for one pair (character
-        offsets into the context), a list for lists of pairs or for ``top_k > 1``."""
+    def answer(self, question: Any, context: Any, top_k: int = 1, max_answer_len: int = 30, doc_stride: int = 128,
+               max_length: int = 384, handle_impossible_answer: bool = False, batch_size: int | None = None) -> Any:
+        """A ``qa`` bundle's answers as transformers' question-answering pipeline gives them (``runtime.answer``)."""
         from .answer import answer_questions
-
         return answer_questions(self, question, context, top_k, max_answer_len, doc_stride, max_length,
                                 handle_impossible_answer, batch_size)
 

@@ -40,8 +40,8 @@ import torch
 from torch import nn
 
 from ..data.task_data import load_task_data
-from ..qa.windows import check_window, default_stride
-from ..data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS
+from ..qa.windows import check_window
+from ..data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS, TaskShape
 from ..data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from ..errors import CheckpointError, ConfigError
 from edgebert.files.atomic import jsonable, write_json
@@ -56,7 +56,7 @@ FINETUNE_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *TRAINING_OUTPUTS, BEST_
 
 # =========================================================================== config
 @dataclass(frozen=True)
-class FinetuneConfig:
+class FinetuneConfig(TaskShape):
     """Everything ``finetune`` needs. Validated at construction; see ``FINETUNE_PRESETS``."""
 
     model: Path
@@ -108,19 +108,6 @@ class FinetuneConfig:
             check_window(self.max_seq_len, self.stride)
         if not isinstance(self.train, TrainConfig):
             raise ConfigError("train must be a TrainConfig")
-
-    @property
-    def is_token_task(self) -> bool:
-        return self.task in TOKEN_TASKS
-
-    @property
-    def is_span_task(self) -> bool:
-        return self.task in SPAN_TASKS
-
-    @property
-    def stride(self) -> int:
-        """squad: the windows' overlap in tokens (default: 128, less for windows under 384 tokens)."""
-        return default_stride(self.max_seq_len) if self.doc_stride is None else self.doc_stride
 
     @property
     def architecture(self) -> str:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ...data.corpus import FORMATS
-from ...qa.windows import check_window, default_stride
-from ...data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS
+from ...qa.windows import check_window
+from ...data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, TaskShape
 from ...errors import ConfigError
 from edgebert.files.atomic import jsonable
 from ...model import BertConfig
@@ -43,7 +43,7 @@ NOT_IN_MODE: dict[str, dict[str, tuple[str, str]]] = {
 
 
 @dataclass(frozen=True)
-class DistillConfig:
+class DistillConfig(TaskShape):
     """Everything ``distill`` needs. Validated at construction; see ``DISTILL_PRESETS``."""
 
     teacher: Path
@@ -180,19 +180,6 @@ class DistillConfig:
     def is_task(self) -> bool:
         """Task distillation of a fine-tuned classifier (sequence or token)."""
         return self.task in LABELLED_TASKS
-
-    @property
-    def is_token_task(self) -> bool:
-        return self.task in TOKEN_TASKS
-
-    @property
-    def is_span_task(self) -> bool:
-        return self.task in SPAN_TASKS
-
-    @property
-    def stride(self) -> int:
-        """squad: the windows' overlap in tokens (default: 128, less for windows under 384 tokens)."""
-        return default_stride(self.max_seq_len) if self.doc_stride is None else self.doc_stride
 
     @property
     def eval_limit(self) -> int | None:
