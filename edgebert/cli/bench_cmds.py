@@ -46,8 +46,9 @@ def bench(
     lengths_from: o.LengthsFrom = None,
     mix_modes: _opt("--mix-modes", "How the length mix is replayed: dynamic (each batch padded to its "
                                    "longest text), padded (to the longest --seq); default both.") = None,
-    data: _opt("--data", "token-cls bundles: a CoNLL file; every path (the PyTorch reference too) tags its "
-                         "sentences and is scored against the gold tags (entity F1).", Path) = None,
+    data: _opt("--data", "token-cls bundles: a CoNLL file, scored in entity F1; qa bundles: a SQuAD JSON "
+                         "file, scored in EM / F1 (its windows are the length mix). Every path, the PyTorch "
+                         "reference too.", Path) = None,
     max_texts: _opt("--max-texts", "Replay (and with --data, score) at most this many texts.", int) = None,
     reference: _opt("--reference", "Model directory timed with PyTorch fp32 in the same run (speedup, "
                                    "accuracy columns).", Path) = None,

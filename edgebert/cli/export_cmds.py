@@ -20,7 +20,8 @@ def export(
                                                                         "tokenizer.json).")],
     out: o.Out,
     overwrite: o.Overwrite = False,
-    task: o.task_option("embed | mlm | cls | token-cls (default: from the checkpoint's architecture).") = None,
+    task: o.task_option("embed | mlm | cls | token-cls | qa | multiple-choice (default: from the "
+                        "checkpoint's architecture).") = None,
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset (14..20).")] = 17,
     int8: Annotated[bool, typer.Option("--int8", help="Also write INT8 graph(s), gated on held-out text.")] = False,
     target: o.Target = None,
