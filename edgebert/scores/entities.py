@@ -14,19 +14,15 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from edgebert.errors import ConfigError, DataError
+from edgebert.system.extras import import_extra
 
 
 def _seqeval():
-    try:
-        from seqeval import metrics
-    except ImportError as exc:
-        raise ConfigError("entity scores need seqeval, which is not installed",
-                          "pip install seqeval (a training/evaluation dependency of edgebert)") from exc
-    return metrics
+    return import_extra("seqeval.metrics", "entity scores")
 
 
 def require_seqeval() -> None:
-    """A ConfigError with the install hint when seqeval is missing (check before long work)."""
+    """``MissingExtra`` with the install hint when seqeval is missing (check before long work)."""
     _seqeval()
 
 

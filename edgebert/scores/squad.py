@@ -22,7 +22,8 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from edgebert.errors import DataError, MissingExtra
+from edgebert.errors import DataError
+from edgebert.system.extras import import_extra
 
 
 class SquadExample(Protocol):
@@ -38,12 +39,7 @@ class SquadExample(Protocol):
 
 
 def _squad_metric():
-    try:
-        from torchmetrics.functional.text import squad
-    except ImportError as exc:
-        raise MissingExtra("SQuAD scores need torchmetrics, which is not installed",
-                           "pip install 'edgebert[train]' (or pip install torchmetrics)") from exc
-    return squad
+    return import_extra("torchmetrics.functional.text", "SQuAD scores").squad
 
 
 def require_torchmetrics() -> None:

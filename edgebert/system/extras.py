@@ -11,6 +11,9 @@ index (the README's install section says the same). Torch-free (stdlib only).
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from edgebert.errors import MissingExtra
 
 ORT_HINT = "pip install 'edgebert[cpu]', or 'edgebert[gpu]' for CUDA/TensorRT"
@@ -24,6 +27,8 @@ PROVIDED_BY: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime", ORT_HINT),
     "transformers": ("transformers", "pip install 'edgebert[hf]'"),
     "optimum": ("optimum", "pip install 'edgebert[hf]'"),
+    "seqeval": ("seqeval", "pip install 'edgebert[train]' (or pip install seqeval)"),
+    "torchmetrics": ("torchmetrics", "pip install 'edgebert[train]' (or pip install torchmetrics)"),
 }
 
 
@@ -34,3 +39,16 @@ def missing_extra(exc: ModuleNotFoundError, command: str) -> MissingExtra | None
         return None
     what, hint = PROVIDED_BY[top]
     return MissingExtra(f"{command} needs {what}", hint)
+
+
+def import_extra(module: str, purpose: str) -> ModuleType:
+    """``module`` imported, or ``MissingExtra`` saying that ``purpose`` (a plural: "SQuAD scores") need it
+    and which extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in PROVIDED_BY:
+            raise
+        what, hint = PROVIDED_BY[top]
+        raise MissingExtra(f"{purpose} need {what}, which is not installed", hint) from exc
