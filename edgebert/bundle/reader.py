@@ -36,14 +36,13 @@ GPU graphs are further entries (``edgebert.runtime.graphs``): ``fp32-trt`` / ``i
 (``model.trt.onnx`` / ``model.int8.trt.onnx``: standard ONNX ops only, QDQ S8S8 for INT8, with a
 TensorRT min/opt/max profile for every input) and ``fp32-cuda`` / ``fp16-cuda`` (``model.cuda.onnx`` /
 ``model.fp16.cuda.onnx``: fused with the 1-D mask index). Every entry names its ``graph`` kind and the
-``providers`` it is made for; entries written before that carry neither (``entry_providers``).
+``providers`` it is made for; entries written before that carry neither (``ModelEntry.providers`` infers them).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from edgebert.errors import BundleError
 from edgebert.files.atomic import sha256_file  # stdlib only, like this module
@@ -52,7 +51,7 @@ from edgebert.bundle.manifest import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES
                                        TASK_OUTPUTS, TASKS, Manifest, ModelEntry, _is_int)
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
-           "INPUT_NAMES", "LEGACY_INT8", "Manifest", "ModelEntry", "sha256_file", "read_manifest", "entry_providers",
+           "INPUT_NAMES", "LEGACY_INT8", "Manifest", "ModelEntry", "sha256_file", "read_manifest",
            "int8_graphs", "verify_files", "model_path", "tokenizer_path", "open_bundle", "check_graph_io",
            "check_tables", "bundle_file", "EMBEDDING_TABLES"]
 
@@ -184,11 +183,6 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
                               f"(sha256 {actual[:12]}..., expected {expected[:12]}...)",
                               "the file was changed or corrupted; re-export the bundle")
     return dict(files)
-
-
-def entry_providers(key: str, entry: ModelEntry | dict[str, Any]) -> tuple[str, ...]:
-    """The providers a model entry is made for (entries written before GPU graphs: by their kind)."""
-    return (entry if isinstance(entry, ModelEntry) else ModelEntry.from_dict(key, entry, 1)).providers
 
 
 def int8_graphs(manifest: Manifest) -> dict[str, ModelEntry]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from edgebert.errors import ConfigError, DataError
+from edgebert.errors import DataError
 from edgebert.system.extras import import_extra
 
 
