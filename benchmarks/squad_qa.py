@@ -203,6 +203,38 @@ def _scores(result) -> dict:
             **{k: result.details[k] for k in ("precision", "windows") if k in result.details}}
 
 
+def dev_scores(runs: Path, reuse: bool, smoke: bool, keys: tuple[str, ...] | None = None) -> tuple[dict, dict]:
+    """Dev EM / F1 of every model (SQuAD 1.1 scoring of the answerable questions, and SQuAD 2.0 scoring of
+    the checkpoints), each kept in ``<runs>/scores/<key>.json`` so that ``--reuse`` (or a run that scores
+    the models already trained while another still trains) does not score it again."""
+    from edgebert.model import count_parameters, load_model
+    from edgebert.stages.evaluate import evaluate
+
+    dev = {"max_examples": 200} if smoke else {}
+    folders = {"transformers reference": "hf-reference-eb", "teacher": "teacher", "student": "student",
+               "student bundle fp32": "student-bundle", "student bundle int8": "student-bundle"}
+    scores, models = {}, {}
+    for key in keys or folders:
+        cache = runs / "scores" / f"{key.replace(' ', '-')}{'-smoke' if smoke else ''}.json"
+        if not (reuse and cache.is_file()):
+            path = runs / folders[key]
+            if key.startswith("student bundle"):
+                entry = {"scores": _scores(evaluate(path, "squad", DEV, precision=key.split()[-1], **dev))}
+            else:
+                model = load_model(path)
+                entry = {"scores": _scores(evaluate(path, "squad", DEV, **dev)),
+                         "squad2": evaluate(path, "squad", DEV, with_no_answer=True, **dev).metrics,
+                         "model": {"layers": model.config.num_hidden_layers, "parameters": count_parameters(model)}}
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(entry))
+        entry = json.loads(cache.read_text())
+        scores[key] = entry["scores"]
+        if "squad2" in entry:
+            scores[key + " (SQuAD 2.0)"] = entry["squad2"]
+            models[key] = entry["model"]
+    return scores, models
+
+
 def _latency(bench: dict) -> dict:
     """Batch 1 over the dev windows (p50 / p90 / p99, dynamic) and at a full 384-token window, per path."""
     mix = {r["path"]: r for r in bench["length_mix"]["results"] if r["batch"] == 1 and r["mode"] == "dynamic"}
@@ -223,9 +255,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="every stage with tiny budgets (checks the script)")
     args = ap.parse_args()
     from edgebert.files.atomic import write_json, write_text
-    from edgebert.model import count_parameters, load_model
     from edgebert.runtime.hostcpu import detect_host
-    from edgebert.stages.evaluate import evaluate
     from edgebert.system.environment import describe
 
     args.runs.mkdir(parents=True, exist_ok=True)
@@ -237,16 +267,8 @@ def main() -> None:
     for stage, argv, out, marker in stages(args.runs, bench_dir, args.smoke):
         done[stage] = run_stage(stage, argv, out, args.runs, args.reuse, marker)
         done[stage]["command"] = _display(done[stage]["command"])
-    dev = {"max_examples": 200} if args.smoke else {}
-    scores, models = {}, {}
-    for key, folder in (("transformers reference", "hf-reference-eb"), ("teacher", "teacher"), ("student", "student")):
-        scores[key] = _scores(evaluate(args.runs / folder, "squad", DEV, **dev))
-        scores[key + " (SQuAD 2.0)"] = evaluate(args.runs / folder, "squad", DEV, with_no_answer=True, **dev).metrics
-        model = load_model(args.runs / folder)
-        models[key] = {"layers": model.config.num_hidden_layers, "parameters": count_parameters(model)}
+    scores, models = dev_scores(args.runs, args.reuse, args.smoke)
     bundle = args.runs / "student-bundle"
-    for precision in ("fp32", "int8"):
-        scores[f"student bundle {precision}"] = _scores(evaluate(bundle, "squad", DEV, precision=precision, **dev))
     manifest = json.loads((bundle / "manifest.json").read_text())
     gate = {k: v for k, v in manifest["models"]["int8"]["accuracy"].items() if k not in ("sensitivity", "search")}
     agreement = pipeline_agreement(bundle, args.runs / "student", limit)

@@ -15,9 +15,9 @@ differs is the weight range, which decides where the graph is exact (``edgebert.
 
 Measurements (benchmarks/results/int8_targets.md; all-MiniLM-L6-v2, sentence-embedding cosine against
 ``transformers.BertModel`` fp32 over SST-2 dev (872) + 200 WikiText-2 test paragraphs, texts run one
-at a time; calibration on the built-in text; AMD EPYC Zen 1 host: AVX2, no VNNI, so onnxruntime's U8S8
-kernel saturates; "exact" = the same graph with ``session.x64quantprecision=1``, the integer results a
-VNNI or ARM64 CPU computes):
+at a time; calibration on the built-in text; AMD EPYC host, family 25 model 1 (Zen 3): AVX2, no VNNI, so
+onnxruntime's U8S8 kernel saturates; "exact" = the same graph with ``session.x64quantprecision=1``, the
+integer results a VNNI or ARM64 CPU computes):
 
 ===============================================  ===============  ===============  =======================
 recipe                                           AVX2 mean / min  exact mean / min  note
@@ -36,11 +36,13 @@ Per-call (dynamic) scales change with the batch: 50 SST-2 sentences embedded alo
 of 32 with long WikiText paragraphs moved by up to 1 - cos = 0.0067 (0.020 on issue 9's AVX2 host with
 8-bit weights); with calibrated scales by 1.8e-7.
 
-Latency: on this Zen 1 host the INT8 kernels are no faster than fp32 (a 1024^3 GEMM: MatMulInteger
-36 GOP/s vs MatMul 33 GFLOP/s per core), so every recipe runs at 1.00-1.04x the fused fp32 p50 here
-and speed cannot rank them. On an AVX-512 VNNI host the 8-bit per-call split recipe ran at 0.52-0.63x
-fused fp32 (benchmarks/results/export_minilm*.md); on an Intel AVX2 host (issue 9) 7-bit weights ran
-at 0.76x and uint8 weights (U8U8, or 8-bit with the precision option) at 0.85x. Hence 7-bit int8
+Latency, measured on idle machines (issue 26; batch 1 x 128, 2 threads): the default INT8 graph runs at
+0.64-0.75x the fused fp32 p50 on this AVX2-only Zen 3 host and at 0.68x on an AVX-512 VNNI Intel Xeon
+(family 6 model 207). The first figures recorded here (INT8 no faster than fp32) came from a machine busy
+with other jobs and named the CPU wrongly; benchmarks/cpu_peers.py and benchmarks/int8_profile.py now
+time and profile with the load recorded. On an AVX-512 VNNI host the 8-bit per-call split recipe ran at
+0.52-0.63x fused fp32 (benchmarks/results/export_minilm*.md); on an Intel AVX2 host (issue 9) 7-bit
+weights ran at 0.76x and uint8 weights (U8U8, or 8-bit with the precision option) at 0.85x. Hence 7-bit int8
 weights for ``x86-avx2`` rather than U8U8, and 8-bit for VNNI/ARM, where reduce_range would only cost
 accuracy. ``arm64`` shares the VNNI arithmetic: exact on aarch64, checked under QEMU (benchmarks/results/arm64_check.md: mean cosine 0.99770 vs transformers fp32, as on an exact x86); its latency on a real board is unmeasured.
 """
@@ -120,7 +122,7 @@ TARGETS: dict[str, Int8Recipe] = {
     # correct on any x86-64 or ARM64 CPU: the default
     "portable": Int8Recipe("portable", **_PORTABLE),
     # AVX2 / AVX-512 without VNNI: the portable arithmetic (7-bit weights) is also the fastest exact
-    # choice there (0.76x fp32 vs 0.85x for uint8 weights on an Intel AVX2 host; equal on Zen 1)
+    # choice there (0.76x fp32 vs 0.85x for uint8 weights on an Intel AVX2 host)
     "x86-avx2": Int8Recipe("x86-avx2", **{**_PORTABLE, "tuned_for": ("avx2", "avx512f")}),
     # AVX-512 VNNI / AVX-VNNI: VPDPBUSD sums in int32, so 8-bit weights are exact and more accurate
     "x86-vnni": Int8Recipe("x86-vnni", tuned_for=("avx512_vnni", "avx_vnni"), **_EXACT_8BIT),

@@ -219,3 +219,35 @@ def test_real_squad_questions_get_the_pipelines_answers(tmp_path, minilm_dir):
     theirs = tf.pipeline("question-answering", model=hf, tokenizer=tokenizer)(
         question=questions, context=contexts, max_answer_len=30, max_seq_len=384, doc_stride=128)
     assert not _same(ours, theirs)
+
+
+def test_span_overlap_f1_counts_characters_shared_with_the_reference():
+    import numpy as np
+
+    from edgebert.runtime.fidelity import span_overlap_f1
+
+    ref = np.array([[0, 10], [0, 10], [0, 10], [4, 4], [3, 9]])
+    got = np.array([[0, 10], [5, 10], [10, 20], [4, 4], [4, 4]])
+    # same span; 5 of 10 and 5 of 5 characters: 2*5/15; touching, no overlap; two empty answers; empty vs 6
+    np.testing.assert_allclose(span_overlap_f1(ref, got), [1.0, 2 / 3, 0.0, 1.0, 0.0], atol=1e-12)
+
+
+def test_check_measures_a_qa_bundles_int8_answers_against_fp32(toy, capsys):
+    """``edgebert check`` on a qa bundle: INT8 answers vs fp32 answers (overlap F1) on a SQuAD file, with the
+    check's own budget (the export gate's counts SQuAD F1 against gold answers: another metric, not reused)."""
+    root, bundle = toy
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    gate = manifest["models"]["int8"]["accuracy"]
+    assert gate["metric"] == "squad_f1" and gate["max_accuracy_loss"] == 0.005     # F1 points / 100 vs gold
+    code, out, _ = run_cli(capsys, "check", str(bundle), "--data", str(root / "dev.json"), "--json")
+    report = json.loads(out)
+    assert code == 0, report["reason"]
+    assert report["fidelity"]["metric"] == "answer_overlap_f1"
+    assert report["fidelity"]["n"] == 40 and report["texts"]["n"] == 40
+    assert report["budget"] == 0.02
+    assert report["fidelity"]["mean"] >= 0.98
+    assert report["reason"].startswith("PASS: INT8 graph")
+    # the built-in held-out questions when no --data is given
+    code, out, _ = run_cli(capsys, "check", str(bundle), "--json", "--max-texts", "12")
+    report = json.loads(out)
+    assert report["texts"] == {"source": "built-in held-out", "n": 12} and report["fidelity"]["n"] == 12

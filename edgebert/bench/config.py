@@ -47,7 +47,8 @@ class BenchConfig:
     entity precision / recall / F1 against its gold tags (``edgebert.bench.entities``); or a SQuAD
     JSON file for a qa bundle: EM / F1 of every path, and its windows as the length mix unless
     ``lengths_from`` is given (``edgebert.bench.answers``).
-    max_seconds: per measured shape, stop early once the timed loop has run this long (>= 3 iters).
+    max_seconds: per path and measured shape, stop early once the timed loop has run this long (>= 3 iters);
+    the CPU paths, timed side by side, share max_seconds x their number per shape (``bench.timing``).
     torch_gpu: when a GPU provider is benchmarked and torch sees a GPU, also time the reference with
     PyTorch on CUDA in fp32 and fp16 (the GPU baseline); otherwise say why it was not measured.
     cold_start: time session creation and the first call of every path; TensorRT twice, with an empty

@@ -19,6 +19,7 @@ from .gpu import GPU_MEMORY_METHOD, Nvml, gpu_environment
 from .measure import MEMORY_METHOD
 from .schema import BenchReport, BundleFacts, Environment, GraphFile, ModelSize
 from .startup import STARTUP_METHOD
+from .timing import TIMING_METHOD
 
 METHODS = {
     "memory": MEMORY_METHOD,
@@ -28,7 +29,7 @@ METHODS = {
              "roofline fraction = FLOPs / p50 latency / measured peak",
     "inputs": "fixed shapes: random token ids, no padding; length mix: file order, dynamic = each batch padded "
               "to its longest row, padded = every batch padded to pad_to",
-    "gpu_memory": GPU_MEMORY_METHOD, "startup": STARTUP_METHOD,
+    "gpu_memory": GPU_MEMORY_METHOD, "startup": STARTUP_METHOD, "timing": TIMING_METHOD,
 }
 
 

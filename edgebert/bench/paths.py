@@ -4,13 +4,15 @@ ONNX provider x precision.
 A path is opened (``startup`` times an ONNX one), checked on the evaluation batches (accuracy against
 the reference's outputs; outputs holding a NaN or an infinity make the path FAILED, with no figures),
 scored on ``--data`` (entity F1, or SQuAD EM / F1), then timed at every fixed shape, smallest first, and on the length
-mix. What cannot run is recorded with its reason in the shared ``BenchReport`` and the run goes on.
+mix: a CPU path side by side with the other CPU paths once all are loaded (``Run.time_waiting``), a GPU path
+at once, in its own block (``edgebert.bench.timing``). What cannot run is recorded with its reason in the
+shared ``BenchReport`` and the run goes on.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,57 +27,14 @@ from .answers import AnswerData, SpanTracker
 from .config import BenchConfig
 from .entities import EntityData
 from .gpu import Nvml
-from .measure import Latency, release_memory, reset_peak_rss, peak_rss_mb, rss_mb, time_calls
-from .rows import REFERENCE_PATH, Accuracy, LatencyRow, MixRow, NotMeasured, PathRow, StartupRow, Unavailable
+from .measure import OtherCpuLoad, release_memory, rss_mb
+from .rows import REFERENCE_PATH, SIDE_BY_SIDE, Accuracy, NotMeasured, PathRow, StartupRow, Unavailable
 from .schema import AnswerScores, BenchReport, EntityScores, ReferenceFacts
 from .startup import open_path
-from .workloads import LengthMix, synthetic_feeds
+from .timing import Waiting, delta_mb, memory_pass, replay, time_shapes, time_side_by_side
+from .workloads import LengthMix
 
 Feeds = dict[str, np.ndarray]
-
-
-def time_shapes(path, name: str, config: BenchConfig, manifest: Manifest, shapes, before_mb, log,
-                gpu: tuple[Nvml, float | None] | None = None) -> list[LatencyRow]:
-    rows = []
-    for batch, seq in shapes:
-        feeds = synthetic_feeds(batch, seq, manifest, config.seed)
-        release_memory()
-        reset_peak_rss()
-        lat = time_calls(lambda: path.run(feeds), config.warmup, config.iters, config.max_seconds)
-        peak = peak_rss_mb()
-        used = gpu[0].used_mb() if gpu else None
-        row = LatencyRow(name, path.provider, path.precision, batch, seq, lat.iters, lat.ms(),
-                         sequences_per_s=round(batch / lat.mean_s, 3),
-                         tokens_per_s=round(batch * seq / lat.mean_s, 1), peak_rss_mb=_delta(peak, before_mb),
-                         gpu_mem_mb=None if used is None or gpu[1] is None else round(used - gpu[1], 1))
-        rows.append(row)
-        log.step(f"{name} b={batch} s={seq}", row)
-    return rows
-
-
-def replay(path, name: str, config: BenchConfig, mix: LengthMix, pad_id: int, log) -> list[MixRow]:
-    rows = []
-    for batch in config.batches:
-        for mode in config.mix_modes:
-            feeds = mix.batches(batch, padded=mode == "padded", pad_id=pad_id)
-            for f in feeds[:config.warmup]:
-                path.run(f)
-            samples = []
-            for f in feeds:
-                t0 = time.perf_counter()
-                path.run(f)
-                samples.append(time.perf_counter() - t0)
-            lat = Latency(np.asarray(samples))
-            total = float(lat.samples.sum())
-            real = int(sum(int(f["attention_mask"].sum()) for f in feeds))
-            computed = int(sum(f["input_ids"].size for f in feeds))
-            row = MixRow(name, path.provider, path.precision, batch, mode, len(feeds), len(mix.rows), lat.ms(),
-                         total_s=round(total, 4), sequences_per_s=round(len(mix.rows) / total, 2),
-                         real_tokens_per_s=round(real / total, 1), padding_fraction=round(1 - real / computed, 4),
-                         shapes=[f["input_ids"].shape for f in feeds])
-            rows.append(row)
-            log.step(f"{name} replay b={batch} {mode}", row)
-    return rows
 
 
 class OnnxPath:
@@ -111,6 +70,8 @@ class Run:
     entities: EntityData | None = None
     answers: AnswerData | None = None
     ref_outputs: list[Feeds] | None = None      # the reference's, when comparable (report.reference)
+    cpu_load: OtherCpuLoad | None = None        # counts other programs' CPU use while timing
+    waiting: list[Waiting] = field(default_factory=list)   # CPU paths loaded, to be timed side by side
 
     @property
     def task(self) -> str:
@@ -121,12 +82,45 @@ class Run:
         return len(self.shapes) + (len(self.config.mix_modes) * len(self.config.batches) if self.mix else 0)
 
     def measure(self, path, name: str, before_mb: float | None, gpu_before: float | None = None) -> None:
-        """Time every fixed shape (smallest first), then replay the length mix."""
-        gpu = (self.nvml, gpu_before) if self.nvml is not None and path.provider not in ("cpu", "torch") else None
-        self.report.results += time_shapes(path, name, self.config, self.manifest, self.shapes, before_mb,
-                                           self.log, gpu)
-        if self.mix:
-            self.report.length_mix.results += replay(path, name, self.config, self.mix, self.pad_id, self.log)
+        """A CPU path: its memory pass now, its timing later, side by side with the other CPU paths
+        (``time_waiting``). A GPU path: timed now at every fixed shape (smallest first), then on the length mix."""
+        if path.provider in SIDE_BY_SIDE:
+            self.waiting.append(Waiting(path, name, memory_pass(path, self.config, self.manifest, self.shapes,
+                                                                before_mb)))
+            return
+        gpu = (self.nvml, gpu_before) if self.nvml is not None else None
+        with self._timing():
+            self.report.results += time_shapes(path, name, self.config, self.manifest, self.shapes, before_mb,
+                                               self.log, gpu)
+            if self.mix:
+                self.report.length_mix.results += replay(path, name, self.config, self.mix, self.pad_id, self.log)
+
+    def time_waiting(self) -> None:
+        """Time the waiting CPU paths side by side (``timing.time_side_by_side``), record the rows of those
+        that did not fail, in path order, and let them go."""
+        if not self.waiting:
+            return
+        with self._timing():
+            time_side_by_side(self.waiting, self.config, self.manifest, self.shapes, self.mix, self.pad_id,
+                              self.log, self._failed_timing)
+        for w in self.waiting:
+            if not w.failed:
+                self.report.results += w.rows
+                if self.mix:
+                    self.report.length_mix.results += w.mix_rows
+        self.waiting.clear()
+        release_memory()
+
+    def _timing(self):
+        return self.cpu_load.timing() if self.cpu_load is not None else nullcontext()
+
+    def _failed_timing(self, waiting: Waiting, error: EdgebertError) -> None:
+        """A side-by-side path that failed while timing: no figures, its reason recorded (as in a block)."""
+        row = next(p for p in self.report.paths if p.path == waiting.name)
+        row.failed = f"failed while timing: {error.one_line()}"
+        self.report.unavailable.append(Unavailable(row.provider, row.precision, row.failed))
+        for _ in range(self.steps_per_path - len(waiting.rows) - len(waiting.mix_rows)):
+            self.log.step(f"{waiting.name}: failed")
 
     def outputs_check(self, run_fn: Callable[[Feeds], Feeds]) -> tuple[Accuracy | None, str | None]:
         """Run ``run_fn`` on the evaluation batches: (its accuracy against the reference's outputs, None
@@ -191,7 +185,8 @@ class Run:
 
 
 def measure_reference(run: Run, hf_config: dict, num_labels: int) -> None:
-    """Load and time the PyTorch reference; keep its outputs on the accuracy inputs."""
+    """Load the PyTorch reference (timed later, side by side with the ONNX CPU paths: ``Run.time_waiting``);
+    keep its outputs on the accuracy inputs."""
     from .reference import TorchReference, comparability
 
     run.log.say("loading PyTorch reference")
@@ -212,7 +207,7 @@ def measure_reference(run: Run, hf_config: dict, num_labels: int) -> None:
     elif run.entities is not None or run.answers is not None:
         run.not_measured(f"{'entity F1' if run.entities else 'EM / F1'} of {REFERENCE_PATH}", facts.note)
     run.report.paths.append(PathRow(REFERENCE_PATH, "torch", "fp32", True, model_bytes=ref.size_bytes,
-                                    load_rss_mb=_delta(loaded, before), providers=["torch (CPU)"],
+                                    load_rss_mb=delta_mb(loaded, before), providers=["torch (CPU)"],
                                     notes=ref.notes, reference=True))
     run.measure(ref, REFERENCE_PATH, before)
     del ref
@@ -281,7 +276,7 @@ def measure_onnx(run: Run, provider: str, precision: str) -> None:
     path = OnnxPath(session)
     loaded = rss_mb()
     row = PathRow(name, provider, precision, True, model_file=session.model_file.name, model_bytes=path.size_bytes,
-                  load_rss_mb=_delta(loaded, before), providers=session.providers, notes=session.provider_notes,
+                  load_rss_mb=delta_mb(loaded, before), providers=session.providers, notes=session.provider_notes,
                   model=session.model_key, placement=session.placement.as_dict(),
                   trt_profile=session.trt_profile.as_dict() if session.trt_profile else None,
                   int8_graph=session.int8_choice.as_dict() if session.int8_choice else None)
@@ -294,7 +289,3 @@ def measure_onnx(run: Run, provider: str, precision: str) -> None:
         run.report.unavailable.append(Unavailable(provider, precision, row.failed))
     del session, path
     release_memory()
-
-
-def _delta(after: float | None, before: float | None) -> float | None:
-    return None if after is None or before is None else round(after - before, 1)

@@ -1,5 +1,7 @@
 """Rendering a ``BenchReport`` (``edgebert.bench.schema``): rich tables on the terminal, report.json,
-report.md and latency.png. Every function also takes a report.json's dict read back (``BenchReport.of``).
+report.md and latency.png (drawn by ``edgebert.bench.plot``), each with the speed caveat when the figures
+are unreliable (``edgebert.bench.verdict``). Every function also takes a report.json's dict read back
+(``BenchReport.of``).
 """
 
 from __future__ import annotations
@@ -7,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgebert.files.atomic import atomic_path, write_json, write_text
+from edgebert.files.atomic import write_json, write_text
 
 from .gpu import gpu_summary
+from .plot import latency_figure, plot_latency, plot_title  # noqa: F401  (latency.png; re-exported)
 from .rows import Accuracy, PathRow
 from .schema import BenchReport
+from .verdict import speed_caveat
 
 Report = BenchReport | dict[str, Any]
 
@@ -95,7 +99,7 @@ def _header_lines(report: BenchReport) -> list[str]:
            f"- GPU: {gpu_summary(env.gpu)}",
            f"- threads: {threads if threads else 'library defaults (onnxruntime: one per physical core)'}",
            f"- other processes used {_fmt(_pct(env.cpu_share_used_by_other_processes), '.1f', '%')} "
-           f"of the CPUs during the run (load average at start {env.load_average_at_start}, at end "
+           f"of the CPUs while timing (load average at start {env.load_average_at_start}, at end "
            f"{env.load_average_at_end}); other work on these cores inflates latencies",
            f"- bundle: task `{bundle.task}`, {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, "
            f"{cfg.num_attention_heads} heads, FFN {cfg.intermediate_size}, vocab {cfg.vocab_size}; "
@@ -206,8 +210,10 @@ def _answer_lines(report: BenchReport) -> list[str]:
 def to_markdown(report: Report) -> str:
     """report.md."""
     report = BenchReport.of(report)
-    out = [f"# edgebert bench: `{report.bundle.dir}`", "", *_header_lines(report),
-           "", "## Providers", "", "| provider | status | detail |", "|---|---|---|"]
+    out = [f"# edgebert bench: `{report.bundle.dir}`", "", *_header_lines(report)]
+    if caveat := speed_caveat(report):
+        out += ["", f"**{caveat}**"]
+    out += ["", "## Providers", "", "| provider | status | detail |", "|---|---|---|"]
     out += [f"| {a} | {b} | {c} |" for a, b, c in provider_lines(report)]
     if report.unavailable:
         out += ["", "**Not measured:** " + "; ".join(f"{u.name}: {u.reason}" for u in report.unavailable)
@@ -222,58 +228,6 @@ def to_markdown(report: Report) -> str:
 
 def _pct(fraction: float | None) -> float | None:
     return None if fraction is None else 100 * fraction
-
-
-def plot_title(report: Report, chars: int) -> str:
-    """The plot's title, wrapped to ``chars`` per line: the bundle, then what was not measured."""
-    import textwrap
-
-    report = BenchReport.of(report)
-    missing = [u.name for u in report.unavailable]
-    lines = textwrap.wrap(f"edgebert bench: {Path(report.bundle.dir).name}", chars)
-    if missing:
-        lines += textwrap.wrap(f"not measured (unavailable): {', '.join(missing)}", chars)
-    return "\n".join(lines)
-
-
-def latency_figure(report: Report):
-    """p50 latency vs sequence length, one panel per batch size, one line per path (a matplotlib figure)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    report = BenchReport.of(report)
-    batches = sorted({r.batch for r in report.results}) or [1]
-    width = max(5.2, 4.2 * len(batches))
-    fig, axes = plt.subplots(1, len(batches), figsize=(width, 3.8), squeeze=False, layout="constrained")
-    paths = list(dict.fromkeys(r.path for r in report.results))
-    for ax, batch in zip(axes[0], batches):
-        for name in paths:
-            rows = sorted((r for r in report.results if r.path == name and r.batch == batch), key=lambda r: r.seq)
-            if rows:
-                ax.plot([r.seq for r in rows], [r.latency_ms.p50 for r in rows], marker="o",
-                        label=name, linestyle="--" if name.startswith("torch") else "-")
-        ax.set_title(f"batch {batch}", fontsize=9)
-        ax.set_xlabel("sequence length (tokens)")
-        ax.set_ylabel("p50 latency (ms)")
-        ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(plot_title(report, chars=int(11 * width)), fontsize=9)
-    return fig
-
-
-def plot_latency(report: Report, target: str | Path) -> Path:
-    """latency.png: ``latency_figure``, written atomically."""
-    import matplotlib.pyplot as plt
-
-    fig = latency_figure(report)
-    target = Path(target)
-    with atomic_path(target) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return target
 
 
 def write_reports(report: Report, out_dir: str | Path) -> dict[str, Path]:
@@ -341,6 +295,8 @@ def print_report(report: Report, console) -> None:
         console.print(f"[red]not measured[/red] {u.name}: {u.reason}", highlight=False)
     for gap in report.not_measured:
         console.print(f"[red]not measured[/red] {gap.what}: {gap.reason}", highlight=False)
+    if caveat := speed_caveat(report):
+        console.print(caveat, style="bold red", highlight=False, markup=False)
 
 
 def _mix_table(report: BenchReport, console) -> None:

@@ -16,6 +16,7 @@ from .record import INTERNAL, Record
 REFERENCE_PATH = "torch fp32"
 GPU_PROVIDERS = ("cuda", "tensorrt")
 TORCH_PROVIDERS = ("torch", "torch-cuda")
+SIDE_BY_SIDE = ("cpu", "torch")           # timed side by side in interleaved rounds (bench.timing); the rest in blocks
 
 
 @dataclass

@@ -4,12 +4,15 @@ that follow from the measured ones, ``schema`` holds the report, ``report`` rend
 
 Order of work: check everything that can be checked (bundle hashes, sequence lengths, reference, the
 ``--data`` file: CoNLL for a token-cls bundle, SQuAD JSON for a qa one, whose windows are then the length
-mix unless ``--lengths-from`` names another file) before anything is written; calibrate the matmul peak; load the reference (if any) and
-measure it first, keeping its outputs on the accuracy inputs, then (GPU providers requested, torch sees
-a GPU) the reference on CUDA in fp32 and fp16; then each ONNX path (provider x precision). An
-unavailable provider, a path that cannot run here or one that fails is recorded with its reason and the
-run goes on; so is every figure that could not be measured (``not_measured``). Speedups and roofline
-fractions are filled in at the end.
+mix unless ``--lengths-from`` names another file) before anything is written; calibrate the matmul peak; load the
+CPU paths, each checked and through its memory pass as it comes: the reference (if any; its outputs on the
+accuracy inputs are kept), then each ONNX CPU precision; time them side by side in interleaved rounds
+(``edgebert.bench.timing``: a burst of other work then hits every path, not one), and let them go; then, one
+after another, each in its own block: (GPU providers requested, torch sees a GPU) the reference on CUDA in
+fp32 and fp16, and each ONNX GPU path (provider x precision). An unavailable provider, a path that cannot run
+here or one that fails is recorded with its reason and the run goes on; so is every figure that could not be
+measured (``not_measured``). Speedups and roofline fractions are filled in at the end; the share of the CPU
+other programs took is measured over the timed calls (``OtherCpuLoad``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from .measure import OtherCpuLoad
 from .paths import Run, measure_onnx, measure_reference, measure_reference_gpu
 from .peak import calibrate
 from .record import Record
-from .rows import GPU_PROVIDERS, ProviderRow, Unavailable
+from .rows import GPU_PROVIDERS, SIDE_BY_SIDE, ProviderRow, Unavailable
 from .schema import AnswersSection, BenchReport, EntitiesSection, LengthMixSection
 from .workloads import LengthMix, read_texts, synthetic_feeds
 
@@ -188,7 +191,7 @@ def measure(config: BenchConfig) -> BenchReport:
         shapes = sorted(((b, s) for b in config.batches for s in config.seqs),
                         key=lambda bs: (bs[0] * bs[1], bs))             # smallest first: see measure.py
         run = Run(config, manifest, shapes, mix, _eval_batches(config, manifest, encoder, pad_id), pad_id, report,
-                  log, nvml, Path(cache_root), entities, answers)
+                  log, nvml, Path(cache_root), entities, answers, cpu_load=others)
         statuses = {p: probe(p) for p in config.providers}
         for p, status in statuses.items():
             report.providers.append(ProviderRow.from_dict(status.as_dict(), exact=False))
@@ -200,10 +203,15 @@ def measure(config: BenchConfig) -> BenchReport:
         _record_gpu_gaps(run, gpu_requested, statuses)
         if config.reference is not None:
             measure_reference(run, hf_config, len(labels) or 2)
-            if torch_gpu:
-                measure_reference_gpu(run)
         for provider, precision in runnable:
-            measure_onnx(run, provider, precision)
+            if provider in SIDE_BY_SIDE:
+                measure_onnx(run, provider, precision)
+        run.time_waiting()
+        if torch_gpu:
+            measure_reference_gpu(run)
+        for provider, precision in runnable:
+            if provider not in SIDE_BY_SIDE:
+                measure_onnx(run, provider, precision)
     report.environment.load_average_at_end = load_average()
     report.environment.cpu_share_used_by_other_processes = others.fraction()
     derive(report, shape, manifest.task)

@@ -18,6 +18,7 @@ from edgebert.bundle import Manifest
 
 from ..runtime.trt_profile import TrtProfile
 from .config import BenchConfig
+from .rows import SIDE_BY_SIDE
 from .workloads import synthetic_feeds
 
 STARTUP_METHOD = ("cold start = EdgeSession creation (bundle already verified; onnxruntime session, TensorRT "
@@ -28,9 +29,11 @@ STARTUP_METHOD = ("cold start = EdgeSession creation (bundle already verified; o
 
 
 def session_kwargs(config: BenchConfig, provider: str, precision: str, cache_root: Path | None) -> dict[str, Any]:
-    """EdgeSession arguments of a benchmark path: TensorRT's profile covers every shape the bench runs."""
+    """EdgeSession arguments of a benchmark path: a CPU session (timed side by side with the other CPU paths)
+    does not spin its idle threads; TensorRT's profile covers every shape the bench runs."""
     kwargs: dict[str, Any] = {"provider": provider, "precision": precision, "threads": config.threads,
-                              "verify": False, "batch_size": max(config.batches)}
+                              "verify": False, "batch_size": max(config.batches),
+                              "allow_spinning": provider not in SIDE_BY_SIDE}
     if provider == "tensorrt":
         kwargs["trt_profile"] = TrtProfile.covering(config.batches, config.seqs)
         kwargs["trt_cache_dir"] = cache_root

@@ -1,5 +1,5 @@
-"""``edgebert evaluate``: a model directory or an ONNX bundle, scored on labelled data, a SQuAD file or
-MLM text."""
+"""``edgebert evaluate``: a model directory or an ONNX bundle, scored on labelled data, a SQuAD file, MLM
+text or (sentence embeddings) a folder of downstream sets."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from .app import app, say
 def evaluate_cmd(
     path: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
                                          help="Model directory (config.json) or ONNX bundle (manifest.json).")],
-    task: o.task_option("sst2 | mrpc | tsv | ner | squad | mlm", required=True),
+    task: o.task_option("sst2 | mrpc | tsv | ner | squad | mlm | embed", required=True),
     data: Annotated[Path, typer.Option("--data", help="Labelled TSV (classifiers), CoNLL file (ner), SQuAD "
-                                                      "1.1 / 2.0 JSON (squad) or a text file (mlm).")],
+                                                      "1.1 / 2.0 JSON (squad), a text file (mlm), or for embed "
+                                                      "a folder with mrpc/dev.tsv, sst2/train.tsv, sst2/dev.tsv "
+                                                      "and wikitext-2-raw/wiki.test.raw (e.g. ../shared/data).")],
     tag_column: o.TagColumn = None,
     with_no_answer: Annotated[bool, typer.Option(
         "--with-no-answer", help="squad: SQuAD 2.0 scoring of every question (a null threshold chosen on the "
@@ -34,7 +36,9 @@ def evaluate_cmd(
     as_json: o.Json = False,
 ) -> None:
     """Accuracy/F1 of a classifier, entity F1 (overall and per type) of a token classifier, SQuAD EM/F1
-    of a span model, or MLM accuracy/perplexity of a masked LM."""
+    of a span model, MLM accuracy/perplexity of a masked LM, or (embed) what a sentence-embedding model's
+    mean-pooled vectors are worth: MRPC paraphrase ROC-AUC of the cosine, SST-2 logistic-probe accuracy,
+    WikiText-2 retrieval recall@1/@10 and MRR."""
     from ..stages.evaluate import evaluate
 
     result = evaluate(path, task, data, max_seq_len=max_seq_len, batch_size=eval_batch_size,

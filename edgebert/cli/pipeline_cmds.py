@@ -33,6 +33,11 @@ def pipeline_cmd(
     lengths_from: o.LengthsFrom = None,
     threads: o.Threads = None,
     progress: o.Progress = None,
+    downstream_data: Annotated[Optional[Path], typer.Option(
+        "--downstream-data", help="Folder of held-out downstream sets (mrpc/dev.tsv, sst2/train.tsv, sst2/dev.tsv, "
+                                  "wikitext-2-raw/wiki.test.raw; e.g. ../shared/data): teacher vs student on MRPC "
+                                  "paraphrase AUC, an SST-2 probe and WikiText retrieval. Missing: skipped, said "
+                                  "in one line.")] = None,
 ) -> None:
     """Text to benchmarked INT8 bundle: distil a teacher (default: the installed all-MiniLM-L6-v2) into a
     4-layer student, export it (fused fp32 + gated INT8), bench it against the fp32 PyTorch teacher.
@@ -44,7 +49,8 @@ def pipeline_cmd(
                                 teacher=teacher,
                                 from_scratch=from_scratch, pretrain_steps=pretrain_steps, distill_steps=distill_steps,
                                 layers=layers, distill_max_seq_len=max_seq_len, calib=calib, max_accuracy_loss=max_accuracy_loss,
-                                lengths_from=lengths_from, threads=threads, progress=progress)
+                                lengths_from=lengths_from, threads=threads, progress=progress,
+                                downstream_data=downstream_data)
     result = run_pipeline(cfg, console=console, say=say)
     console.print()
     for line in result.lines:

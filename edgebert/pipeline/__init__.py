@@ -10,6 +10,8 @@ One call chains the library stages, each into its own folder under ``out``::
     calib.txt  held-out text (calibration, INT8 accuracy guard, length mix) unless --calib is given
     bundle/    export the student: fused fp32 + guarded dynamic INT8, validated against PyTorch
     report/    bench the bundle (CPU, CUDA, TensorRT; fp32, INT8) against the fp32 *PyTorch teacher*
+    (no folder) with --downstream-data: teacher vs student fp32 vs INT8 on held-out MRPC / SST-2 /
+               WikiText-2 (``edgebert.stages.embed_eval``); without it, one summary line says why not
     pipeline.json / pipeline.md   the one-screen summary, every stage's figures, the bench report
 
 ``config`` holds the recipes (``demo``: the installed all-MiniLM-L6-v2 on the built-in corpus;

@@ -73,6 +73,9 @@ class PipelineConfig:
     bench_calibration_size: int = 1024       # square GEMM of the matmul-peak calibration (0: skip)
     threads: int | None = None
     progress: bool = True
+    # a folder of held-out downstream sets (edgebert.stages.embed_eval: mrpc/, sst2/, wikitext-2-raw/, e.g.
+    # ../shared/data): teacher vs student scored on them; None or absent files: skipped, said in one line
+    downstream_data: Path | None = None
 
     def __post_init__(self) -> None:
         from ..stages.distill import DISTILL_PRESETS
@@ -83,7 +86,7 @@ class PipelineConfig:
         set_("out", Path(self.out))
         set_("corpus", tuple(Path(p) for p in self.corpus))
         set_("eval_corpus", tuple(Path(p) for p in self.eval_corpus))
-        for key in ("teacher", "calib", "lengths_from"):
+        for key in ("teacher", "calib", "lengths_from", "downstream_data"):
             if getattr(self, key) is not None:
                 set_(key, Path(getattr(self, key)))
         if self.corpus_format not in FORMATS:

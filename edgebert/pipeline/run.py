@@ -11,7 +11,7 @@ from edgebert.files.atomic import jsonable, write_json, write_text
 from edgebert.files.outdirs import OutputDir
 from .config import PipelineConfig, teacher_name
 from .steps import (HELD_OUT_FRACTION, SPLIT_SEED, STAGE_LOG, StageLog, bench_bundle, distill_student,
-                    export_student, pretrain_teacher, split_corpus, write_calibration_text)
+                    export_student, pretrain_teacher, score_downstream, split_corpus, write_calibration_text)
 from .summary import pipeline_markdown, summarize, summary_lines
 
 PIPELINE_FILE = "pipeline.json"
@@ -61,6 +61,7 @@ def _run(cfg: PipelineConfig, console, say: Callable[[str], None] | None) -> Pip
     calib = cfg.calib or write_calibration_text(cfg.eval_corpus, cfg.corpus_format, cfg.out / "calib.txt")
     bundle, stages["export"] = export_student(cfg, student, calib, log)
     report, stages["bench"] = bench_bundle(cfg, bundle, teacher, cfg.lengths_from or calib, log)
+    stages["downstream"] = score_downstream(cfg.downstream_data, teacher, bundle, log)
     figures = summarize(jsonable(cfg), stages, report, time.perf_counter() - log.start)
     lines = summary_lines(figures, cfg.out)
     summary = {"config": jsonable(cfg), "seconds": figures["seconds"], "calibration_text": str(calib),

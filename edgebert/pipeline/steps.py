@@ -124,6 +124,37 @@ def export_student(cfg: PipelineConfig, student: Path, calib: Path, log: StageLo
     return r.bundle_dir, figures
 
 
+def score_downstream(data_root: Path | None, teacher: Path, bundle: Path, log: StageLog) -> dict:
+    """Teacher vs student fp32 vs student INT8 on the held-out downstream sets under ``data_root``
+    (``edgebert.stages.embed_eval.compare_downstream``); ``{"skipped": why}`` without a folder or when
+    one of its files is missing (nothing logged: the summary says it in one line)."""
+    from ..errors import DataError, MissingExtra
+    from ..scores.embeddings import require_sklearn
+    from ..stages.embed_eval import DownstreamData, compare_downstream
+
+    if data_root is None:
+        return {"skipped": "no --downstream-data given"}
+    try:
+        require_sklearn()
+        data = DownstreamData.load(data_root)
+    except MissingExtra as exc:
+        return {"skipped": f"scikit-learn is not installed ({exc.hint})"}
+    except DataError as exc:
+        return {"skipped": exc.message}
+    sets = data.describe()
+    log("downstream", f"teacher, student fp32 and INT8 on MRPC dev ({sets['mrpc_pairs']} pairs), SST-2 "
+                      f"(probe of {sets['sst2_train']} train sentences, {sets['sst2_dev']} dev), WikiText-2 test "
+                      f"retrieval ({sets['paragraphs']} paragraphs)")
+    t0 = time.perf_counter()
+    figures = compare_downstream(teacher, bundle, data)
+    figures["seconds"] = round(time.perf_counter() - t0, 1)
+    which = "student_int8" if "student_int8" in figures["retention"] else "student_fp32"
+    log("downstream", f"done in {figures['seconds']:.0f} s: {which.replace('_', ' ')} keeps " + ", ".join(
+        f"{name} {100 * value:.0f}%" for name, value in figures["retention"][which].items() if value is not None),
+        **figures)
+    return figures
+
+
 def bench_bundle(cfg: PipelineConfig, bundle: Path, teacher: Path, lengths: Path, log: StageLog) -> tuple[dict, dict]:
     from ..bench import run_bench
 

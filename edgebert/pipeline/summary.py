@@ -33,6 +33,8 @@ def model_figures(stages: dict[str, Any], report: dict[str, Any]) -> dict[str, A
                      "speedup": fixed and fixed["speedup_vs_reference"],
                      "mix_sequences_per_s": dynamic and dynamic["sequences_per_s"],
                      "mix_speedup": dynamic and dynamic["speedup_vs_reference"]}
+    from ..bench.verdict import speed_caveat             # None, or why the speed figures are not facts
+    out["speed_caveat"] = speed_caveat(report)
     return out
 
 
@@ -50,7 +52,8 @@ def summarize(config: dict, stages: dict[str, Any], report: dict[str, Any], seco
             "student_vs_teacher": {"after": dis["eval"], "before": dis["before"]},
             "int8_vs_fp32": {"metric": acc.get("metric"), "mean": acc.get("mean"), "min": acc.get("min"),
                              "texts": acc.get("n")},
-            "models": model_figures(stages, report)}
+            "models": model_figures(stages, report),
+            "downstream": stages.get("downstream") or {"skipped": "not run"}}
 
 
 def _x(v: float | None) -> str:
@@ -78,6 +81,7 @@ def summary_lines(summary: dict[str, Any], out: Path) -> list[str]:
             (f"speedup, {m['mix_texts']} held-out texts", lambda c: _x(m[c]["mix_speedup"]))]
     for label, cell in rows:
         lines.append(f"{label:<26}{cell(cols[0]):>10}{cell(cols[1]):>15}{cell(cols[2]):>15}")
+    lines += [m["speed_caveat"]] if m.get("speed_caveat") else []      # bench.verdict: busy or unsteady machine
     lines.append("")
     after, before = summary["student_vs_teacher"]["after"], summary["student_vs_teacher"]["before"]
     if s["mode"] == "embed":
@@ -94,11 +98,38 @@ def summary_lines(summary: dict[str, Any], out: Path) -> list[str]:
     else:
         lines.append(f"held-out MLM accuracy: student {after.get('mlm_accuracy', 0):.4f}, teacher "
                      f"{after.get('teacher_mlm_accuracy', 0):.4f} ({after.get('masked_tokens', 0):.0f} masked tokens)")
+    lines += downstream_lines(summary.get("downstream") or {"skipped": "not run"})
     q = summary["int8_vs_fp32"]
     if q.get("mean") is not None:
         lines.append(f"INT8 vs fp32 student, {q['texts']} held-out texts: {q['metric']} mean {q['mean']:.5f} "
                      f"(min {q['min']:.4f})")
     lines.append(f"report: {out / 'pipeline.md'}")
+    return lines
+
+
+DOWNSTREAM_ROWS = (("MRPC paraphrase ROC-AUC", "mrpc_auc"), ("SST-2 probe accuracy", "sst2_probe_accuracy"),
+                   ("retrieval recall@1", "retrieval_recall_at_1"), ("retrieval recall@10", "retrieval_recall_at_10"),
+                   ("retrieval MRR", "retrieval_mrr"))
+
+
+def downstream_lines(figures: dict[str, Any]) -> list[str]:
+    """Teacher / student fp32 / student INT8 on the held-out downstream sets, the student's share of the
+    teacher's score in parentheses (``edgebert.stages.embed_eval.compare_downstream``); one line when
+    they were skipped."""
+    if "skipped" in figures:
+        return [f"downstream scores skipped: {figures['skipped']}"]
+    kept = figures.get("retention", {})
+
+    def cell(column: str, key: str) -> str:
+        if column not in figures:
+            return "-"
+        share = kept.get(column, {}).get(key)
+        return f"{figures[column][key]:.3f}" + ("" if share is None else f" ({100 * share:.0f}%)")
+
+    lines = ["", f"{'held out (student/teacher)':<26}{'teacher':>10}{'student fp32':>15}{'student INT8':>15}"]
+    for label, key in DOWNSTREAM_ROWS:
+        lines.append(f"{label:<26}{cell('teacher', key):>10}{cell('student_fp32', key):>15}"
+                     f"{cell('student_int8', key):>15}")
     return lines
 
 
@@ -130,6 +161,11 @@ def pipeline_markdown(summary: dict[str, Any], stages: dict[str, Any], lines: li
                f"{exp['fp32_max_abs_diff']:.2g}; INT8 {exp['int8_quantized_nodes']}/{exp['int8_candidate_nodes']} "
                f"nodes, {exp['outlier_channels']} outlier channels float, cosine mean {acc.get('mean')} "
                f"min {acc.get('min')}; {exp['seconds']:.0f} s |")
+    down = stages.get("downstream") or {"skipped": "not run"}
+    out.append(f"| downstream | skipped ({down['skipped']}) |" if "skipped" in down else
+               f"| downstream | MRPC dev {down['data']['mrpc_pairs']} pairs, SST-2 probe {down['data']['sst2_train']} "
+               f"train / {down['data']['sst2_dev']} dev, WikiText-2 test {down['data']['paragraphs']} paragraphs; "
+               f"{down['seconds']:.0f} s (table above) |")
     out += ["", "Speedups over the fp32 PyTorch teacher (same run, same threads):", ""]
     out += [f"- {k}: **{v}x**" if v is not None else f"- {k}: not measured"
             for k, v in stages["bench"]["headline"].items()]

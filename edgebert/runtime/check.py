@@ -8,6 +8,9 @@ right *there*. Torch-free (onnxruntime, tokenizers, numpy).
 4. re-measure that graph against the bundle's fp32 graph on this machine, on the built-in held-out
    text (the same texts the export gate used) or ``--data``, with the task metric of the gate;
 5. time both on the same batches (interleaved, spinning off) to show what INT8 buys here;
+   A ``qa`` bundle is measured on questions (a SQuAD JSON ``--data`` file, else the built-in held-out
+   questions): the overlap F1 of the INT8 graph's answers with the fp32 graph's, through
+   ``EdgeSession.answer``;
 6. for a ``token-cls`` bundle and a CoNLL ``--data`` file: entity F1 of fp32 and INT8 against the
    file's gold tags, through ``EdgeSession.tag`` (needs seqeval, a training/evaluation package; without
    it the report says so and the verdict stays the gate's).
@@ -28,7 +31,8 @@ from typing import Any
 from ..bundle import ModelEntry, read_manifest, verify_files
 from ..errors import BundleError, EdgebertError
 from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
-from .fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker
+from .fidelity import CHECK_BUDGETS, OUTPUT, FidelityTracker, answer_spans
+from .answer import QA_TASK
 from .hostcpu import PRECISION_OPTION, detect_host
 from .tagging import tag_sentences
 from .text import length_sorted_batches, pad_batch
@@ -74,7 +78,8 @@ class CheckReport:
                 e = self.export_fidelity        # the same text's first n lines, or the export's own text
                 where = (f"the first {e['n']} of these" if e.get("source") == f"{self.texts['source']} text"
                          else f"{e['n']} texts of {e.get('source') or 'its held-out text'}")
-                line += f" (the export's gate measured {e['mean']:.5f} on {where})"
+                other = f"{e['metric']} " if e.get("metric") != f["metric"] else ""     # qa: F1 vs gold answers
+                line += f" (the export's gate measured {other}{e['mean']:.5f} on {where})"
             out.append(line)
         if self.entities:
             e = self.entities
@@ -103,7 +108,12 @@ def _describe_graph(entry: ModelEntry, host) -> dict[str, Any]:
             "needs": "exact U8S8 (VNNI / ARM64)" if exact else "nothing (exact on any x86-64 / ARM64)"}
 
 
-def _texts(data: Path | None, max_texts: int) -> tuple[list, dict[str, Any]]:
+def _texts(data: Path | None, max_texts: int, task: str) -> tuple[list, dict[str, Any]]:
+    if task == QA_TASK:
+        from edgebert.qa.squad_file import builtin_questions, read_squad
+
+        questions = (read_squad(data) if data is not None else builtin_questions())[:max_texts]
+        return questions, {"source": str(data) if data is not None else "built-in held-out", "n": len(questions)}
     if data is None:
         texts = builtin_texts("held-out")[:max_texts]
         return texts, {"source": "built-in held-out", "n": len(texts)}
@@ -132,8 +142,8 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         return report
     graphs = manifest.int8_graphs()
     report.graphs = [_describe_graph(e, host) for e in graphs.values()]
-    texts, report.texts = _texts(Path(data) if data is not None else None, max_texts)
-    if task not in OUTPUT:
+    texts, report.texts = _texts(Path(data) if data is not None else None, max_texts, task)
+    if task not in OUTPUT and task != QA_TASK:
         report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"
         return report
     if not graphs:
@@ -151,10 +161,13 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     accuracy = choice.entry.get_extra("accuracy") or {}
     report.export_fidelity = {**{k: v for k, v in accuracy.items() if k in ("metric", "mean", "min", "n", "loss")},
                               "source": (accuracy.get("held_out") or {}).get("source")} if accuracy else None
-    budget = max_accuracy_loss if max_accuracy_loss is not None else accuracy.get("max_accuracy_loss")
-    report.budget = float(budget if budget is not None else DEFAULT_BUDGETS[task])
+    # a qa bundle's export gate counted SQuAD F1 against gold answers: another metric than this check's
+    exported = accuracy.get("max_accuracy_loss") if task != QA_TASK else None
+    budget = max_accuracy_loss if max_accuracy_loss is not None else exported
+    report.budget = float(budget if budget is not None else CHECK_BUDGETS[task])
     try:
-        fidelity, report.speed = _measure(fp32, int8, task, texts)
+        measure = _measure_answers if task == QA_TASK else _measure
+        fidelity, report.speed = measure(fp32, int8, task, texts)
         if task == "token-cls" and data is not None and is_conll(data):
             report.entities = _entity_scores({"fp32": fp32, "int8": int8}, Path(data), max_texts)
     except EdgebertError as exc:        # the graphs fail, or give NaN, on this machine
@@ -189,11 +202,32 @@ def _measure(fp32, int8, task: str, texts: list) -> tuple[Any, dict[str, Any]]:
             outs[name] = session.run(feeds, [output])[output]
             spent[name] += time.perf_counter() - t0
         tracker.add_outputs(outs["fp32"], outs["int8"], feeds["attention_mask"])
-    n = max(len(rows), 1)
+    return tracker.result(), _speed(spent, len(rows), fp32.threads,
+                                    "one pass, batches interleaved, spinning off: a rough figure; edgebert bench "
+                                    "measures latency")
+
+
+def _speed(spent: dict[str, float], n: int, threads: int, note: str) -> dict[str, Any]:
+    n = max(n, 1)
     speed = {"fp32_texts_per_s": n / max(spent["fp32"], 1e-9), "int8_texts_per_s": n / max(spent["int8"], 1e-9),
-             "int8_speedup": spent["fp32"] / max(spent["int8"], 1e-9), "threads": fp32.threads,
-             "note": "one pass, batches interleaved, spinning off: a rough figure; edgebert bench measures latency"}
-    return tracker.result(), {k: round(v, 3) if isinstance(v, float) else v for k, v in speed.items()}
+             "int8_speedup": spent["fp32"] / max(spent["int8"], 1e-9), "threads": threads, "note": note}
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in speed.items()}
+
+
+def _measure_answers(fp32, int8, task: str, examples: list) -> tuple[Any, dict[str, Any]]:
+    """``qa``: the INT8 answers' overlap with the fp32 answers, question batches timed interleaved."""
+    tracker = FidelityTracker(task)
+    spent = {"fp32": 0.0, "int8": 0.0}
+    for i in range(0, len(examples), BATCH):
+        chunk = examples[i:i + BATCH]
+        got = {}
+        for name, session in (("fp32", fp32), ("int8", int8)):
+            t0 = time.perf_counter()
+            got[name] = session.answer([e.question for e in chunk], [e.context for e in chunk])
+            spent[name] += time.perf_counter() - t0
+        tracker.add(answer_spans(got["fp32"]), answer_spans(got["int8"]), len(chunk))
+    return tracker.result(), _speed(spent, len(examples), fp32.threads,
+                                    "questions answered, batches interleaved, spinning off: a rough figure")
 
 
 def _entity_scores(sessions: dict[str, Any], data: Path, max_texts: int) -> dict[str, Any]:

@@ -8,11 +8,16 @@ Metrics per task, each against the reference's own outputs:
 * ``mlm``:   top-1 agreement over every non-pad token;                           loss = 1 - rate.
 * ``token-cls``: token label agreement (argmax per token) over the real tokens: not padding, and not
   the first ([CLS]) or last ([SEP]) token of a row (inputs are single texts);  loss = 1 - rate.
+* ``qa``:    overlap F1 of each question's answer with the reference's answer, on character offsets into
+  the context (1 for the same span, 0 for disjoint ones; two empty answers agree), the answers as
+  ``EdgeSession.answer`` gives them;                                              loss = 1 - mean.
+  (The export's INT8 gate measures SQuAD F1 against the gold answers instead, in F1 points: that needs
+  gold answers and torchmetrics, which a device need not have.)
 
 Agreement moves in steps of 1/n, too coarse to rank single graph nodes on a few dozen texts, so every
 comparison also yields a continuous ``distance``: 1 - cosine (embed), total-variation distance of the
 softmax (cls; token-cls: per token, averaged over the real tokens), |p_ref - p_ours| of the
-reference's top-1 token (mlm).
+reference's top-1 token (mlm), 1 for an answer whose span differs at all (qa).
 
 ``FidelityTracker`` is the one tracker of these metrics: the INT8 gate and ``check`` feed it the task
 output (``add`` / ``add_outputs``); ``edgebert bench`` feeds it every output of both runs
@@ -30,7 +35,7 @@ import numpy as np
 from .numeric import nonfinite_rows, softmax
 
 METRICS = {"embed": "cosine", "cls": "label_agreement", "mlm": "top1_agreement",
-           "token-cls": "token_label_agreement"}
+           "token-cls": "token_label_agreement", "qa": "answer_overlap_f1"}
 OUTPUT = {"embed": "last_hidden_state", "cls": "logits", "mlm": "logits", "token-cls": "logits"}
 TOKEN_TASKS = ("mlm", "token-cls")      # scored per token: the result also counts the tokens
 # The accuracy gate's default budget per task, in the metric's loss units (1 - mean). Embeddings:
@@ -40,6 +45,10 @@ TOKEN_TASKS = ("mlm", "token-cls")      # scored per token: the result also coun
 # real tokens, half the sentence-label budget: one flipped token can split, cut or invent an entity, and
 # CoNLL-2003 has about one entity per 8 words (see TOKEN_CLS_BUDGET_NOTE).
 DEFAULT_BUDGETS = {"embed": 0.005, "cls": 0.01, "mlm": 0.02, "token-cls": 0.005}
+# ``edgebert check`` of a qa bundle (the export gates qa in SQuAD F1 against gold answers instead:
+# quantization.config.GATE_BUDGETS): the mean overlap F1 of the INT8 answers with fp32's may fall 0.02
+# (a flipped answer costs 1/n, a boundary moved by a word a fraction of that)
+CHECK_BUDGETS = {**DEFAULT_BUDGETS, "qa": 0.02}
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -72,8 +81,24 @@ def summarize(task: str, output: np.ndarray, mask: np.ndarray) -> dict[str, np.n
     return {"top1": real.argmax(-1), "probs": softmax(real)}
 
 
+def answer_spans(answers: list[dict]) -> dict[str, np.ndarray]:
+    """``qa``: the (start, end) character span of each answer (``EdgeSession.answer``'s dicts)."""
+    return {"spans": np.asarray([[a["start"], a["end"]] for a in answers], dtype=np.int64).reshape(-1, 2)}
+
+
+def span_overlap_f1(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """(N,) F1 of the character overlap of ``got``'s spans with ``ref``'s ((N, 2) start / end offsets)."""
+    overlap = np.maximum(0, np.minimum(ref[:, 1], got[:, 1]) - np.maximum(ref[:, 0], got[:, 0]))
+    total = (ref[:, 1] - ref[:, 0]) + (got[:, 1] - got[:, 0])
+    f1 = np.divide(2.0 * overlap, total, out=np.zeros(len(ref)), where=total > 0)
+    return np.where(total == 0, 1.0, f1)          # two empty answers agree
+
+
 def compare(task: str, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(per-item score, per-item distance) of ``got`` against ``ref`` for one batch."""
+    if task == "qa":
+        same = (ref["spans"] == got["spans"]).all(1)
+        return span_overlap_f1(ref["spans"], got["spans"]), 1.0 - same.astype(np.float64)
     if task == "embed":
         cos = (ref["emb"] * got["emb"]).sum(1)
         return cos, 1.0 - cos

@@ -21,7 +21,10 @@
 - masked LM (``mlm``, a text file): MLM accuracy and perplexity (exp of the mean cross-entropy on the
   masked tokens), on sentence-pair examples masked with a fixed seed: the same examples and masks
   as ``edgebert pretrain``'s evaluation (``edgebert.data.mlm.mlm_eval_batches``), so numbers from
-  pretraining, distillation and this command are directly comparable.
+  pretraining, distillation and this command are directly comparable;
+- sentence embeddings (``embed``, ``data`` a folder such as ../shared/data): MRPC dev paraphrase ROC-AUC,
+  SST-2 dev probe accuracy and WikiText-2 test retrieval of mean-pooled embeddings, texts cut at 256
+  tokens (``edgebert.stages.embed_eval``; a bundle through ``EdgeSession.embed``, torch-free).
 
 ``path`` is either a model directory (``config.json`` + ``model.safetensors``, run in PyTorch) or a
 bundle directory (``manifest.json``, run with ``edgebert.runtime.EdgeSession`` on onnxruntime). A
@@ -45,11 +48,12 @@ from ..data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, read_tagged, r
 from ..errors import CheckpointError, ConfigError, DataError
 from ..qa.squad_file import read_squad
 from ..qa.windows import MAX_SEQ_LEN, check_window, default_stride
+from .embed_eval import MAX_SEQ_LEN as EMBED_MAX_SEQ_LEN
 from edgebert.scores.labels import classification_metrics
 from edgebert.scores.entities import entity_report, entity_scores
 from edgebert.scores.squad import prediction_scores, require_torchmetrics
 
-EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS, "mlm")
+EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS, "mlm", "embed")
 
 
 @dataclass
@@ -86,6 +90,8 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
         max_seq_len = 4096                     # capped at the model's length below: no truncation
     if task in SPAN_TASKS and max_seq_len is None:
         max_seq_len = MAX_SEQ_LEN
+    if task == "embed" and max_seq_len is None:
+        max_seq_len = EMBED_MAX_SEQ_LEN
     max_seq_len, batch_size, corpus_format = max_seq_len or 128, batch_size or 64, corpus_format or "auto"
     if task not in EVAL_TASKS:
         raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(EVAL_TASKS)}")
@@ -103,9 +109,12 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
     if not path.is_dir():
         raise CheckpointError(f"model directory {path} not found",
                               "pass a model directory (config.json) or an exported bundle (manifest.json)")
+    t0 = time.perf_counter()
+    if task == "embed":   # data: a folder of downstream sets (edgebert.stages.embed_eval)
+        metrics, n, details = _evaluate_embed(path, data, max_seq_len, batch_size, max_examples, precision)
+        return EvaluationResult(path, details["kind"], task, data, metrics, n, time.perf_counter() - t0, details)
     if not data.is_file():
         raise DataError(f"{data} not found", "pass an existing data file")
-    t0 = time.perf_counter()
     if task in SPAN_TASKS:
         metrics, n, details = _evaluate_squad(path, data, max_seq_len, doc_stride, batch_size, max_examples,
                                               with_no_answer, precision, device)
@@ -235,6 +244,16 @@ def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, 
     gold = [[tags[t] for t in s.tags] for s in sentences]
     return _entity_result(gold, predicted, {**details, "max_length": session.max_length,
                                             "through": "EdgeSession.tag(aggregation='none')"})
+
+
+def _evaluate_embed(path: Path, data: Path, max_seq_len: int, batch_size: int, max_examples: int | None,
+                    precision: str | None):
+    """Downstream scores of sentence embeddings (``edgebert.stages.embed_eval``)."""
+    from .embed_eval import METRICS, DownstreamData, downstream_scores
+
+    sets = DownstreamData.load(data, limit=max_examples)
+    run = downstream_scores(path, sets, precision, max_seq_len=max_seq_len, batch_size=batch_size)
+    return {k: run["metrics"][k] for k in METRICS}, sets.describe()["texts"], {**run["details"], **sets.describe()}
 
 
 # =========================================================================== SQuAD

@@ -29,6 +29,7 @@ PROVIDED_BY: dict[str, tuple[str, str]] = {
     "optimum": ("optimum", "pip install 'edgebert[hf]'"),
     "seqeval": ("seqeval", "pip install 'edgebert[train]' (or pip install seqeval)"),
     "torchmetrics": ("torchmetrics", "pip install 'edgebert[train]' (or pip install torchmetrics)"),
+    "sklearn": ("scikit-learn", "pip install 'edgebert[train]' (or pip install scikit-learn)"),
 }
 
 

@@ -1,0 +1,233 @@
+"""Embedding students judged downstream (issue #22): distil all-MiniLM-L6-v2 into a 4-layer student with
+each named recipe, export it (fused fp32 + gated INT8, as ``edgebert pipeline`` does), and score the
+teacher, the student fp32 and the student INT8 on held-out data (``edgebert.stages.embed_eval``: MRPC
+dev paraphrase ROC-AUC, SST-2 dev probe accuracy, WikiText-2 test retrieval recall@1/@10 and MRR).
+
+Training text is what the project has and never a scored set: WikiText-2 *valid* paragraphs (one
+document per article), SST-2 *train* and MRPC *train* sentences (documents of 50 lines), written once
+to ``RUNS/train.txt`` (corpus format ``lines``); the distiller holds 5% of those documents out for its
+own agreement figures. The INT8 calibration text is WikiText-2 valid paragraphs too. Every recipe is a
+``Recipe`` below: a distillation preset plus any ``DistillConfig`` field (``max_seq_len``,
+``layer_map``, ``alpha_cos`` / ``alpha_hidden`` / ``alpha_attn``, ``freeze_word_embeddings``, ...), the
+steps, batch size and learning rate, and the training text (``project`` or ``builtin``: Python's
+documentation, what ``make demo`` trains on). Add one to ``RECIPES`` to try it.
+
+Writes ``benchmarks/results/embed_students.{json,md}`` (with ``--smoke``: tiny budgets and data caps,
+``RUNS/embed_students_smoke.{json,md}`` instead, never the results folder): per recipe the wall time of
+distillation, export and scoring, the three columns with retention (student / teacher), the CPU
+(``edgebert.system.environment.describe``) and the load average before and after (a busy machine
+slows the wall times, never the scores).
+
+    .venv/bin/python benchmarks/embed_students.py [--recipes demo,demo-builtin] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+SHARED = REPO.parent / "shared" / "data"
+sys.path.insert(0, str(REPO))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One student: ``DistillConfig.preset(preset, ..., **fields)`` trained ``steps`` x ``batch_size``."""
+
+    note: str
+    steps: int
+    batch_size: int = 16
+    lr: float | None = None                # None: the preset's (embed: 5e-4)
+    preset: str = "embed"
+    corpus: str = "project"                # project: WikiText-2 valid + SST-2/MRPC train; builtin: Python docs
+    fields: dict[str, Any] = field(default_factory=dict)   # any DistillConfig field
+
+
+RECIPES: dict[str, Recipe] = {
+    # `make demo`'s distillation (PIPELINE_PRESETS["demo"] over DISTILL_DEFAULTS["embed"] and the "embed"
+    # preset: 90 steps of 16 texts cut at 64 tokens, lr 5e-4, cosine of the last hidden states, word
+    # embeddings frozen, teacher layers [0, 2, 3, 5]) on the project's text
+    "demo": Recipe("make demo's recipe on the project's text", steps=90, fields={"max_seq_len": 64}),
+    # the same on the built-in corpus, exactly what `make demo` trains on
+    "demo-builtin": Recipe("make demo's recipe on its own built-in corpus", steps=90, corpus="builtin",
+                           fields={"max_seq_len": 64}),
+    # the pipeline's default without the demo preset (DISTILL_DEFAULTS["embed"]: 250 x 16, 128 tokens)
+    "pipeline-250": Recipe("the pipeline's default distillation for an encoder", steps=250,
+                           fields={"max_seq_len": 128}),
+}
+SMOKE = dict(steps=4, batch_size=4, max_seq_len=32, train_lines=400, calib_size=16, gate_size=16,
+             probe_examples=200, paragraphs=30, limit=60)
+DOC_LINES = 50          # SST-2 / MRPC sentences per training document
+
+
+def training_text(path: Path, max_lines: int | None = None) -> Path:
+    """WikiText-2 valid paragraphs (an article per document) + SST-2 and MRPC train sentences (documents of
+    ``DOC_LINES``), corpus format ``lines``; never a dev or test file."""
+    from edgebert.data.corpus import paragraphs, read_corpus
+    from edgebert.data.tasks import read_task_tsv
+    from edgebert.files.atomic import write_text
+
+    docs = [doc for doc in ("\n".join(paragraphs([article], 3)) for article in
+                            read_corpus(SHARED / "wikitext-2-raw" / "wiki.valid.raw", "wikitext")) if doc]
+    sentences = [e.text_a for e in read_task_tsv(SHARED / "sst2" / "train.tsv", "sst2")[0]]
+    for e in read_task_tsv(SHARED / "mrpc" / "train.tsv", "mrpc")[0]:
+        sentences += [e.text_a, e.text_b or ""]
+    sentences = list(dict.fromkeys(s for s in sentences if len(s.split()) >= 3))
+    docs += ["\n".join(sentences[i:i + DOC_LINES]) for i in range(0, len(sentences), DOC_LINES)]
+    if max_lines:   # smoke: a few documents of each source
+        docs = docs[:4] + docs[-4:]
+        docs = ["\n".join(d.splitlines()[:max_lines // 8]) for d in docs]
+    write_text(path, "\n\n".join(docs) + "\n")
+    return path
+
+
+def calibration_text(path: Path, lines: int = 1000) -> Path:
+    from edgebert.data.corpus import paragraphs, read_corpus
+    from edgebert.files.atomic import write_text
+
+    texts = paragraphs(read_corpus(SHARED / "wikitext-2-raw" / "wiki.valid.raw", "wikitext"), 8)[:lines]
+    write_text(path, "\n".join(texts) + "\n")
+    return path
+
+
+def distill_student(name: str, recipe: Recipe, teacher: Path, corpus: Path | None, out: Path, smoke: bool):
+    from edgebert.stages.distill import DistillConfig, distill
+
+    steps = SMOKE["steps"] if smoke else recipe.steps
+    train = {"max_steps": steps, "batch_size": SMOKE["batch_size"] if smoke else recipe.batch_size,
+             "eval_every": steps, "save_every": steps, "log_every": min(20, steps), "progress": False}
+    if recipe.lr is not None:
+        train["lr"] = recipe.lr
+    fields = {**recipe.fields, **({"max_seq_len": SMOKE["max_seq_len"], "max_eval_examples": 16} if smoke else {})}
+    text = {"corpus": (corpus,), "corpus_format": "lines"} if recipe.corpus == "project" else {}
+    cfg = DistillConfig.preset(recipe.preset, teacher, out, layers=fields.pop("layers", 4), train=train,
+                               overwrite=True, **text, **fields)
+    result = distill(cfg)
+    return result, cfg
+
+
+def export_student(student: Path, out: Path, calib: Path, smoke: bool):
+    from exporters import ExportConfig, export_bundle
+
+    sizes = {"calib_size": SMOKE["calib_size"], "gate_size": SMOKE["gate_size"]} if smoke else {"calib_size": 128}
+    return export_bundle(ExportConfig(model_dir=student, out_dir=out, task="embed", int8=True, calib=calib,
+                                      max_accuracy_loss=0.01, validation_batch_sizes=(1, 3), overwrite=True, **sizes))
+
+
+def run_recipe(name: str, recipe: Recipe, teacher: Path, corpus: Path, calib: Path, data, teacher_scores: dict,
+               runs: Path, smoke: bool, length: int) -> dict[str, Any]:
+    from edgebert.stages.embed_eval import downstream_scores, retention
+
+    print(f"== {name}: {recipe.note}", flush=True)
+    t0 = time.perf_counter()
+    result, cfg = distill_student(name, recipe, teacher, corpus, runs / name / "student", smoke)
+    distill_s = time.perf_counter() - t0
+    exported = export_student(result.out_dir, runs / name / "bundle", calib, smoke)
+    row: dict[str, Any] = {"recipe": asdict(recipe), "steps": result.steps, "layer_map": result.layer_map,
+                           "max_seq_len": cfg.max_seq_len, "lr": cfg.train.lr, "batch_size": cfg.train.batch_size,
+                           "train_texts": result.num_train_examples, "distill_s": round(distill_s, 1),
+                           "export_s": round(exported.seconds, 1), "agreement": result.eval_metrics,
+                           "agreement_before": result.start_metrics, "scores": {}, "retention": {}, "score_s": {}}
+    for precision in ("fp32", "int8"):
+        run = downstream_scores(exported.bundle_dir, data, precision, max_seq_len=length)
+        row["scores"][precision] = run["metrics"]
+        row["retention"][precision] = retention(run["metrics"], teacher_scores)
+        row["score_s"][precision] = run["details"]["seconds"]
+    row["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(f"   {name}: distill {distill_s:.0f} s, export {exported.seconds:.0f} s, retention INT8 " + ", ".join(
+        f"{k} {100 * v:.0f}%" for k, v in row["retention"]["int8"].items() if v is not None), flush=True)
+    return row
+
+
+LABELS = (("MRPC AUC", "mrpc_auc"), ("SST-2 probe", "sst2_probe_accuracy"), ("R@1", "retrieval_recall_at_1"),
+          ("R@10", "retrieval_recall_at_10"), ("MRR", "retrieval_mrr"))
+
+
+def markdown(result: dict[str, Any]) -> str:
+    env, teacher = result["environment"], result["teacher"]
+    out = ["# Embedding students judged downstream (all-MiniLM-L6-v2 -> 4 layers)", "",
+           ("**Smoke run: tiny budgets and data caps; the figures say nothing about the recipes.**\n"
+            if result["smoke"] else ""),
+           f"Held-out data ({result['data']['root']}): MRPC dev {result['data']['mrpc_pairs']} pairs (paraphrase "
+           f"ROC-AUC of the cosine), SST-2 logistic probe trained on {result['data']['sst2_train']} train sentences, "
+           f"scored on {result['data']['sst2_dev']} dev, WikiText-2 test retrieval over "
+           f"{result['data']['paragraphs']} paragraphs (first sentence -> the rest). Mean pooling, texts cut at "
+           f"{result['max_seq_len']} tokens. Retention = student / teacher.", "",
+           f"CPU: {env.get('cpu')} ({env.get('cpu_count')} CPUs), torch {env.get('torch')}, onnxruntime "
+           f"{env.get('onnxruntime')}; load average {result['load_before']} before, {result['load_after']} after "
+           f"(wall times are indicative on a busy machine; the scores are not affected).", "",
+           "| model | " + " | ".join(label for label, _ in LABELS) + " | wall time |",
+           "|---|" + "---|" * (len(LABELS) + 1),
+           "| teacher (PyTorch fp32) | " + " | ".join(f"{teacher[k]:.3f}" for _, k in LABELS)
+           + f" | scoring {result['teacher_score_s']:.0f} s |"]
+    for name, row in result["recipes"].items():
+        for precision in ("fp32", "int8"):
+            scores, kept = row["scores"][precision], row["retention"][precision]
+            cells = " | ".join(f"{scores[k]:.3f} ({100 * kept[k]:.0f}%)" if kept.get(k) is not None
+                               else f"{scores[k]:.3f}" for _, k in LABELS)
+            wall = (f"distill {row['distill_s']:.0f} s + export {row['export_s']:.0f} s" if precision == "fp32"
+                    else f"scoring {row['score_s']['int8']:.0f} s")
+            out.append(f"| {name} {precision.upper() if precision == 'int8' else precision} | {cells} | {wall} |")
+    out += ["", "| recipe | what | steps x batch | tokens | lr | layer map | training texts | agreement cosine "
+                "(before) |", "|---|---|---|---|---|---|---|---|"]
+    for name, row in result["recipes"].items():
+        cos = row["agreement"].get("embedding_cosine_mean")
+        before = row["agreement_before"].get("embedding_cosine_mean")
+        out.append(f"| {name} | {row['recipe']['note']} | {row['steps']} x {row['batch_size']} | {row['max_seq_len']} "
+                   f"| {row['lr']:g} | {row['layer_map']} | {row['train_texts']} | "
+                   f"{'-' if cos is None else f'{cos:.3f}'} ({'-' if before is None else f'{before:.3f}'}) |")
+    out += ["", f"Total {result['wall_s']:.0f} s. Command: `{result['command']}`", ""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--recipes", default=",".join(RECIPES), help=f"comma-separated, of {', '.join(RECIPES)}")
+    ap.add_argument("--teacher", type=Path, default=None, help="default: the installed all-MiniLM-L6-v2")
+    ap.add_argument("--data", type=Path, default=SHARED, help="the downstream folder (default ../shared/data)")
+    ap.add_argument("--runs", type=Path, default=REPO / "runs" / "embed_students")
+    ap.add_argument("--smoke", action="store_true", help="tiny budgets and data caps (checks the script runs)")
+    args = ap.parse_args()
+    names = [n.strip() for n in args.recipes.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        raise SystemExit(f"unknown recipe(s) {unknown}; use some of {', '.join(RECIPES)}")
+
+    from edgebert.files.atomic import write_json, write_text
+    from edgebert.pipeline.config import installed_teacher
+    from edgebert.stages.embed_eval import MAX_SEQ_LEN, DownstreamData, downstream_scores
+    from edgebert.system.environment import describe
+
+    t0, load_before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
+    teacher = args.teacher or installed_teacher()
+    args.runs.mkdir(parents=True, exist_ok=True)
+    caps = {k: SMOKE[k] for k in ("probe_examples", "paragraphs", "limit")} if args.smoke else {}
+    data = DownstreamData.load(args.data, **caps)
+    corpus = training_text(args.runs / "train.txt", SMOKE["train_lines"] if args.smoke else None)
+    calib = calibration_text(args.runs / "calib.txt", 64 if args.smoke else 1000)
+    print(f"teacher {teacher}: scoring on {data.describe()}", flush=True)
+    teacher_run = downstream_scores(teacher, data, max_seq_len=MAX_SEQ_LEN)
+    rows = {name: run_recipe(name, RECIPES[name], teacher, corpus, calib, data, teacher_run["metrics"], args.runs,
+                             args.smoke, MAX_SEQ_LEN) for name in names}
+    result = {"benchmark": "embed_students", "smoke": args.smoke, "teacher_dir": str(teacher),
+              "teacher": teacher_run["metrics"], "teacher_score_s": teacher_run["details"]["seconds"],
+              "max_seq_len": MAX_SEQ_LEN, "data": data.describe(), "training_text": str(corpus),
+              "recipes": rows, "wall_s": round(time.perf_counter() - t0, 1), "load_before": load_before,
+              "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
+              "command": "python benchmarks/embed_students.py " + " ".join(sys.argv[1:])}
+    folder, stem = (args.runs, "embed_students_smoke") if args.smoke else (RESULTS, "embed_students")
+    write_json(folder / f"{stem}.json", result)
+    write_text(folder / f"{stem}.md", markdown(result))
+    print(markdown(result))
+    print(f"written: {folder / stem}.json, .md")
+
+
+if __name__ == "__main__":
+    main()
