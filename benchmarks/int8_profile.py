@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cpu_peers import cpu_window, edgebert_bundle, ort_feeds, synthetic_ids  # noqa: E402  (benchmarks/cpu_peers.py)
+from cpu_peers import cpu_window, edgebert_bundle, ort_feeds, synthetic_ids, write_results  # noqa: E402  (benchmarks/cpu_peers.py)
 
 GRAPHS = {"fused fp32": "model.onnx", "default INT8 (portable)": "model.int8.onnx"}
 OUTLIER = "outlier"      # quantization.outliers names every node it adds ``<MatMul>/outlier_...``
@@ -137,7 +137,6 @@ def main(argv=None) -> int:
         args.iters, args.warmup = 3, 1
 
     from edgebert.bench.measure import OtherCpuLoad
-    from edgebert.files.atomic import write_json, write_text
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.system.environment import check_threads, describe
 
@@ -161,12 +160,7 @@ def main(argv=None) -> int:
             report["graphs"][name] = {"file": file, **op_breakdown(events, args.warmup)}
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]
     report["other_cpu"] = other.fraction()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out.with_suffix(".json"), report)
-    write_text(out.with_suffix(".md"), to_markdown(report))
-    print(to_markdown(report))
-    print(f"wrote {out.with_suffix('.json')} and .md")
-    return 0
+    return write_results(out, report, to_markdown)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ DISTINCT_CONCEPTS = {
     ("--train", "--max-train-examples"),    # the training file / a cap on its examples
     ("--vocab", "--vocab-size"),            # an existing vocabulary / the size of one to train
     ("--batch-size", "--eval-batch-size"),  # examples per optimizer step / per evaluation forward pass
+    ("--data", "--downstream-data"),        # the file a command scores / the folder of the held-out embedding sets
 }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..bench.verdict import speed_caveat
+
 REFERENCE = "torch fp32"
 
 
@@ -33,8 +35,7 @@ def model_figures(stages: dict[str, Any], report: dict[str, Any]) -> dict[str, A
                      "speedup": fixed and fixed["speedup_vs_reference"],
                      "mix_sequences_per_s": dynamic and dynamic["sequences_per_s"],
                      "mix_speedup": dynamic and dynamic["speedup_vs_reference"]}
-    from ..bench.verdict import speed_caveat             # None, or why the speed figures are not facts
-    out["speed_caveat"] = speed_caveat(report)
+    out["speed_caveat"] = speed_caveat(report)           # None, or why the speed figures are not facts
     return out
 
 
