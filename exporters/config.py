@@ -46,7 +46,7 @@ class ExportConfig:
     static QDQ S8S8 form, ``int8-trt``), each with the min/opt/max ``trt_profile`` (default
     1x1 / 8x128 / 32xmax_len). ``int8_mode="static"`` means INT8 for TensorRT only: it implies
     ``tensorrt`` and skips the CPU INT8 targets. ``cuda`` adds ``fp32-cuda`` and ``fp16-cuda`` (fused
-    with the 1-D mask index for CUDA's flash / memory-efficient attention).
+    with the 1-D mask index: CUDA fp16 runs cuDNN flash attention with it, as measured on an H100).
     """
 
     model_dir: Path

@@ -7,8 +7,9 @@ anything less means the model code drifted from the pattern the optimizer knows,
 ORT basic graph optimizations (level 1, provider independent) run first, then the Python fusions.
 The CPU graph keeps a raw 2-D mask (``AttentionMaskFormat.AttentionMask``) rather than the bert default
 1-D "mask index" (sequence lengths): same speed on CPU (measured, MiniLM), and correct for any padding
-side, not only right padding. The CUDA graph (``mask="index"``) takes the 1-D mask index: with a raw
-mask onnxruntime's CUDA Attention cannot use its flash / memory-efficient kernels. The mask index is
+side, not only right padding. The CUDA graph (``mask="index"``) takes the 1-D mask index, with which
+CUDA fp16 Attention runs cuDNN's flash attention kernel (measured on an H100, benchmarks/results/gpu_cuda.md;
+fp32 Attention runs unfused GEMM + masked softmax; the raw-mask form was not measured on a GPU). The mask index is
 only right for right padding, which the runtime always uses (``runtime.text.pad_batch``).
 
 The level-1 ORT pass runs on the CPU provider for the GPU graph too (``use_gpu=False``): basic

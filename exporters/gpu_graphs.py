@@ -6,7 +6,7 @@
   a min/opt/max profile for every input (``--trt-profile``). TensorRT runs fp16 from it too.
 * ``int8-trt`` (``model.int8.trt.onnx``, ``exporters.int8``): its static QDQ S8S8 form.
 * ``fp32-cuda`` / ``fp16-cuda`` (``model.cuda.onnx`` / ``model.fp16.cuda.onnx``): fused with the 1-D
-  mask index (``exporters.fusion``), so CUDA's Attention can use flash / memory-efficient kernels;
+  mask index (``exporters.fusion``): CUDA fp16 Attention runs cuDNN flash attention with it (measured);
   fp16 keeps fp32 inputs and outputs.
 * ``fp16`` (``model.fp16.onnx``): the fused CPU graph in fp16 (``quantization.fp16`` converts it).
 

@@ -150,3 +150,25 @@ def test_gpu_check_stops_with_exit_code_2_and_no_figure_without_a_gpu(tmp_path):
     assert len(err) == 1 and err[0].startswith("error: no usable NVIDIA GPU provider on this machine, nothing "
                                                f"measured (cuda: {probe('cuda').reason}; tensorrt: ")
     assert not out.exists() and not (tmp_path / "bundle").exists()
+
+
+def test_a_path_failing_with_any_exception_is_that_paths_failure(cpu_session):
+    reference = cpu_session.embed(TEXTS)
+
+    class Breaks(Fake):
+        def embed(self, texts):
+            raise RuntimeError("CUDA failure 700: an illegal memory access was encountered")
+
+    row = check_path(lambda **kw: Breaks(cpu_session, "cuda", {"cuda": 30}), "cuda", "fp16", TEXTS, reference,
+                     available)
+    assert row["status"] == FAILED and "RuntimeError: CUDA failure 700" in row["problems"][0]
+
+
+def test_the_cpu_int8_graph_on_cuda_is_reported_hybrid_not_ok(cpu_session):
+    reference = cpu_session.embed(TEXTS)
+    fake = Fake(cpu_session, "cuda", {"cuda": 89, "cpu": 25})
+    fake.placement = Placement({"cuda": 2, "cpu": 1}, named=(("cuda", "Attention", "a"), ("cuda", "MatMul", "m"),
+                                                             ("cpu", "MatMulIntegerToFloat", "q")))
+    row = check_path(lambda **kw: fake, "cuda", "int8", TEXTS, reference, available)
+    assert row["status"] == "hybrid" and row["problems"] == ["hybrid: compute nodes on the CPU, not cuda "
+                                                             "(MatMulIntegerToFloat 1)"]

@@ -22,13 +22,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError, EdgebertError
+from ..runtime.placement import HYBRID
 from .schema import BenchReport
 
 GPU_PROVIDERS = ("cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "int8")
 # lowest cosine (per text) against the CPU fp32 embedding that a path may give
 COSINE_FLOOR = {"fp32": 0.9999, "fp16": 0.999, "int8": 0.98}
-OK, FAILED, UNMEASURED = "ok", "FAILED", "unmeasured"
+OK, FAILED, UNMEASURED, HYBRID_PATH = "ok", "FAILED", "unmeasured", "hybrid"
 
 
 def session_problems(session: Any, requested: str, stdout: str) -> list[str]:
@@ -38,6 +39,9 @@ def session_problems(session: Any, requested: str, stdout: str) -> list[str]:
         problems.append(f"asked for {requested}, the session runs on {session.provider} (silent fallback)")
     if not session.placement.runs_on(requested):
         problems.append(f"onnxruntime assigned no node to {requested} ({session.placement.describe()})")
+    elif session.placement.label(requested) == HYBRID:
+        off = ", ".join(f"{op} {n}" for op, n in session.placement.compute_off(requested).items())
+        problems.append(f"hybrid: compute nodes on the CPU, not {requested} ({off})")
     if stdout.strip():
         problems.append(f"onnxruntime printed on stdout (a rerouted session?): {' '.join(stdout.split())[:300]}")
     return problems
@@ -75,6 +79,10 @@ def check_path(open_session: Any, provider: str, precision: str, texts: Sequence
     except EdgebertError as exc:
         return {**row, "status": FAILED, "problems": [f"probe says available, but: {exc.one_line()}"],
                 "stdout": printed.getvalue()[:2000]}
+    except Exception as exc:  # noqa: BLE001  (any other failure is this path's, never the whole check's)
+        return {**row, "status": FAILED, "problems": [f"probe says available, but {type(exc).__name__}: "
+                                                      f"{' '.join(str(exc).split())[:400]}"],
+                "stdout": printed.getvalue()[:2000]}
     problems = session_problems(session, provider, printed.getvalue())
     cosine = cosine_rows(embeddings, reference)
     if cosine.min() < COSINE_FLOOR[precision]:
@@ -83,7 +91,8 @@ def check_path(open_session: Any, provider: str, precision: str, texts: Sequence
         refusal = _profile_refusal(session)
         if refusal:
             problems.append(refusal)
-    return {**row, "status": FAILED if problems else OK, "problems": problems, "model": session.model_key,
+    hybrid = bool(problems) and all(p.startswith("hybrid:") for p in problems)
+    return {**row, "status": HYBRID_PATH if hybrid else FAILED if problems else OK, "problems": problems, "model": session.model_key,
             "model_file": session.model_file.name, "providers": list(session.providers),
             "placement": session.placement.as_dict(), "notes": list(session.provider_notes),
             "trt_profile": session.trt_profile.as_dict() if session.trt_profile else None,
@@ -107,6 +116,8 @@ def bench_problems(report: BenchReport | dict[str, Any]) -> list[str]:
         nodes = (path.placement or {}).get("nodes") or {}
         if not nodes.get(path.provider):
             problems.append(f"bench {path.path}: no node assigned to {path.provider} ({nodes})")
+        elif path.precision == "int8" and path.provider == "cuda" and nodes.get("cpu"):
+            problems.append(f"bench {path.path}: hybrid, {nodes.get('cpu')} node(s) on the CPU ({nodes})")
         if path.failed:
             problems.append(f"bench {path.path}: {path.failed}")
     for row in report.results:
@@ -205,7 +216,12 @@ def run_gpu_check(bundle: Path, out: Path, texts: Sequence[str], status: dict[st
     def open_session(provider: str, precision: str) -> EdgeSession:
         return EdgeSession(bundle, provider=provider, precision=precision, trt_cache_dir=cache)
 
-    rows = [check_path(open_session, p, q, texts, cpu, probe) for p in status for q in PRECISIONS]
+    rows = []
+    for p in status:
+        for q in PRECISIONS:
+            rows.append(check_path(open_session, p, q, texts, cpu, probe))
+            write_json(out / "gpu_check.json", {"verdict": "in progress: runtime paths", "environment": env,
+                                                "runtime": rows, "command": command})   # kept if the run dies
     for r in rows:
         print(f"{r['provider']:9s} {r['precision']:5s} {r['status']:10s} "
               f"{r.get('reason') or '; '.join(r.get('problems') or []) or r.get('model')}")

@@ -52,7 +52,7 @@ def export(
                               "(default max: 32 x the max length).")] = None,
     cuda: Annotated[bool, typer.Option(
         "--cuda", help="Also write the CUDA graphs model.cuda.onnx and model.fp16.cuda.onnx (1-D mask "
-                       "index: flash / memory-efficient attention).")] = False,
+                       "index: cuDNN flash attention in fp16).")] = False,
     max_seq_len: o.MaxSeqLen = None,
     archive: Annotated[Optional[Path], typer.Option(
         "--archive", help="Also pack the bundle into this one file to ship (.tar.gz, .tgz or .zip); EdgeSession, "

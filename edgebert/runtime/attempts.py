@@ -27,7 +27,7 @@ from ..bundle import Manifest, bundle_file
 from ..errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
 from .graphs import ModelChoice, choose_model
 from .hostcpu import HostCpu
-from .placement import RECORD_CONFIG, Placement, read_placement
+from .placement import HYBRID, RECORD_CONFIG, Placement, read_placement
 from .providers import ORT_NAMES, ProviderPlan, plan_providers, provider_options, trt_cache_dirs
 from .trt_profile import TrtProfile
 
@@ -220,6 +220,10 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
             notes.append(f"batch_size {request.batch_size} lowered to {batch_size}, the TensorRT profile's max "
                          "batch (a larger batch passed to run() is refused)")
     notes.append(f"{placement.describe()} ({placement.method})")
+    if provider != "cpu" and placement.label(provider) == HYBRID:
+        off = ", ".join(f"{op} {n}" for op, n in sorted(placement.compute_off(provider).items(), key=lambda kv: -kv[1]))
+        notes.append(f"hybrid: compute nodes run on the CPU, not {provider} ({off}); this graph gains nothing "
+                     f"from the GPU there (graph {choice.key})")
     notes.append(f"running on {provider} ({', '.join(session.get_providers())}), graph {choice.key} ({choice.file})")
     return OpenedSession(session, provider, choice, model_file, placement, notes,
                          attempts + [Attempt(provider, choice.key)], profile, engine, batch_size)

@@ -10,8 +10,8 @@ fp32        fused (ORT contrib ops, 2-D mask)  CPU; CUDA when the bundle has no 
 int8[-t]    fused, dynamic-format INT8         CPU (one per target, chosen by ``int8_choice``); CUDA runs
                                               it with the nodes it lacks on the CPU (placement reported)
 fp16        fused fp16, 2-D mask               CUDA when the bundle has no ``fp16-cuda``
-fp32-cuda   fused-gpu: 1-D mask index          CUDA fp32 (flash / memory-efficient attention kernels)
-fp16-cuda   fused-gpu, fp16, fp32 I/O          CUDA fp16
+fp32-cuda   fused-gpu: 1-D mask index          CUDA fp32 (unfused attention kernels: fp32 has no flash path)
+fp16-cuda   fused-gpu, fp16, fp32 I/O          CUDA fp16 (cuDNN flash attention, measured on H100)
 fp32-trt    standard ONNX ops only             TensorRT fp32, and fp16 (``trt_fp16_enable``)
 int8-trt    standard ops, QDQ S8S8             TensorRT int8 (``trt_int8_enable``)
 ==========  ================================  ===========================================================
@@ -93,7 +93,7 @@ def choose_model(manifest: Manifest, provider: str, precision: str, host: HostCp
     notes = []
     if provider == "cuda" and key in ("fp32", "fp16"):
         notes.append(f"cuda + {precision}: the bundle has no {keys[0]} graph, so CUDA runs the CPU-fused graph "
-                     "(raw 2-D attention mask: no flash / memory-efficient attention); re-export with --cuda")
+                     "(raw 2-D attention mask, not the graph measured on a GPU); re-export with --cuda")
     if provider == "tensorrt" and precision == "fp16":
         notes.append("tensorrt + fp16: the fp32 standard-op graph, built by TensorRT with fp16 kernels "
                      "(trt_fp16_enable, LayerNorm kept fp32)")

@@ -11,6 +11,7 @@ registered list is all there is, and the placement says so (``method``). Torch-f
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,18 @@ from typing import Any
 RECORD_CONFIG = "session.record_ep_graph_assignment_info"
 METHOD_RECORD = "onnxruntime graph assignment record (session.record_ep_graph_assignment_info)"
 METHOD_PROVIDERS = "registered providers only (this onnxruntime has no graph assignment record)"
+# ops that only compute shapes, indices or masks: onnxruntime places some of them on the CPU on purpose
+# (GetCpuPreferredNodes: cheaper there than a device round trip); every other op is a compute op
+SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Reshape",
+                       "ConstantOfShape", "Range", "Expand", "Equal", "Where", "Cast", "NonZero", "Identity",
+                       "Constant", "Not", "Less", "Greater"})
+ON, SHAPES_ON_CPU, HYBRID, ELSEWHERE = "on provider", "on provider (shape ops on CPU)", "hybrid", "not on provider"
+_FORCED_CPU = re.compile(r"Force fallback to CPU execution for node: (\S+)")
+_NO_KERNEL = re.compile(r"(\w+) kernel not found in registries for Op type: (\S+) node name: (\S*)")
+REASON_CPU_PREFERRED = ("onnxruntime put it on the CPU on purpose: shape computation, cheaper there than a "
+                        "device round trip")
+REASON_NO_KERNEL = "the provider has no kernel for this op and these input types"
+REASON_UNLOGGED = "no reason in onnxruntime's log"
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,7 @@ class Placement:
     nodes: dict[str, int]
     op_types: dict[str, dict[str, int]] = field(default_factory=dict)
     method: str = METHOD_RECORD
+    named: tuple[tuple[str, str, str], ...] = ()   # (provider, op type, node name) of every node, when recorded
 
     @property
     def total(self) -> int:
@@ -51,10 +65,52 @@ class Placement:
             parts.append(f"{name} {count}" + (f" ({top})" if top and count < self.total else ""))
         return f"nodes: {' | '.join(parts)} of {self.total}"
 
+    def off(self, provider: str) -> list[tuple[str, str, str]]:
+        """(provider, op type, node name) of every node placed anywhere but ``provider``."""
+        return [n for n in self.named if n[0] != provider]
+
+    def label(self, provider: str) -> str:
+        """``ON`` every node on ``provider``; ``SHAPES_ON_CPU`` only shape ops elsewhere; ``HYBRID`` compute
+        ops elsewhere too; ``ELSEWHERE`` no node on it. (Registered-list method: ``ON`` or ``ELSEWHERE``.)"""
+        if self.method == METHOD_PROVIDERS or not self.named:
+            return ON if self.runs_on(provider) else ELSEWHERE
+        if not self.nodes.get(provider):
+            return ELSEWHERE
+        off = self.off(provider)
+        if not off:
+            return ON
+        return SHAPES_ON_CPU if all(op in SHAPE_OPS for _, op, _ in off) else HYBRID
+
+    def compute_off(self, provider: str) -> dict[str, int]:
+        """Compute ops (not shape ops) placed elsewhere than ``provider``: op type -> count."""
+        return dict(Counter(op for _, op, _ in self.off(provider) if op not in SHAPE_OPS))
+
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": dict(self.nodes), "op_types": {k: dict(v) for k, v in self.op_types.items()},
                 "method": self.method, "total": self.total}
 
+
+def placement_reasons(log_text: str) -> dict[str, str]:
+    """Node name -> why onnxruntime did not give it to the preferred provider, read from its verbose log
+    (``GetCpuPreferredNodes`` and the CUDA / TensorRT kernel lookup messages)."""
+    reasons: dict[str, str] = {}
+    for match in _NO_KERNEL.finditer(log_text):
+        reasons[match.group(3)] = f"{REASON_NO_KERNEL} ({match.group(1)} lacks {match.group(2)})"
+    for match in _FORCED_CPU.finditer(log_text):
+        reasons.setdefault(match.group(1), REASON_CPU_PREFERRED)
+    return reasons
+
+
+def off_provider_table(placement: Placement, provider: str, reasons: dict[str, str]
+                       ) -> list[dict[str, Any]]:
+    """Nodes not on ``provider`` grouped by (where, op type, reason), with counts and up to 3 names each."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for where, op, name in placement.off(provider):
+        why = reasons.get(name) or (REASON_CPU_PREFERRED + " (assumed: no log line)" if op in SHAPE_OPS
+                                    else REASON_UNLOGGED)
+        groups.setdefault((where, op, why), []).append(name)
+    return [{"provider": k[0], "op_type": k[1], "count": len(v), "reason": k[2], "examples": v[:3],
+             "compute": k[1] not in SHAPE_OPS} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
 
 def read_placement(session: Any) -> Placement:
     """The placement of ``session`` (an ``onnxruntime.InferenceSession`` made with ``RECORD_CONFIG``)."""
@@ -69,10 +125,12 @@ def read_placement(session: Any) -> Placement:
         if subgraphs:
             nodes: Counter = Counter()
             ops: dict[str, Counter] = {}
+            named = []
             for sub in subgraphs:
                 name = short_name(sub.ep_name)
                 for node in sub.get_nodes():
                     nodes[name] += 1
                     ops.setdefault(name, Counter())[node.op_type] += 1
-            return Placement(dict(nodes), {k: dict(v) for k, v in ops.items()})
+                    named.append((name, node.op_type, getattr(node, "name", "")))
+            return Placement(dict(nodes), {k: dict(v) for k, v in ops.items()}, METHOD_RECORD, tuple(named))
     return Placement({short_name(p): 0 for p in session.get_providers()}, {}, METHOD_PROVIDERS)
