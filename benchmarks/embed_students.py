@@ -61,6 +61,18 @@ RECIPES: dict[str, Recipe] = {
     # the pipeline's default without the demo preset (DISTILL_DEFAULTS["embed"]: 250 x 16, 128 tokens)
     "pipeline-250": Recipe("the pipeline's default distillation for an encoder", steps=250,
                            fields={"max_seq_len": 128}),
+    # the 20-minute budget spent on steps: ~10x the pipeline's default (0.2 s a step on 2 cores)
+    "long-2400": Recipe("pipeline recipe, 2,400 steps (20-minute budget)", steps=2400,
+                        fields={"max_seq_len": 128}),
+    # the same with the in-batch similarity of the pooled sentence vectors distilled too (relational KD:
+    # which sentences the teacher finds close, what retrieval ranks by)
+    "long-2400-sim": Recipe("2,400 steps + in-batch similarity of pooled vectors (alpha_sim 1)", steps=2400,
+                            fields={"max_seq_len": 128, "alpha_sim": 1.0}),
+    "long-2400-sim01": Recipe("2,400 steps + in-batch similarity, weight 0.1", steps=2400,
+                              fields={"max_seq_len": 128, "alpha_sim": 0.1}),
+    # the same with the intermediate hidden states distilled too (teacher layers [0, 2, 3, 5] -> 4)
+    "long-2400-hidden": Recipe("2,400 steps + intermediate hidden states (alpha_hidden 1)", steps=2400,
+                               fields={"max_seq_len": 128, "alpha_hidden": 1.0}),
 }
 SMOKE = dict(steps=4, batch_size=4, max_seq_len=32, train_lines=400, calib_size=16, gate_size=16,
              probe_examples=200, paragraphs=30, limit=60)
@@ -194,6 +206,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=SHARED, help="the downstream folder (default ../shared/data)")
     ap.add_argument("--runs", type=Path, default=REPO / "runs" / "embed_students")
     ap.add_argument("--smoke", action="store_true", help="tiny budgets and data caps (checks the script runs)")
+    ap.add_argument("--stem", default="embed_students", help="results file name (keeps other recipes' results)")
     args = ap.parse_args()
     names = [n.strip() for n in args.recipes.split(",") if n.strip()]
     unknown = [n for n in names if n not in RECIPES]
@@ -222,7 +235,7 @@ def main() -> None:
               "recipes": rows, "wall_s": round(time.perf_counter() - t0, 1), "load_before": load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
               "command": "python benchmarks/embed_students.py " + " ".join(sys.argv[1:])}
-    folder, stem = (args.runs, "embed_students_smoke") if args.smoke else (RESULTS, "embed_students")
+    folder, stem = (args.runs, f"{args.stem}_smoke") if args.smoke else (RESULTS, args.stem)
     write_json(folder / f"{stem}.json", result)
     write_text(folder / f"{stem}.md", markdown(result))
     print(markdown(result))

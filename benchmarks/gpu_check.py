@@ -251,7 +251,7 @@ def open_path(bundle: Path, provider: str, key: str, rec: Record) -> tuple[Any, 
         ort.set_default_logger_severity(0)
         try:
             t0 = time.perf_counter()
-            session = _edge_session(EdgeSession, bundle, provider, precision, key)
+            session = _edge_session(EdgeSession, bundle, provider, precision, key, log_level=0)
             row["session_s"] = round(time.perf_counter() - t0, 3)
         except Exception as exc:  # noqa: BLE001
             row.update(status="refused or failed", error=f"{type(exc).__name__}: {exc}"[:800])
@@ -274,14 +274,15 @@ def open_path(bundle: Path, provider: str, key: str, rec: Record) -> tuple[Any, 
     off_names = {name for _, _, name in placement.off(provider) if name}
     row["log_lines"] = [line[-400:] for line in log_text.splitlines()
                         if any(n in line for n in off_names) or "not assigned to the preferred" in line][:40]
+    session = _edge_session(EdgeSession, bundle, provider, precision, key)   # the same, without a verbose log
     return session, row
 
 
-def _edge_session(cls, bundle: Path, provider: str, precision: str, key: str):
+def _edge_session(cls, bundle: Path, provider: str, precision: str, key: str, log_level: int = 4):
     """EdgeSession picks fp32-cuda / fp16-cuda for CUDA; the QDQ graph (int8-trt) is TensorRT's, so for
     'what does CUDA do with it' it is opened through a bundle view whose int8 entry is that graph."""
-    if key != "int8-trt":   # ort_log_level 0: the partitioner's reasons reach the log read in open_path
-        return cls(bundle, provider=provider, precision=precision, int8_target=None, ort_log_level=0)
+    if key != "int8-trt":   # log_level 0: the partitioner's reasons reach the log read in open_path
+        return cls(bundle, provider=provider, precision=precision, int8_target=None, ort_log_level=log_level)
     view = bundle.parent / (bundle.name + "-qdq-view")
     if not view.exists():
         view.mkdir()
@@ -296,7 +297,29 @@ def _edge_session(cls, bundle: Path, provider: str, precision: str, key: str):
                 except OSError:
                     shutil.copy2(f, view / f.name)
         (view / "manifest.json").write_text(json.dumps(manifest))
-    return cls(view, provider=provider, precision="int8", verify=False, ort_log_level=0)
+    return cls(view, provider=provider, precision="int8", verify=False, ort_log_level=log_level)
+
+
+def check_paths(rec: Record, bundle: Path, provider: str, model: str,
+                score: Callable[[str, Any, dict[str, Any]], None]) -> None:
+    """Each GPU graph of ``bundle`` on ``provider``: placement (``open_path``), then ``score(key, session,
+    row)`` fills its accuracy; cold start = session construction + scoring's first call. A failure is
+    that path's row, never the run's."""
+    for key in ("fp32-cuda", "fp16-cuda", "int8", "int8-trt"):
+        t0 = time.perf_counter()
+        session, row = open_path(bundle, provider, key, rec)
+        row["model"] = model
+        if session is not None:
+            try:
+                score(key, session, row)
+                row["cold_start_s"] = round(time.perf_counter() - t0, 3)
+            except Exception as exc:  # noqa: BLE001
+                row.update(status="run failed", error=f"{type(exc).__name__}: {exc}"[:800])
+        rec.data["paths"].append(row)
+        rec.log(f"  {model} {key}: {row.get('label', row.get('status'))} "
+                f"{row.get('accuracy', row.get('error', ''))[:160]}")
+        del session
+        rec.write()
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -788,30 +811,16 @@ def main() -> int:
             rec.data["embed_texts"] = len(embed_texts)
             cpu_emb = ref_session.embed(embed_texts)
             rec.data["minilm_cpu_fp32_vs_torch"] = _cos(cpu_emb, ref)
-            for key in ("fp32-cuda", "fp16-cuda", "int8", "int8-trt"):
-                t0 = time.perf_counter()
-                session, row = open_path(b, provider, key, rec)
-                row["model"] = "minilm"
-                if session is not None:
-                    try:
-                        emb = session.embed(embed_texts)
-                        row["cold_start_s"] = round(time.perf_counter() - t0, 3)
-                        c = _cos(emb, ref)
-                        row["cosine"] = c
-                        row["accuracy"] = f"cosine mean {c['mean']:.6f} min {c['min']:.6f}"
-                        if key in ("int8", "int8-trt"):   # the same graph on the CPU provider
-                            from edgebert.runtime import EdgeSession
-                            same = _edge_session(EdgeSession, b, "cpu", "int8", key).embed(embed_texts)
-                            row["cpu_same_graph"] = _cos(emb, same)
-                            row["cpu_same_graph_vs_torch"] = _cos(same, ref)
-                            row["accuracy"] += (f"; vs this graph on the CPU provider: min "
-                                                f"{row['cpu_same_graph']['min']:.6f}")
-                    except Exception as exc:  # noqa: BLE001
-                        row.update(status="run failed", error=f"{type(exc).__name__}: {exc}"[:800])
-                rec.data["paths"].append(row)
-                rec.log(f"  minilm {key}: {row.get('label', row.get('status'))} {row.get('accuracy', row.get('error', ''))[:160]}")
-                del session
-                rec.write()
+            def score_embed(key: str, session: Any, row: dict[str, Any]) -> None:
+                emb = session.embed(embed_texts)
+                c = row["cosine"] = _cos(emb, ref)
+                row["accuracy"] = f"cosine mean {c['mean']:.6f} min {c['min']:.6f}"
+                if key in ("int8", "int8-trt"):   # the same graph on the CPU provider
+                    from edgebert.runtime import EdgeSession
+                    same = _edge_session(EdgeSession, b, "cpu", "int8", key).embed(embed_texts)
+                    row["cpu_same_graph"], row["cpu_same_graph_vs_torch"] = _cos(emb, same), _cos(same, ref)
+                    row["accuracy"] += f"; vs this graph on the CPU provider: min {row['cpu_same_graph']['min']:.6f}"
+            check_paths(rec, b, provider, "minilm", score_embed)
     with rec.section("onnxruntime timing: MiniLM", 60) as ok:
         if ok and ok_exports.get("minilm"):
             keys = ["fp16-cuda", "fp32-cuda", "int8"] if not args.dry_run else ["fp32", "int8"]
@@ -827,23 +836,11 @@ def main() -> int:
             ref = evaluate(models["ner"], "ner", conll_eval, device=device)
             rec.data["ner_torch_fp32"] = {"f1": round(float(ref.metrics["f1"]), 5), "device": device}
             rec.data["ner_cpu_fp32_bundle"] = ner_f1(_edge_cpu(b), conll_eval)
-            for key in ("fp32-cuda", "fp16-cuda", "int8", "int8-trt"):
-                t0 = time.perf_counter()
-                session, row = open_path(b, provider, key, rec)
-                row["model"] = "ner"
-                if session is not None:
-                    try:
-                        f1 = ner_f1(session, conll_eval)
-                        row["cold_start_s"] = round(time.perf_counter() - t0, 3)
-                        row["f1"] = f1
-                        row["accuracy"] = (f"entity F1 {f1['f1'] * 100:.2f} (PyTorch fp32 "
-                                           f"{rec.data['ner_torch_fp32']['f1'] * 100:.2f})")
-                    except Exception as exc:  # noqa: BLE001
-                        row.update(status="run failed", error=f"{type(exc).__name__}: {exc}"[:800])
-                rec.data["paths"].append(row)
-                rec.log(f"  ner {key}: {row.get('label', row.get('status'))} {row.get('accuracy', row.get('error', ''))[:160]}")
-                del session
-                rec.write()
+            def score_ner(key: str, session: Any, row: dict[str, Any]) -> None:
+                f1 = row["f1"] = ner_f1(session, conll_eval)
+                row["accuracy"] = (f"entity F1 {f1['f1'] * 100:.2f} (PyTorch fp32 "
+                                   f"{rec.data['ner_torch_fp32']['f1'] * 100:.2f})")
+            check_paths(rec, b, provider, "ner", score_ner)
     with rec.section("profile", 25) as ok:
         if ok and ok_exports.get("minilm"):
             profile_kernels(rec, bundles["minilm"], models["minilm"], args.dry_run)

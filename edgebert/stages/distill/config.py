@@ -29,15 +29,16 @@ LABELLED_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS)   # task distillat
 DISTILL_TASKS = (*TEXT_MODES, *LABELLED_TASKS)
 STUDENT_INITS = ("teacher", "random")
 MLM_ARCHITECTURES = ("BertForPreTraining", "BertForMaskedLM")
-ALPHAS = ("alpha_kd", "alpha_mlm", "alpha_ce", "alpha_cos", "alpha_hidden", "alpha_attn")
+ALPHAS = ("alpha_kd", "alpha_mlm", "alpha_ce", "alpha_cos", "alpha_sim", "alpha_hidden", "alpha_attn")
 # loss terms a mode cannot compute (mlm: no labels; task: no masked tokens; embed: no logits), and why
 _EMBED = ("applies to logits, which embed distillation has none of",
-          "embed distils hidden states: --alpha-cos, --alpha-hidden, --alpha-attn")
+          "embed distils hidden states: --alpha-cos, --alpha-sim, --alpha-hidden, --alpha-attn")
+_SIM = ("compares pooled sentence embeddings: embed distillation only", "pass --task embed, or set --alpha-sim 0")
 NOT_IN_MODE: dict[str, dict[str, tuple[str, str]]] = {
     "mlm": {"alpha_ce": ("is the hard-label weight of task distillation",
-                         "use --alpha-mlm for MLM distillation, or pass --task")},
+                         "use --alpha-mlm for MLM distillation, or pass --task"), "alpha_sim": _SIM},
     "task": {"alpha_mlm": ("applies to MLM distillation, not --task {task}",
-                           "set --alpha-mlm 0 (use --alpha-ce for the hard labels)")},
+                           "set --alpha-mlm 0 (use --alpha-ce for the hard labels)"), "alpha_sim": _SIM},
     "embed": {"alpha_kd": _EMBED, "alpha_mlm": _EMBED, "alpha_ce": _EMBED},
 }
 
@@ -70,6 +71,7 @@ class DistillConfig(TaskShape):
     alpha_mlm: float = 2.0                 # mlm: MLM cross-entropy
     alpha_ce: float = 0.0                  # task: hard-label cross-entropy
     alpha_cos: float = 1.0                 # 1 - cos of the last hidden states, real tokens
+    alpha_sim: float = 0.0                 # embed: in-batch similarity matrices of the pooled vectors (MSE)
     alpha_hidden: float = 0.0              # TinyBERT: hidden-state MSE per mapped layer
     alpha_attn: float = 0.0                # TinyBERT: attention KL per mapped layer
     # examples

@@ -45,6 +45,27 @@ def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
     return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
 
 
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, H) -> (B, H): the mean of the real tokens' vectors (sentence-transformers' pooling)."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+def similarity_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                    attention_mask: torch.Tensor) -> torch.Tensor:
+    """Relational distillation of sentence embeddings: the mean squared difference between the student's
+    and the teacher's in-batch cosine-similarity matrices of the mean-pooled vectors (off the diagonal),
+    scaled by 100 so that its size is comparable with the cosine term. It teaches the student which
+    sentences the teacher finds close: what retrieval and clustering use. 0 for a batch of one."""
+    s = F.normalize(mean_pool(student_hidden.float(), attention_mask), dim=-1)
+    t = F.normalize(mean_pool(teacher_hidden.float(), attention_mask), dim=-1)
+    n = s.shape[0]
+    if n < 2:
+        return s.sum() * 0.0
+    off = ~torch.eye(n, dtype=torch.bool, device=s.device)
+    return 100.0 * ((s @ s.T - t @ t.T)[off] ** 2).mean()
+
+
 def hidden_mse_loss(student_states, teacher_states, layer_map, attention_mask) -> torch.Tensor:
     """TinyBERT hidden-state MSE: student layer i vs teacher layer layer_map[i] (+ embeddings).
 
@@ -113,6 +134,9 @@ def distillation_loss(cfg: DistillConfig, student: ModelOutputs, teacher: ModelO
     if cfg.alpha_cos:
         terms["cos"] = (cfg.alpha_cos, cosine_loss(student.last_hidden_state, teacher.last_hidden_state,
                                                    attention_mask))
+    if cfg.alpha_sim:
+        terms["sim"] = (cfg.alpha_sim, similarity_loss(student.last_hidden_state, teacher.last_hidden_state,
+                                                       attention_mask))
     if cfg.alpha_hidden:
         terms["hidden"] = (cfg.alpha_hidden, hidden_mse_loss(student.hidden_states, teacher.hidden_states,
                                                              layer_map, attention_mask))

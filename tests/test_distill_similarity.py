@@ -1,0 +1,40 @@
+"""The in-batch similarity term of embedding distillation (``alpha_sim``): zero when the student's pooled
+vectors relate like the teacher's, positive otherwise, blind to padding, and refused outside embed mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edgebert.errors import ConfigError
+from edgebert.stages.distill.config import DistillConfig
+from edgebert.stages.distill.losses import mean_pool, similarity_loss
+
+
+def test_similarity_loss_is_zero_for_the_same_geometry_and_positive_otherwise():
+    g = torch.Generator().manual_seed(0)
+    teacher = torch.randn(6, 5, 8, generator=g)
+    mask = torch.ones(6, 5, dtype=torch.long)
+    assert similarity_loss(teacher, teacher, mask).item() == pytest.approx(0.0, abs=1e-9)
+    # a scaled copy pools to parallel vectors: the similarities, and so the loss, do not change
+    assert similarity_loss(3.0 * teacher, teacher, mask).item() == pytest.approx(0.0, abs=1e-6)
+    other = torch.randn(6, 5, 8, generator=g)
+    assert similarity_loss(other, teacher, mask).item() > 1.0
+    assert similarity_loss(other[:1], teacher[:1], mask[:1]).item() == 0.0
+
+
+def test_padding_does_not_count():
+    g = torch.Generator().manual_seed(1)
+    teacher = torch.randn(3, 4, 8, generator=g)
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    student = teacher.clone()
+    student[mask == 0] = 100.0          # garbage under the padding
+    assert torch.allclose(mean_pool(student, mask), mean_pool(teacher, mask))
+    assert similarity_loss(student, teacher, mask).item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_alpha_sim_is_refused_outside_embed_distillation(tmp_path):
+    with pytest.raises(ConfigError, match="alpha-sim"):
+        DistillConfig(teacher=tmp_path, out=tmp_path / "s", task="mlm", alpha_sim=1.0)
+    cfg = DistillConfig.preset("embed", tmp_path, tmp_path / "s", alpha_sim=1.0)
+    assert cfg.alpha_sim == 1.0 and cfg.mode == "embed"
