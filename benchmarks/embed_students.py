@@ -70,6 +70,11 @@ RECIPES: dict[str, Recipe] = {
                             fields={"max_seq_len": 128, "alpha_sim": 1.0}),
     "long-2400-sim01": Recipe("2,400 steps + in-batch similarity, weight 0.1", steps=2400,
                               fields={"max_seq_len": 128, "alpha_sim": 0.1}),
+    # trained at the scored length: retrieval embeds paragraphs of up to 256 tokens, the 128-token recipes
+    # never show the student a position past 128
+    "long-256": Recipe("1,600 steps at 256 tokens (the retrieval texts' length)", steps=1600,
+                       fields={"max_seq_len": 256}),
+    "long-256-2800": Recipe("2,800 steps at 256 tokens", steps=2800, fields={"max_seq_len": 256}),
     # the same with the intermediate hidden states distilled too (teacher layers [0, 2, 3, 5] -> 4)
     "long-2400-hidden": Recipe("2,400 steps + intermediate hidden states (alpha_hidden 1)", steps=2400,
                                fields={"max_seq_len": 128, "alpha_hidden": 1.0}),
