@@ -173,13 +173,14 @@ def environment(dry_run: bool) -> dict[str, Any]:
 
     from edgebert.bench.gpu import Nvml, gpu_environment, gpu_summary
     from edgebert.runtime import probe
+    from edgebert.system.environment import cpu_model
 
     status = {name: probe(name).as_dict() for name in ("cuda", "tensorrt")}
     env: dict[str, Any] = {"python": platform.python_version(), "onnxruntime": ort.__version__,
                            "onnxruntime_providers": ort.get_available_providers(), "provider_probe": status,
                            "torch": torch.__version__, "torch_cuda": torch.version.cuda,
                            "cudnn_torch": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
-                           "cpu": _cpu_name(), "cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0))}
+                           "cpu": cpu_model(), "cpus": os.cpu_count(), "affinity": sorted(os.sched_getaffinity(0))}
     for pkg in ("onnxruntime-gpu", "onnxruntime", "onnx", "tokenizers", "numpy"):
         with contextlib.suppress(md.PackageNotFoundError):
             env[f"pkg_{pkg}"] = md.version(pkg)
@@ -192,14 +193,6 @@ def environment(dry_run: bool) -> dict[str, Any]:
                                                text=True, timeout=20).stdout.strip()
         env["torch_device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return env
-
-
-def _cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 # ------------------------------------------------------------------ exports (background)
@@ -322,16 +315,12 @@ def check_paths(rec: Record, bundle: Path, provider: str, model: str,
         rec.write()
 
 
-def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
-
-
 def torch_embeddings(model_dir: Path, session: Any, texts: list[str], device: str) -> np.ndarray:
     """PyTorch fp32 sentence embeddings (mean pooling + L2 norm) of ``texts``, tokenized by the bundle."""
     import torch
 
     from edgebert.bench.reference import TorchReference
+    from edgebert.runtime.fidelity import mean_pool
     from edgebert.runtime.text import pad_batch
 
     ref = TorchReference(model_dir, "embed", device=device, precision="fp32")
@@ -339,9 +328,7 @@ def torch_embeddings(model_dir: Path, session: Any, texts: list[str], device: st
     out = []
     for i in range(0, len(rows), 64):
         feeds = pad_batch(rows[i:i + 64], session.pad_id)
-        hidden = ref.run(feeds)["last_hidden_state"]
-        mask = feeds["attention_mask"][..., None].astype(np.float64)
-        pooled = (hidden * mask).sum(1) / np.maximum(mask.sum(1), 1)
+        pooled = mean_pool(ref.run(feeds)["last_hidden_state"], feeds["attention_mask"])
         out.append(pooled / np.linalg.norm(pooled, axis=1, keepdims=True))
     del ref
     if device.startswith("cuda"):
@@ -378,32 +365,24 @@ def workloads(session: Any, dry_run: bool, sst2: Path, conll: Path) -> list[Any]
     limit = 40 if dry_run else None
     texts = [t for t in read_texts(sst2, 100000) if isinstance(t, str)]
     out.append(mix_workload("sst2-mix", [r.ids for r in session.tokenize(texts[:limit])]))
-    words = _conll_sentences(conll)[: (limit or 1000)]
-    out.append(mix_workload("conll-mix", [r.ids for r in session.tokenize([" ".join(w) for w in words])]))
+    from edgebert.files.textfiles import read_conll
+
+    sentences = read_conll(conll)[: (limit or 1000)]
+    out.append(mix_workload("conll-mix", [r.ids for r in session.tokenize([" ".join(s.words) for s in sentences])]))
     return out
 
 
-def _conll_sentences(path: Path) -> list[list[str]]:
-    sentences, words = [], []
-    for line in path.read_text().splitlines():
-        if not line.strip() or line.startswith("-DOCSTART-"):
-            if words:
-                sentences.append(words)
-            words = []
-            continue
-        words.append(line.split()[0])
-    if words:
-        sentences.append(words)
-    return sentences
-
-
 def gpu_memory_mb() -> float | None:
-    with contextlib.suppress(Exception):
-        import pynvml
+    """NVML device memory in use (``edgebert.bench.gpu.Nvml``), None without NVML."""
+    from edgebert.bench.gpu import Nvml
 
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used / 2 ** 20
-    return None
+    global _NVML
+    if _NVML is None:
+        _NVML = Nvml()
+    return _NVML.used_mb()
+
+
+_NVML = None
 
 
 def run_timing(rec: Record, label: str, fn: Callable[[], Any], model: str) -> None:
@@ -892,6 +871,8 @@ def _edge_cpu(bundle: Path, precision: str = "fp32") -> Any:
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    from edgebert.bench.gpu_check import cosine_rows
+
     c = cosine_rows(a, b)
     return {"mean": round(float(c.mean()), 7), "min": round(float(c.min()), 7)}
 

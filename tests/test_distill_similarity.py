@@ -8,7 +8,8 @@ import torch
 
 from edgebert.errors import ConfigError
 from edgebert.stages.distill.config import DistillConfig
-from edgebert.stages.distill.losses import mean_pool, similarity_loss
+from edgebert.stages.distill.losses import similarity_loss
+from edgebert.stages.metrics import mean_pool
 
 
 def test_similarity_loss_is_zero_for_the_same_geometry_and_positive_otherwise():

@@ -212,7 +212,7 @@ def time_torch(model: Any, workload: Workload, mode: str, device: str, *, label:
     def first(out: Any) -> Any:
         if isinstance(out, dict):
             return out["last_hidden_state"]
-        return getattr(out, "last_hidden_state", None) if hasattr(out, "last_hidden_state") else out[0]
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
     if mode == "host":
         def call(i: int) -> Any:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ...model import IGNORE_INDEX
+from ..metrics import mean_pool
 from .config import DistillConfig
 
 
@@ -43,12 +44,6 @@ def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
     keep = attention_mask.bool()
     s, t = student_hidden[keep].float(), teacher_hidden[keep].float()        # (n, H)
     return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T, H) -> (B, H): the mean of the real tokens' vectors (sentence-transformers' pooling)."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
 def similarity_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
