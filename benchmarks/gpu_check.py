@@ -123,6 +123,7 @@ class Record:
         self.out, self.t0, self.budget, self.dry_run = out, time.monotonic(), budget, dry_run
         out.mkdir(parents=True, exist_ok=True)
         self.data: dict[str, Any] = {"dry_run": dry_run, "budget_s": budget, "sections": {}, "errors": [],
+                                     "load_average": {"start": [round(x, 2) for x in os.getloadavg()]},
                                      "not_measured": [], "timings": [], "paths": [], "trt": TRT_NOT_MEASURED}
         self.log_file = open(out / "log.txt", "a", buffering=1)
 
@@ -160,6 +161,7 @@ class Record:
         from edgebert.files.atomic import write_json, write_text
 
         self.data["elapsed_s"] = round(time.monotonic() - self.t0, 1)
+        self.data["load_average"]["last_write"] = [round(x, 2) for x in os.getloadavg()]
         write_json(self.out / "gpu_check.json", self.data)
         write_text(self.out / "gpu_check.md", to_markdown(self.data))
 
