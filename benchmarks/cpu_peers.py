@@ -12,6 +12,10 @@ Paths (``--paths``, comma-separated; default all):
   pytorch-fp32      transformers ``BertModel`` (default attention), ``torch.set_num_threads``
   edgebert-fp32     ``edgebert import-hf`` + ``edgebert export --int8``: the fused fp32 graph, ``EdgeSession``
   edgebert-int8     the same bundle's default INT8 graph (target ``portable``), ``EdgeSession``
+  edgebert-fp32-spin, edgebert-int8-spin
+                    the same two with ``EdgeSession``'s default ``allow_spinning=True``: onnxruntime's pool
+                    threads spin-wait between ops, as OpenVINO's TBB and CTranslate2's OpenMP threads do by
+                    default (each engine has its block to itself, so the spinning slows no other path)
   openvino-fp32     ``openvino.convert_model`` of the transformers model, ``INFERENCE_PRECISION_HINT=f32``
                     (CPUs with bf16 / AMX would otherwise run it in bfloat16)
   openvino-int8     NNCF ``quantize`` of that model (``ModelType.TRANSFORMER``: its preset for transformers),
@@ -19,7 +23,7 @@ Paths (``--paths``, comma-separated; default all):
   ctranslate2-int8  ``ctranslate2.converters.TransformersConverter(quantization="int8")``, ``Encoder``
                     ``compute_type="int8"``, ``intra_threads``
 Every engine gets ``--threads`` through its own knob (one inter-op thread / stream); onnxruntime with
-``allow_spinning`` off. Converted models and the bundle are kept in ``--work`` (git-ignored) and reused.
+``allow_spinning`` off except in the ``-spin`` paths. Converted models and the bundle are kept in ``--work`` (git-ignored) and reused.
 
 Accuracy: mean-pooled embedding cosine against transformers fp32 (eager attention), one text at a time,
 over 300 SST-2 dev sentences + 100 WikiText-2 test paragraphs (their own lengths, at most 512 tokens):
@@ -61,6 +65,8 @@ PATHS = {
     "pytorch-fp32": "PyTorch fp32 (transformers)",
     "edgebert-fp32": "edgebert fused fp32 (ONNX Runtime)",
     "edgebert-int8": "edgebert export --int8 (portable, ONNX Runtime)",
+    "edgebert-fp32-spin": "edgebert fused fp32, EdgeSession default (spinning on)",
+    "edgebert-int8-spin": "edgebert export --int8, EdgeSession default (spinning on)",
     "openvino-fp32": "OpenVINO fp32",
     "openvino-int8": "OpenVINO INT8 (NNCF, transformer preset)",
     "ctranslate2-int8": "CTranslate2 int8",
@@ -206,17 +212,20 @@ def pytorch_fp32(wb: Workbench) -> Engine:
                                 f"{torch.get_num_interop_threads()}, attention {model.config._attn_implementation}")
 
 
-def edgebert_path(wb: Workbench, precision: str) -> Engine:
+def edgebert_path(wb: Workbench, precision: str, spinning: bool = False) -> Engine:
+    """``spinning``: EdgeSession's default (onnxruntime's pool threads spin-wait between ops, as OpenVINO's TBB
+    and CTranslate2's OpenMP threads do by default); off: the setting for sessions timed side by side."""
     from edgebert.runtime import EdgeSession
 
-    session = EdgeSession(wb.bundle(), provider="cpu", precision=precision, threads=wb.threads, allow_spinning=False)
+    session = EdgeSession(wb.bundle(), provider="cpu", precision=precision, threads=wb.threads,
+                          allow_spinning=spinning)
 
     def run(feed):
         return session.run(feed, ["last_hidden_state"])["last_hidden_state"].mean(1)
 
     choice = f", INT8 graph {session.int8_choice.target}" if session.int8_choice else ""
     return Engine(ort_feeds, run, f"EdgeSession threads={wb.threads} (intra_op_num_threads; inter_op 1), "
-                                  f"allow_spinning off, {session.model_file.name}{choice}")
+                                  f"allow_spinning {'on' if spinning else 'off'}, {session.model_file.name}{choice}")
 
 
 def openvino_path(wb: Workbench, int8: bool) -> Engine:
@@ -253,6 +262,8 @@ BUILDERS: dict[str, Callable[[Workbench], Engine]] = {
     "pytorch-fp32": pytorch_fp32,
     "edgebert-fp32": lambda wb: edgebert_path(wb, "fp32"),
     "edgebert-int8": lambda wb: edgebert_path(wb, "int8"),
+    "edgebert-fp32-spin": lambda wb: edgebert_path(wb, "fp32", spinning=True),
+    "edgebert-int8-spin": lambda wb: edgebert_path(wb, "int8", spinning=True),
     "openvino-fp32": lambda wb: openvino_path(wb, False),
     "openvino-int8": lambda wb: openvino_path(wb, True),
     "ctranslate2-int8": ctranslate2_int8,

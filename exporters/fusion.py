@@ -3,6 +3,9 @@
 For L layers the fused graph must hold ``Attention`` = L, ``SkipLayerNormalization`` >= 2L,
 one fused GELU per layer (``BiasGelu``/``Gelu``/``FastGelu``), and ``EmbedLayerNormalization`` = 1;
 anything less means the model code drifted from the pattern the optimizer knows, and export stops.
+After the gate, the CPU graph (raw mask) gets ``exporters.cpu_passes``: its SkipLayerNormalization
+nodes become Add + LayerNormalization, which onnxruntime's CPU provider runs faster (measured there);
+the manifest entry's ``fused_ops`` stays what the optimizer fused and ``cpu_passes`` says what changed.
 
 ORT basic graph optimizations (level 1, provider independent) run first, then the Python fusions.
 The CPU graph keeps a raw 2-D mask (``AttentionMaskFormat.AttentionMask``) rather than the bert default
@@ -21,6 +24,7 @@ depend on the export host (onnxruntime can insert Memcpy nodes for nodes it plac
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -116,7 +120,27 @@ def fused_entry(job: ExportJob, check: GraphValidator, out: Path, mask: str = "r
     check.say(kind.start)
     counts = fuse_bert(job.raw, out, job.model, mask)
     check_fusion(counts, job.model, job.task)
+    passes = {}
+    if mask == "raw":
+        shutil.copyfile(out, job.gpu_source)
+        passes = cpu_graph_passes(out)
     validation = check.check(out, kind.label)
-    check.say(kind.done, fused_ops=counts, max_abs_diff=validation["max_abs_diff"])
+    check.say(kind.done, fused_ops=counts, **({"cpu_passes": passes} if passes else {}),
+              max_abs_diff=validation["max_abs_diff"])
     return {"file": out.name, "precision": "fp32", "graph": kind.graph, "providers": list(kind.providers),
-            "attention_mask": MASK_FORMATS[mask], "fused_ops": counts, "validation": validation}
+            "attention_mask": MASK_FORMATS[mask], "fused_ops": counts, **({"cpu_passes": passes} if passes else {}),
+            "validation": validation}
+
+
+def cpu_graph_passes(path: Path) -> dict[str, int]:
+    """Rewrite the fused CPU graph at ``path`` with ``exporters.cpu_passes`` (in place); ``{pass: nodes}``.
+    ``fused_ops`` keeps the optimizer's counts (what the fusion gate checked); this says what changed after."""
+    import onnx
+
+    from .cpu_passes import unfuse_skip_layernorm
+
+    model = onnx.load(str(path))
+    done = unfuse_skip_layernorm(model)
+    if done:
+        onnx.save(model, str(path))
+    return {"unfuse_skip_layernorm": done} if done else {}

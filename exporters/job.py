@@ -21,3 +21,9 @@ class ExportJob:
     tokenizer: Path       # the model's tokenizer.json
     pad_id: int
     max_len: int | None = None   # the bundle's longest input (question windows for INT8 are cut to it)
+
+    @property
+    def gpu_source(self) -> Path:
+        """The optimizer's fused graph before the CPU passes (``exporters.cpu_passes``): what the fp16
+        graph is converted from, since the passes are measured for onnxruntime's CPU provider only."""
+        return self.work / "model.fused-ops.onnx"

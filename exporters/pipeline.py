@@ -104,7 +104,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         if cfg.int8:
             models.update(export_int8(job, check, cfg.int8_config(max_len), profile))
         if cfg.fp16:
-            models["fp16"] = gpu.fp16_graph(job.fused, MODEL_FILES["fp16"])
+            models["fp16"] = gpu.fp16_graph(job.gpu_source, MODEL_FILES["fp16"])
         if cfg.cuda:
             models.update(gpu.cuda())
 

@@ -25,6 +25,9 @@ class ExportResult:
         fp32 = m.models["fp32"]
         val = fp32.get_extra("validation")
         ops = ", ".join(f"{k}={v}" for k, v in fp32.get_extra("fused_ops").items() if k not in ("MatMul", "Gemm"))
+        unfused = (fp32.get_extra("cpu_passes") or {}).get("unfuse_skip_layernorm")
+        if unfused:
+            ops += f" (then {unfused} SkipLayerNormalization -> Add + LayerNormalization: faster on the CPU)"
         lines = [f"bundle: {self.bundle_dir} (task {m.task}, opset {m.get_extra('opset')}, {self.seconds:.1f}s)",
                  f"fp32 {fp32.file}: {ops}; max |onnx - torch| = {val['max_abs_diff']:.2g} "
                  f"(tolerance {val['tolerance']:g}, {len(val['cases'])} shapes)"]

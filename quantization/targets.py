@@ -38,7 +38,9 @@ of 32 with long WikiText paragraphs moved by up to 1 - cos = 0.0067 (0.020 on is
 
 Latency, measured on idle machines (issue 26; batch 1 x 128, 2 threads): the default INT8 graph runs at
 0.64-0.75x the fused fp32 p50 on this AVX2-only Zen 3 host and at 0.68x on an AVX-512 VNNI Intel Xeon
-(family 6 model 207). The first figures recorded here (INT8 no faster than fp32) came from a machine busy
+(family 6 model 207); since the CPU graph pass (``exporters.cpu_passes``: SkipLayerNormalization unfused,
+INT8 0.88x and fp32 0.94x of the graphs before it), 0.51x on an AVX-512 VNNI AMD EPYC Zen 4 (family 25
+model 17: 9.41 vs 18.45 ms, benchmarks/results/cpu_peers_x86-vnni.md). The first figures recorded here (INT8 no faster than fp32) came from a machine busy
 with other jobs and named the CPU wrongly; benchmarks/cpu_peers.py and benchmarks/int8_profile.py now
 time and profile with the load recorded. On an AVX-512 VNNI host the 8-bit per-call split recipe ran at
 0.52-0.63x fused fp32 (benchmarks/results/export_minilm*.md); on an Intel AVX2 host (issue 9) 7-bit
