@@ -46,7 +46,8 @@ class Recipe:
     batch_size: int = 16
     lr: float | None = None                # None: the preset's (embed: 5e-4)
     preset: str = "embed"
-    corpus: str = "project"                # project: WikiText-2 valid + SST-2/MRPC train; builtin: Python docs
+    corpus: str = "project"                # project: WikiText-2 valid + SST-2/MRPC train; builtin: Python docs;
+                                           # project-sentences: project + WikiText-2 valid's single sentences
     fields: dict[str, Any] = field(default_factory=dict)   # any DistillConfig field
 
 
@@ -75,6 +76,18 @@ RECIPES: dict[str, Recipe] = {
     "long-256": Recipe("1,600 steps at 256 tokens (the retrieval texts' length)", steps=1600,
                        fields={"max_seq_len": 256}),
     "long-256-2800": Recipe("2,800 steps at 256 tokens", steps=2800, fields={"max_seq_len": 256}),
+    # + the cosine of the mean-pooled sentence vectors (what retrieval ranks by; the token cosine leaves
+    # each token's length, and so its weight in the mean, free)
+    "long-256-pool": Recipe("2,800 steps at 256 tokens + pooled-vector cosine (alpha_pool 1)", steps=2800,
+                            fields={"max_seq_len": 256, "alpha_pool": 1.0}),
+    # the word embeddings trained too (the preset keeps the teacher's): dense Adam over the 30k x 384
+    # matrix makes a step ~3x as slow (stopped at step 200: 2,800 steps would take ~33 minutes)
+    "long-256-words": Recipe("2,800 steps at 256 tokens, word embeddings trained", steps=2800,
+                             fields={"max_seq_len": 256, "freeze_word_embeddings": False}),
+    # retrieval queries are single Wikipedia sentences; the project text has Wikipedia only as paragraphs:
+    # WikiText-2 valid's sentences added as texts of their own (documents of DOC_LINES)
+    "long-sent-4200": Recipe("4,200 steps at 128 tokens, + WikiText-2 valid sentences", steps=4200,
+                             corpus="project-sentences", fields={"max_seq_len": 128}),
     # the same with the intermediate hidden states distilled too (teacher layers [0, 2, 3, 5] -> 4)
     "long-2400-hidden": Recipe("2,400 steps + intermediate hidden states (alpha_hidden 1)", steps=2400,
                                fields={"max_seq_len": 128, "alpha_hidden": 1.0}),
@@ -84,7 +97,7 @@ SMOKE = dict(steps=4, batch_size=4, max_seq_len=32, train_lines=400, calib_size=
 DOC_LINES = 50          # SST-2 / MRPC sentences per training document
 
 
-def training_text(path: Path, max_lines: int | None = None) -> Path:
+def training_text(path: Path, max_lines: int | None = None, wiki_sentences: bool = False) -> Path:
     """WikiText-2 valid paragraphs (an article per document) + SST-2 and MRPC train sentences (documents of
     ``DOC_LINES``), corpus format ``lines``; never a dev or test file."""
     from edgebert.data.corpus import paragraphs, read_corpus
@@ -93,7 +106,8 @@ def training_text(path: Path, max_lines: int | None = None) -> Path:
 
     docs = [doc for doc in ("\n".join(paragraphs([article], 3)) for article in
                             read_corpus(SHARED / "wikitext-2-raw" / "wiki.valid.raw", "wikitext")) if doc]
-    sentences = [e.text_a for e in read_task_tsv(SHARED / "sst2" / "train.tsv", "sst2")[0]]
+    sentences = split_sentences(docs) if wiki_sentences else []
+    sentences += [e.text_a for e in read_task_tsv(SHARED / "sst2" / "train.tsv", "sst2")[0]]
     for e in read_task_tsv(SHARED / "mrpc" / "train.tsv", "mrpc")[0]:
         sentences += [e.text_a, e.text_b or ""]
     sentences = list(dict.fromkeys(s for s in sentences if len(s.split()) >= 3))
@@ -103,6 +117,15 @@ def training_text(path: Path, max_lines: int | None = None) -> Path:
         docs = ["\n".join(d.splitlines()[:max_lines // 8]) for d in docs]
     write_text(path, "\n\n".join(docs) + "\n")
     return path
+
+
+def split_sentences(docs: list[str], min_words: int = 5) -> list[str]:
+    """The sentences of WikiText paragraphs (one per line of ``docs``), each of at least ``min_words``:
+    texts shaped like the retrieval queries (a paragraph's first sentence), from the training split."""
+    from edgebert.stages.embed_eval import _SENTENCE_END
+
+    cut = lambda para: _SENTENCE_END.sub(lambda m: m.group(0).rstrip() + "\n", para).splitlines()  # noqa: E731
+    return [s.strip() for doc in docs for para in doc.splitlines() for s in cut(para) if len(s.split()) >= min_words]
 
 
 def calibration_text(path: Path, lines: int = 1000) -> Path:
@@ -123,7 +146,7 @@ def distill_student(name: str, recipe: Recipe, teacher: Path, corpus: Path | Non
     if recipe.lr is not None:
         train["lr"] = recipe.lr
     fields = {**recipe.fields, **({"max_seq_len": SMOKE["max_seq_len"], "max_eval_examples": 16} if smoke else {})}
-    text = {"corpus": (corpus,), "corpus_format": "lines"} if recipe.corpus == "project" else {}
+    text = {"corpus": (corpus,), "corpus_format": "lines"} if recipe.corpus.startswith("project") else {}
     cfg = DistillConfig.preset(recipe.preset, teacher, out, layers=fields.pop("layers", 4), train=train,
                                overwrite=True, **text, **fields)
     result = distill(cfg)
@@ -228,7 +251,11 @@ def main() -> None:
     args.runs.mkdir(parents=True, exist_ok=True)
     caps = {k: SMOKE[k] for k in ("probe_examples", "paragraphs", "limit")} if args.smoke else {}
     data = DownstreamData.load(args.data, **caps)
-    corpus = training_text(args.runs / "train.txt", SMOKE["train_lines"] if args.smoke else None)
+    sentences = any(RECIPES[n].corpus == "project-sentences" for n in names)
+    if sentences and any(RECIPES[n].corpus == "project" for n in names):
+        raise SystemExit("run project and project-sentences recipes in separate invocations")
+    corpus = training_text(args.runs / ("train_sentences.txt" if sentences else "train.txt"),
+                           SMOKE["train_lines"] if args.smoke else None, sentences)
     calib = calibration_text(args.runs / "calib.txt", 64 if args.smoke else 1000)
     print(f"teacher {teacher}: scoring on {data.describe()}", flush=True)
     teacher_run = downstream_scores(teacher, data, max_seq_len=MAX_SEQ_LEN)

@@ -8,7 +8,7 @@ import torch
 
 from edgebert.errors import ConfigError
 from edgebert.stages.distill.config import DistillConfig
-from edgebert.stages.distill.losses import similarity_loss
+from edgebert.stages.distill.losses import cosine_loss, pooled_cosine_loss, similarity_loss
 from edgebert.stages.metrics import mean_pool
 
 
@@ -39,3 +39,28 @@ def test_alpha_sim_is_refused_outside_embed_distillation(tmp_path):
         DistillConfig(teacher=tmp_path, out=tmp_path / "s", task="mlm", alpha_sim=1.0)
     cfg = DistillConfig.preset("embed", tmp_path, tmp_path / "s", alpha_sim=1.0)
     assert cfg.alpha_sim == 1.0 and cfg.mode == "embed"
+
+
+def test_pooled_cosine_loss_is_zero_for_parallel_pooled_vectors_and_positive_otherwise():
+    g = torch.Generator().manual_seed(2)
+    teacher = torch.randn(4, 6, 8, generator=g)
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 3 + [0] * 3, [1] * 6])
+    assert pooled_cosine_loss(teacher, teacher, mask).item() == pytest.approx(0.0, abs=1e-6)
+    assert pooled_cosine_loss(2.5 * teacher, teacher, mask).item() == pytest.approx(0.0, abs=1e-6)
+    student = teacher.clone()
+    student[mask == 0] = -50.0                     # garbage under the padding does not count
+    assert pooled_cosine_loss(student, teacher, mask).item() == pytest.approx(0.0, abs=1e-6)
+    other = torch.randn(4, 6, 8, generator=g)
+    loss = pooled_cosine_loss(other, teacher, mask).item()
+    assert 0.3 < loss < 2.0
+    # token-level cosine can be perfect while the pooled vectors differ: token lengths weigh the mean
+    scaled = teacher * torch.linspace(0.1, 3.0, 6)[None, :, None]
+    assert cosine_loss(scaled, teacher, mask).item() == pytest.approx(0.0, abs=1e-6)
+    assert pooled_cosine_loss(scaled, teacher, mask).item() > 1e-3
+
+
+def test_alpha_pool_is_refused_outside_embed_distillation(tmp_path):
+    with pytest.raises(ConfigError, match="alpha-pool"):
+        DistillConfig(teacher=tmp_path, out=tmp_path / "s", task="mlm", alpha_pool=1.0)
+    cfg = DistillConfig.preset("embed", tmp_path, tmp_path / "s", alpha_pool=1.0)
+    assert cfg.alpha_pool == 1.0

@@ -46,9 +46,10 @@ def distill_cmd(
     alpha_mlm: _weight("--alpha-mlm", "MLM cross-entropy (2.0).") = None,
     alpha_ce: _weight("--alpha-ce", "Task mode: hard-label cross-entropy (ner and squad presets 1.0).") = None,
     alpha_cos: _weight("--alpha-cos", "1 - cos of the last hidden states (1.0; task preset 0).") = None,
+    alpha_pool: _weight("--alpha-pool", "embed: 1 - cos of the mean-pooled sentence vectors (0).") = None,
     alpha_sim: _weight("--alpha-sim", "embed: in-batch similarity of the pooled sentence vectors (0).") = None,
     alpha_hidden: _weight("--alpha-hidden", "TinyBERT hidden-state MSE per mapped layer (0).") = None,
-    alpha_attn: _weight("--alpha-attn", "TinyBERT attention KL per mapped layer (0; embed preset 1).") = None,
+    alpha_attn: _weight("--alpha-attn", "TinyBERT attention KL per mapped layer (0).") = None,
     max_seq_len: o.MaxSeqLen = None,
     epochs: o.Epochs = None,
     evals_per_epoch: o.EvalsPerEpoch = None,
@@ -66,7 +67,7 @@ def distill_cmd(
         dev_file=dev_file, max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
         layers=layers, layer_map=layer_map, student_init=init, freeze_word_embeddings=freeze_word_embeddings,
         temperature=temperature, alpha_kd=alpha_kd, alpha_mlm=alpha_mlm, alpha_ce=alpha_ce, alpha_cos=alpha_cos,
-        alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn, max_seq_len=max_seq_len, epochs=epochs,
+        alpha_pool=alpha_pool, alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn, max_seq_len=max_seq_len, epochs=epochs,
         evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)
     result = distill(cfg, console=console)
     say(f"student saved to {result.out_dir} ({result.steps} steps, {result.wall_s:.0f} s): "

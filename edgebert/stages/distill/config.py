@@ -29,16 +29,19 @@ LABELLED_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS)   # task distillat
 DISTILL_TASKS = (*TEXT_MODES, *LABELLED_TASKS)
 STUDENT_INITS = ("teacher", "random")
 MLM_ARCHITECTURES = ("BertForPreTraining", "BertForMaskedLM")
-ALPHAS = ("alpha_kd", "alpha_mlm", "alpha_ce", "alpha_cos", "alpha_sim", "alpha_hidden", "alpha_attn")
+ALPHAS = ("alpha_kd", "alpha_mlm", "alpha_ce", "alpha_cos", "alpha_pool", "alpha_sim", "alpha_hidden", "alpha_attn")
 # loss terms a mode cannot compute (mlm: no labels; task: no masked tokens; embed: no logits), and why
 _EMBED = ("applies to logits, which embed distillation has none of",
-          "embed distils hidden states: --alpha-cos, --alpha-sim, --alpha-hidden, --alpha-attn")
+          "embed distils hidden states: --alpha-cos, --alpha-pool, --alpha-sim, --alpha-hidden, --alpha-attn")
 _SIM = ("compares pooled sentence embeddings: embed distillation only", "pass --task embed, or set --alpha-sim 0")
+_POOL = ("compares pooled sentence embeddings: embed distillation only", "pass --task embed, or set --alpha-pool 0")
 NOT_IN_MODE: dict[str, dict[str, tuple[str, str]]] = {
     "mlm": {"alpha_ce": ("is the hard-label weight of task distillation",
-                         "use --alpha-mlm for MLM distillation, or pass --task"), "alpha_sim": _SIM},
+                         "use --alpha-mlm for MLM distillation, or pass --task"), "alpha_sim": _SIM,
+            "alpha_pool": _POOL},
     "task": {"alpha_mlm": ("applies to MLM distillation, not --task {task}",
-                           "set --alpha-mlm 0 (use --alpha-ce for the hard labels)"), "alpha_sim": _SIM},
+                           "set --alpha-mlm 0 (use --alpha-ce for the hard labels)"), "alpha_sim": _SIM,
+             "alpha_pool": _POOL},
     "embed": {"alpha_kd": _EMBED, "alpha_mlm": _EMBED, "alpha_ce": _EMBED},
 }
 
@@ -71,6 +74,7 @@ class DistillConfig(TaskShape):
     alpha_mlm: float = 2.0                 # mlm: MLM cross-entropy
     alpha_ce: float = 0.0                  # task: hard-label cross-entropy
     alpha_cos: float = 1.0                 # 1 - cos of the last hidden states, real tokens
+    alpha_pool: float = 0.0                # embed: 1 - cos of the mean-pooled sentence vectors
     alpha_sim: float = 0.0                 # embed: in-batch similarity matrices of the pooled vectors (MSE)
     alpha_hidden: float = 0.0              # TinyBERT: hidden-state MSE per mapped layer
     alpha_attn: float = 0.0                # TinyBERT: attention KL per mapped layer
@@ -159,7 +163,7 @@ class DistillConfig(TaskShape):
                 raise ConfigError(f"--{name.replace('_', '-')} {why.format(task=self.task)}", hint)
         if not any(alphas.values()):
             raise ConfigError("every loss weight is 0", "set at least one of --alpha-kd, --alpha-mlm, "
-                              "--alpha-ce, --alpha-cos, --alpha-hidden, --alpha-attn")
+                              "--alpha-ce, --alpha-cos, --alpha-pool, --alpha-sim, --alpha-hidden, --alpha-attn")
         if self.student_init == "random" and self.is_task and not (self.alpha_kd or self.alpha_ce):
             raise ConfigError("a randomly initialised classifier needs --alpha-kd or --alpha-ce")
 

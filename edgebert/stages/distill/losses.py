@@ -46,6 +46,16 @@ def cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
     return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
 
 
+def pooled_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                       attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean (1 - cos) between the student's and the teacher's mean-pooled sentence vectors: the vector a
+    sentence-embedding model is used through. The token-level cosine term leaves each token's length free,
+    and mean pooling weighs tokens by their length; this term pins what retrieval ranks by. (B, T, H)."""
+    s = mean_pool(student_hidden.float(), attention_mask)
+    t = mean_pool(teacher_hidden.float(), attention_mask)
+    return (1.0 - F.cosine_similarity(s, t, dim=-1)).mean()
+
+
 def similarity_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
                     attention_mask: torch.Tensor) -> torch.Tensor:
     """Relational distillation of sentence embeddings: the mean squared difference between the student's
@@ -129,6 +139,9 @@ def distillation_loss(cfg: DistillConfig, student: ModelOutputs, teacher: ModelO
     if cfg.alpha_cos:
         terms["cos"] = (cfg.alpha_cos, cosine_loss(student.last_hidden_state, teacher.last_hidden_state,
                                                    attention_mask))
+    if cfg.alpha_pool:
+        terms["pool"] = (cfg.alpha_pool, pooled_cosine_loss(student.last_hidden_state, teacher.last_hidden_state,
+                                                            attention_mask))
     if cfg.alpha_sim:
         terms["sim"] = (cfg.alpha_sim, similarity_loss(student.last_hidden_state, teacher.last_hidden_state,
                                                        attention_mask))
