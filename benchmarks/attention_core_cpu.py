@@ -66,7 +66,8 @@ def graphs(rng: np.random.Generator) -> dict[str, tuple]:
         numpy_helper.from_array(np.array([1, T, H], np.int64), "hidden"),
         numpy_helper.from_array(np.array(1 / np.sqrt(D), np.float32), "scale")])
     return {"Attention (projection + core)": (attention, "xm"), "3 MatMul + MultiHeadAttention": (split, "xm"),
-            "core: MultiHeadAttention, mask": (core_mask, "qkvm"), "core: MultiHeadAttention, no mask": (core_nomask, "qkv"),
+            "core: MultiHeadAttention, mask": (core_mask, "qkvm"),
+            "core: MultiHeadAttention, no mask": (core_nomask, "qkv"),
             "core: standard ops": (standard, "qkvd")}
 
 

@@ -78,7 +78,8 @@ def main() -> None:
         from edgebert.files.atomic import write_json, write_text
 
         write_json(args.out.with_suffix(".json"), report)
-        write_text(args.out.with_suffix(".md"), "# INT8 embeddings on AVX2 (emulated) vs native\n\n```\n" + text + "\n```\n")
+        title = "# INT8 embeddings on AVX2 (emulated) vs native"
+        write_text(args.out.with_suffix(".md"), f"{title}\n\n```\n{text}\n```\n")
 
 
 if __name__ == "__main__":

@@ -90,14 +90,15 @@ def time_side_by_side(bundles: dict[str, Path], seqs: list[int], rounds: int, ru
 def markdown(r: dict[str, Any]) -> str:
     env = r["environment"]
     out = [f"# CPU graph pass: SkipLayerNormalization -> Add + LayerNormalization ({r['host']})", "",
-           f"- CPU: {env['cpu']}; {env.get('host_line', r['host'])}", f"- onnxruntime {env['onnxruntime']}, {r['threads']} threads, spinning "
+           f"- CPU: {env['cpu']}; {env.get('host_line', r['host'])}",
+           f"- onnxruntime {env['onnxruntime']}, {r['threads']} threads, spinning "
            f"off; {r['rounds']} rounds x {r['runs']} runs per graph, interleaved; load average {r['load_before']} "
            f"before, {r['load_after']} after; other programs used {r['other_cpu']} of the CPU while timing", "",
            "| seq | precision | graph | p50 ms | p90 ms | vs before | max abs diff vs before |",
            "|---:|---|---|---:|---:|---:|---:|"]
     for row in r["rows"]:
-        out.append(f"| {row['seq']} | {row['precision']} | {row['variant']} | {row['p50_ms']:.2f} | {row['p90_ms']:.2f} "
-                   f"| {row['vs_before']:.3f} | {row['max_abs_diff_vs_before']:.2g} |")
+        out.append(f"| {row['seq']} | {row['precision']} | {row['variant']} | {row['p50_ms']:.2f} "
+                   f"| {row['p90_ms']:.2f} | {row['vs_before']:.3f} | {row['max_abs_diff_vs_before']:.2g} |")
     out += ["", "The INT8 graphs differ by whole quantization steps: their fp32 inputs differ by float rounding "
                 "(the fp32 column), enough to move a few activations across a rounding boundary of the calibrated "
                 "scales. What that costs is the gate's figure:", "",

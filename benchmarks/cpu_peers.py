@@ -23,7 +23,8 @@ Paths (``--paths``, comma-separated; default all):
   ctranslate2-int8  ``ctranslate2.converters.TransformersConverter(quantization="int8")``, ``Encoder``
                     ``compute_type="int8"``, ``intra_threads``
 Every engine gets ``--threads`` through its own knob (one inter-op thread / stream); onnxruntime with
-``allow_spinning`` off except in the ``-spin`` paths. Converted models and the bundle are kept in ``--work`` (git-ignored) and reused.
+``allow_spinning`` off except in the ``-spin`` paths. Converted models and the bundle are kept in ``--work``
+(git-ignored) and reused.
 
 Accuracy: mean-pooled embedding cosine against transformers fp32 (eager attention), one text at a time,
 over 300 SST-2 dev sentences + 100 WikiText-2 test paragraphs (their own lengths, at most 512 tokens):

@@ -64,7 +64,8 @@ def bootstrap(student: dict[str, np.ndarray], teacher: dict[str, np.ndarray], la
     for _ in range(resamples):
         p = rng.integers(0, n_pairs, n_pairs)
         if len(np.unique(labels[p])) == 2:
-            ratios["mrpc_auc"].append(roc_auc_score(labels[p], student["cos"][p]) / roc_auc_score(labels[p], teacher["cos"][p]))
+            auc_s, auc_t = roc_auc_score(labels[p], student["cos"][p]), roc_auc_score(labels[p], teacher["cos"][p])
+            ratios["mrpc_auc"].append(auc_s / auc_t)
         d = rng.integers(0, n_dev, n_dev)
         ratios["sst2_probe_accuracy"].append(student["correct"][d].mean() / teacher["correct"][d].mean())
         q = rng.integers(0, n_q, n_q)

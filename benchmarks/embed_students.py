@@ -86,6 +86,9 @@ RECIPES: dict[str, Recipe] = {
                              fields={"max_seq_len": 256, "freeze_word_embeddings": False}),
     # retrieval queries are single Wikipedia sentences; the project text has Wikipedia only as paragraphs:
     # WikiText-2 valid's sentences added as texts of their own (documents of DOC_LINES)
+    # + TinyBERT's attention term (KL of each mapped layer's attention distributions): what the student attends to
+    "long-sent-attn": Recipe("3,600 steps at 128 tokens, + WikiText-2 valid sentences, + attention KL", steps=3600,
+                             corpus="project-sentences", fields={"max_seq_len": 128, "alpha_attn": 1.0}),
     "long-sent-4200": Recipe("4,200 steps at 128 tokens, + WikiText-2 valid sentences", steps=4200,
                              corpus="project-sentences", fields={"max_seq_len": 128}),
     # the same with the intermediate hidden states distilled too (teacher layers [0, 2, 3, 5] -> 4)

@@ -67,8 +67,8 @@ def distill_cmd(
         dev_file=dev_file, max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
         layers=layers, layer_map=layer_map, student_init=init, freeze_word_embeddings=freeze_word_embeddings,
         temperature=temperature, alpha_kd=alpha_kd, alpha_mlm=alpha_mlm, alpha_ce=alpha_ce, alpha_cos=alpha_cos,
-        alpha_pool=alpha_pool, alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn, max_seq_len=max_seq_len, epochs=epochs,
-        evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)
+        alpha_pool=alpha_pool, alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn,
+        max_seq_len=max_seq_len, epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)
     result = distill(cfg, console=console)
     say(f"student saved to {result.out_dir} ({result.steps} steps, {result.wall_s:.0f} s): "
         f"{result.student_parameters / 1e6:.1f}M parameters vs the teacher's {result.teacher_parameters / 1e6:.1f}M, "
