@@ -49,6 +49,8 @@ class Recipe:
     corpus: str = "project"                # project: WikiText-2 valid + SST-2/MRPC train; builtin: Python docs;
                                            # project-sentences: project + WikiText-2 valid's single sentences
     fields: dict[str, Any] = field(default_factory=dict)   # any DistillConfig field
+    seed: int = 0                          # the training seed (data order, dropout)
+    int8_budget: float = 0.01              # the export's INT8 gate: 1 - mean cosine vs fp32 on held-out text
 
 
 RECIPES: dict[str, Recipe] = {
@@ -89,6 +91,10 @@ RECIPES: dict[str, Recipe] = {
     # + TinyBERT's attention term (KL of each mapped layer's attention distributions): what the student attends to
     "long-sent-attn": Recipe("3,600 steps at 128 tokens, + WikiText-2 valid sentences, + attention KL", steps=3600,
                              corpus="project-sentences", fields={"max_seq_len": 128, "alpha_attn": 1.0}),
+    # the same, seed 1, exported with a tighter INT8 gate (0.0006: the gate keeps the most sensitive attention
+    # projections float; long-sent-attn re-exported that way kept R@1 97.9%, MRR 97.4% in INT8): does it hold?
+    "long-sent-attn-seed1": Recipe("long-sent-attn, seed 1, INT8 gate 0.0006", steps=3600, seed=1, int8_budget=0.0006,
+                                   corpus="project-sentences", fields={"max_seq_len": 128, "alpha_attn": 1.0}),
     "long-sent-4200": Recipe("4,200 steps at 128 tokens, + WikiText-2 valid sentences", steps=4200,
                              corpus="project-sentences", fields={"max_seq_len": 128}),
     # the same with the intermediate hidden states distilled too (teacher layers [0, 2, 3, 5] -> 4)
@@ -145,7 +151,8 @@ def distill_student(name: str, recipe: Recipe, teacher: Path, corpus: Path | Non
 
     steps = SMOKE["steps"] if smoke else recipe.steps
     train = {"max_steps": steps, "batch_size": SMOKE["batch_size"] if smoke else recipe.batch_size,
-             "eval_every": steps, "save_every": steps, "log_every": min(20, steps), "progress": False}
+             "eval_every": steps, "save_every": steps, "log_every": min(20, steps), "progress": False,
+             "seed": recipe.seed}
     if recipe.lr is not None:
         train["lr"] = recipe.lr
     fields = {**recipe.fields, **({"max_seq_len": SMOKE["max_seq_len"], "max_eval_examples": 16} if smoke else {})}
@@ -156,12 +163,12 @@ def distill_student(name: str, recipe: Recipe, teacher: Path, corpus: Path | Non
     return result, cfg
 
 
-def export_student(student: Path, out: Path, calib: Path, smoke: bool):
+def export_student(student: Path, out: Path, calib: Path, smoke: bool, budget: float = 0.01):
     from exporters import ExportConfig, export_bundle
 
     sizes = {"calib_size": SMOKE["calib_size"], "gate_size": SMOKE["gate_size"]} if smoke else {"calib_size": 128}
     return export_bundle(ExportConfig(model_dir=student, out_dir=out, task="embed", int8=True, calib=calib,
-                                      max_accuracy_loss=0.01, validation_batch_sizes=(1, 3), overwrite=True, **sizes))
+                                      max_accuracy_loss=budget, validation_batch_sizes=(1, 3), overwrite=True, **sizes))
 
 
 def run_recipe(name: str, recipe: Recipe, teacher: Path, corpus: Path, calib: Path, data, teacher_scores: dict,
@@ -172,7 +179,7 @@ def run_recipe(name: str, recipe: Recipe, teacher: Path, corpus: Path, calib: Pa
     t0 = time.perf_counter()
     result, cfg = distill_student(name, recipe, teacher, corpus, runs / name / "student", smoke)
     distill_s = time.perf_counter() - t0
-    exported = export_student(result.out_dir, runs / name / "bundle", calib, smoke)
+    exported = export_student(result.out_dir, runs / name / "bundle", calib, smoke, recipe.int8_budget)
     row: dict[str, Any] = {"recipe": asdict(recipe), "steps": result.steps, "layer_map": result.layer_map,
                            "max_seq_len": cfg.max_seq_len, "lr": cfg.train.lr, "batch_size": cfg.train.batch_size,
                            "train_texts": result.num_train_examples, "distill_s": round(distill_s, 1),

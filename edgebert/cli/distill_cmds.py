@@ -25,7 +25,8 @@ def distill_cmd(
     task: o.task_option("mlm | embed (text) or sst2 | mrpc | tsv | ner | squad (a fine-tuned model); default: "
                         "from the teacher (an MLM head: mlm; a bare encoder: embed; a token classifier: ner; "
                         "a span model: squad)") = None,
-    preset: o.preset_option("distilbert | tinybert | embed | task | ner | squad | tiny (default: by --task)") = None,
+    preset: o.preset_option("distilbert | tinybert | embed | embed-long | task | ner | squad | tiny "
+                            "(default: by --task)") = None,
     corpus: o.Corpus = None,
     eval_corpus: o.EvalCorpus = None,
     corpus_format: o.CorpusFormat = None,

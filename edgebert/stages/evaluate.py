@@ -249,9 +249,9 @@ def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, 
 def _evaluate_embed(path: Path, data: Path, max_seq_len: int, batch_size: int, max_examples: int | None,
                     precision: str | None):
     """Downstream scores of sentence embeddings (``edgebert.stages.embed_eval``)."""
-    from .embed_eval import METRICS, DownstreamData, downstream_scores
+    from .embed_eval import ALL_PARAGRAPHS, METRICS, DownstreamData, downstream_scores
 
-    sets = DownstreamData.load(data, limit=max_examples)
+    sets = DownstreamData.load(data, paragraphs=ALL_PARAGRAPHS, limit=max_examples)
     run = downstream_scores(path, sets, precision, max_seq_len=max_seq_len, batch_size=batch_size)
     return {k: run["metrics"][k] for k in METRICS}, sets.describe()["texts"], {**run["details"], **sets.describe()}
 
