@@ -45,9 +45,9 @@ def embed(bundle: str, out: str, precision: str) -> None:
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    cos = (a * b).sum(1)
+    from edgebert.scores.embeddings import pair_cosines
+
+    cos = pair_cosines(a, b)
     return {"mean": round(float(cos.mean()), 6), "min": round(float(cos.min()), 6)}
 
 

@@ -39,16 +39,12 @@ LABELS = dict(zip(METRICS, ("MRPC AUC", "SST-2 probe", "R@1", "R@10", "MRR")))
 def per_item(vectors: dict[str, np.ndarray], data) -> dict[str, np.ndarray]:
     """What each bootstrap resample needs of one model: pair cosines, probe correctness per dev sentence,
     the right document's rank per query."""
-    from edgebert.scores.embeddings import cosine_matrix, pair_cosines, right_document_ranks
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
+    from edgebert.scores.embeddings import cosine_matrix, pair_cosines, probe_predictions, right_document_ranks
 
     of = lambda items: np.stack([vectors[t] for t in items])  # noqa: E731
-    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000, random_state=0))
-    probe.fit(of(data.probe_train), data.probe_train_labels)
+    predicted = probe_predictions(of(data.probe_train), data.probe_train_labels, of(data.probe_dev))
     return {"cos": pair_cosines(of([a for a, _ in data.pairs]), of([b for _, b in data.pairs])),
-            "correct": (probe.predict(of(data.probe_dev)) == data.probe_dev_labels).astype(np.float64),
+            "correct": (predicted == data.probe_dev_labels).astype(np.float64),
             "ranks": right_document_ranks(cosine_matrix(of(data.queries), of(data.documents))).astype(np.float64)}
 
 

@@ -77,23 +77,29 @@ def paraphrase_auc(a: np.ndarray, b: np.ndarray, labels: Sequence[int] | np.ndar
     return float(_sklearn("metrics").roc_auc_score(_labels(labels, len(cos), "paraphrase pairs"), cos))
 
 
-def probe_accuracy(train_x: np.ndarray, train_y: Sequence[int] | np.ndarray, test_x: np.ndarray,
-                   test_y: Sequence[int] | np.ndarray, seed: int = 0, max_iter: int = PROBE_MAX_ITER) -> float:
-    """Accuracy on ``test_x`` of a logistic regression (L2, C=1, lbfgs) fitted on ``train_x``, the
+def probe_predictions(train_x: np.ndarray, train_y: Sequence[int] | np.ndarray, test_x: np.ndarray,
+                      seed: int = 0, max_iter: int = PROBE_MAX_ITER) -> np.ndarray:
+    """Labels a logistic regression (L2, C=1, lbfgs) fitted on ``train_x`` predicts for ``test_x``, the
     features standardised with the training rows' mean and deviation (so that the scale of a model's
     vectors does not matter)."""
     train_x, test_x = _matrix(train_x, "probe training embeddings"), _matrix(test_x, "probe test embeddings")
     if train_x.shape[1] != test_x.shape[1]:
         raise DataError(f"probe embeddings of width {train_x.shape[1]} and {test_x.shape[1]}")
     y_train = _labels(train_y, len(train_x), "probe training set")
-    y_test = np.asarray(test_y).reshape(-1)
-    if len(y_test) != len(test_x):
-        raise DataError(f"probe test set: {len(y_test)} labels for {len(test_x)} embeddings")
     pipeline, linear = _sklearn("pipeline"), _sklearn("linear_model")
     probe = pipeline.make_pipeline(_sklearn("preprocessing").StandardScaler(),
                                    linear.LogisticRegression(max_iter=max_iter, random_state=seed))
     probe.fit(train_x, y_train)
-    return float((probe.predict(test_x) == y_test).mean())
+    return probe.predict(test_x)
+
+
+def probe_accuracy(train_x: np.ndarray, train_y: Sequence[int] | np.ndarray, test_x: np.ndarray,
+                   test_y: Sequence[int] | np.ndarray, seed: int = 0, max_iter: int = PROBE_MAX_ITER) -> float:
+    """Accuracy on ``test_x`` of ``probe_predictions``' probe."""
+    y_test = np.asarray(test_y).reshape(-1)
+    if len(y_test) != len(test_x):
+        raise DataError(f"probe test set: {len(y_test)} labels for {len(test_x)} embeddings")
+    return float((probe_predictions(train_x, train_y, test_x, seed, max_iter) == y_test).mean())
 
 
 def cosine_matrix(queries: np.ndarray, documents: np.ndarray) -> np.ndarray:
