@@ -212,3 +212,18 @@ def test_distill_squad_refuses_a_teacher_without_a_span_head(tmp_path, toy):
                                      max_seq_len=32, doc_stride=8))
     with pytest.raises(ConfigError, match="--doc-stride is for SQuAD files"):
         DistillConfig.preset("ner", root / "base", tmp_path / "s", train_file=root / "train.json", doc_stride=8)
+
+
+def test_squad_recipes_default_and_run_qa(tmp_path):
+    """``--task squad`` takes the ``squad`` recipe (run_qa + a third epoch + 10% warmup); ``run-qa`` is
+    transformers' example as it is (2 epochs, no warmup); the student recipe runs 6 epochs at 2e-4."""
+    from edgebert.stages.distill import build_distill_config
+    from edgebert.stages.finetune import build_finetune_config
+
+    train = tmp_path / "train.json"
+    default = build_finetune_config(tmp_path, "squad", train, tmp_path / "o")
+    run_qa = build_finetune_config(tmp_path, "squad", train, tmp_path / "o", preset="run-qa")
+    assert (default.epochs, default.train.warmup_ratio, default.train.lr, default.max_seq_len) == (3.0, 0.1, 1e-4, 384)
+    assert (run_qa.epochs, run_qa.train.warmup_ratio, run_qa.train.lr, run_qa.train.batch_size) == (2.0, 0.0, 1e-4, 16)
+    student = build_distill_config(tmp_path, tmp_path / "s", task="squad", train_file=train)
+    assert (student.epochs, student.train.lr, student.alpha_kd, student.alpha_ce) == (6.0, 2e-4, 1.0, 1.0)

@@ -24,7 +24,7 @@ def finetune_cmd(
     dev_file: o.DevFile = None,
     tag_column: o.TagColumn = None,
     doc_stride: o.DocStride = None,
-    preset: o.preset_option("glue | cpu-quick | ner | squad | tiny (default: ner / squad for those tasks, "
+    preset: o.preset_option("glue | cpu-quick | ner | squad | run-qa | tiny (default: ner / squad for those tasks, "
                             "else glue)") = None,
     max_train_examples: o.MaxTrainExamples = None,
     max_eval_examples: o.MaxEvalExamples = None,
