@@ -90,7 +90,8 @@ def main() -> None:
         write_json(args.out.with_suffix(".json"), report)
         rows = [f"| {n} | {r['graph']} | {r['scores']['exact_match']:.2f} | {r['scores']['f1']:.2f} | "
                 f"{report['f1_minus_fp32'].get(n, 0.0):+.2f} |" for n, r in runs.items()]
-        md = ["# A QA bundle's INT8 on AVX2 (emulated) vs natively", "",
+        title = "INT8 graphs through `EdgeSession.answer`, natively" if not avx2 else "INT8 on AVX2 (emulated) vs natively"
+        md = [f"# A QA bundle's {title}", "",
               f"Bundle `{args.bundle}`, the first {len(examples)} answerable questions of {DEV.name}; native host: "
               f"{runs['native fp32']['host']}" + (f"; emulated: {avx2['host']}" if avx2 else "") + ".", "",
               "| run | graph | EM | F1 | F1 - fp32 |", "|---|---|---:|---:|---:|", *rows, ""]
