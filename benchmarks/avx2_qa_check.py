@@ -43,6 +43,13 @@ def answer(bundle: str, out: str, precision: str, target: str, n: int) -> None:
                                      "reason": session.precision_reason, "host": session.host.summary()}))
 
 
+def cpu_name() -> str:
+    from edgebert.system.environment import cpuinfo
+
+    f = cpuinfo()
+    return f"{f.get('vendor_id')} {f.get('model name')}, family {f.get('cpu family')} model {f.get('model')}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bundle")
@@ -93,7 +100,7 @@ def main() -> None:
         title = "INT8 graphs through `EdgeSession.answer`, natively" if not avx2 else "INT8 on AVX2 (emulated) vs natively"
         md = [f"# A QA bundle's {title}", "",
               f"Bundle `{args.bundle}`, the first {len(examples)} answerable questions of {DEV.name}; native host: "
-              f"{runs['native fp32']['host']}" + (f"; emulated: {avx2['host']}" if avx2 else "") + ".", "",
+              f"{cpu_name()}, {runs['native fp32']['host']}" + (f"; emulated: {avx2['host']}" if avx2 else "") + ".", "",
               "| run | graph | EM | F1 | F1 - fp32 |", "|---|---|---:|---:|---:|", *rows, ""]
         if avx2:
             md += [f"AVX2 (emulated) vs native, same graph ({same_graph}): answer text equal on "

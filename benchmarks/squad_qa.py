@@ -297,10 +297,8 @@ def main() -> None:
         done[stage]["command"] = _display(done[stage]["command"])
     keys = [k for k in EVALUATED if not (earlier and k == REFERENCE)]
     scores, models = dev_scores(args.runs, args.reuse, args.smoke, tuple(keys))
-    if earlier:
-        for key in (REFERENCE, REFERENCE + " (SQuAD 2.0)"):
-            scores[key] = earlier["dev_scores"][key]
-        scores = {k: scores[k] for k in sorted(scores, key=lambda k: k != REFERENCE and not k.startswith(REFERENCE))}
+    if earlier:   # the reference first, as when it is scored here
+        scores = {k: earlier["dev_scores"][k] for k in (REFERENCE, REFERENCE + " (SQuAD 2.0)")} | scores
     bundle = args.runs / "student-bundle"
     manifest = json.loads((bundle / "manifest.json").read_text())
     bench = json.loads((bench_dir / "report.json").read_text())
