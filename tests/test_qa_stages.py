@@ -141,7 +141,7 @@ def _task(root, layers: int, **fields):
     from edgebert.stages.distill import DistillConfig, TaskDistillationTask, build_student, load_teacher
 
     cfg = DistillConfig.preset("squad", root / "teacher", root / "unused", train_file=root / "train.json",
-                               layers=layers, max_seq_len=32, doc_stride=8, **fields)
+                               layers=layers, max_seq_len=32, doc_stride=8, **{"layer_map": None, **fields})
     teacher = load_teacher(cfg.teacher, "squad")
     student, layer_map = build_student(teacher, cfg)
     tok = load_tokenizer(cfg.teacher)
@@ -201,6 +201,10 @@ def test_squad_distillation_keeps_the_toy_task(tmp_path, toy):
     assert "teacher_exact_match" in result.eval_metrics
     student = load_model(tmp_path / "student")
     assert type(student) is BertForQuestionAnswering and student.config.num_hidden_layers == 1
+    # the recipe's --layer-map closest: both 1-of-2 choices measured, the nearer one kept and recorded
+    choice = json.loads((tmp_path / "student" / "distill_config.json").read_text())["layer_choice"]
+    assert [t["layer_map"] for t in choice["tried"]] == [[0], [1]] and choice["examples"] == 128
+    assert choice["layer_map"] == result.layer_map == min(choice["tried"], key=lambda t: t["distance"])["layer_map"]
 
 
 def test_distill_squad_refuses_a_teacher_without_a_span_head(tmp_path, toy):
@@ -216,7 +220,8 @@ def test_distill_squad_refuses_a_teacher_without_a_span_head(tmp_path, toy):
 
 def test_squad_recipes_default_and_run_qa(tmp_path):
     """``--task squad`` takes the ``squad`` recipe (run_qa + a third epoch + 10% warmup); ``run-qa`` is
-    transformers' example as it is (2 epochs, no warmup); the student recipe runs 6 epochs at 2e-4."""
+    transformers' example as it is (2 epochs, no warmup); the student recipe runs 6 epochs at 2e-4 from the
+    teacher layers closest to the teacher."""
     from edgebert.stages.distill import build_distill_config
     from edgebert.stages.finetune import build_finetune_config
 
@@ -227,3 +232,29 @@ def test_squad_recipes_default_and_run_qa(tmp_path):
     assert (run_qa.epochs, run_qa.train.warmup_ratio, run_qa.train.lr, run_qa.train.batch_size) == (2.0, 0.0, 1e-4, 16)
     student = build_distill_config(tmp_path, tmp_path / "s", task="squad", train_file=train)
     assert (student.epochs, student.train.lr, student.alpha_kd, student.alpha_ce) == (6.0, 2e-4, 1.0, 1.0)
+    assert student.layer_map == "closest"
+
+
+def test_context_edits_add_windows_whose_labels_point_at_the_answers(toy):
+    from edgebert.data.task_data import load_task_data
+    from edgebert.data.tokenizer import load_tokenizer
+    from edgebert.qa.augment import context_edits
+    from edgebert.qa.squad_file import read_squad
+    from edgebert.qa.windows import squad_windows
+
+    root, _ = toy
+    tok = load_tokenizer(root / "teacher")
+    plain = load_task_data("squad", root / "train.json", None, tok, 32, doc_stride=8)
+    edited = load_task_data("squad", root / "train.json", None, tok, 32, doc_stride=8, context_edits=1)
+    variants = context_edits(read_squad(root / "train.json"), 1, seed=0)
+    assert len(variants) == 300 and len(edited.train) == len(plain.train) + len(squad_windows(variants, tok, 32, 8))
+    windows = squad_windows(variants, tok, 32, 8)
+    held = 0
+    for i in range(len(windows)):
+        s, e = int(windows.start_positions[i]), int(windows.end_positions[i])
+        if s == 0:
+            continue                                     # the answer is not (wholly) in this window
+        held += 1
+        ex = variants[int(windows.example_index[i])]
+        assert ex.context[windows.offsets[i][s][0]:windows.offsets[i][e][1]] == ex.answers[0].text
+    assert held >= 300                                   # every question's answer is in some window

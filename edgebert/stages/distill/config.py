@@ -28,6 +28,7 @@ TEXT_MODES = ("mlm", "embed")              # distillation on unlabelled text (--
 LABELLED_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS)   # task distillation of a fine-tuned model
 DISTILL_TASKS = (*TEXT_MODES, *LABELLED_TASKS)
 STUDENT_INITS = ("teacher", "random")
+CLOSEST = "closest"                        # --layer-map closest: measured (layer_choice)
 MLM_ARCHITECTURES = ("BertForPreTraining", "BertForMaskedLM")
 ALPHAS = ("alpha_kd", "alpha_mlm", "alpha_ce", "alpha_cos", "alpha_pool", "alpha_sim", "alpha_hidden", "alpha_attn")
 # loss terms a mode cannot compute (mlm: no labels; task: no masked tokens; embed: no logits), and why
@@ -63,9 +64,10 @@ class DistillConfig(TaskShape):
     max_train_examples: int | None = None  # a seeded random subset of the training file
     tag_column: int | None = None          # ner: the CoNLL tag column (1-based; None: the last)
     doc_stride: int | None = None          # squad: context tokens consecutive windows share (None: default_stride)
+    context_edits: int = 0                 # squad: edited copies of each training question (edgebert.qa.augment)
     # the student
     layers: int = 4
-    layer_map: tuple[int, ...] | None = None  # teacher layer per student layer; None: evenly spaced
+    layer_map: tuple[int, ...] | str | None = None  # per student layer; None: evenly spaced; "closest": measured
     student_init: str = "teacher"          # "teacher" (DistilBERT) or "random" (from-scratch baseline)
     freeze_word_embeddings: bool = False
     # the loss
@@ -125,6 +127,10 @@ class DistillConfig(TaskShape):
             raise ConfigError(f"--tag-column {self.tag_column} must be 2 or more", "column 1 holds the word")
         if self.doc_stride is not None and not self.is_span_task:
             raise ConfigError(f"--doc-stride is for SQuAD files (--task squad), not --task {self.task}")
+        if not (isinstance(self.context_edits, int) and 0 <= self.context_edits <= 8):
+            raise ConfigError(f"--context-edits {self.context_edits!r} must be an integer from 0 to 8")
+        if self.context_edits and not self.is_span_task:
+            raise ConfigError(f"--context-edits is for SQuAD files (--task squad), not --task {self.task}")
         if self.is_span_task:
             check_window(self.max_seq_len, self.stride)
         if self.corpus_format not in FORMATS:
@@ -142,7 +148,11 @@ class DistillConfig(TaskShape):
     def _check_student(self) -> None:
         if not isinstance(self.layers, int) or self.layers < 1:
             raise ConfigError(f"--layers {self.layers!r} must be a positive integer")
-        if self.layer_map is not None:
+        if self.layer_map == CLOSEST:
+            if self.student_init != "teacher":
+                raise ConfigError("--layer-map closest picks teacher layers to copy, not a random student",
+                                  "drop --layer-map, or use --init teacher")
+        elif self.layer_map is not None:
             if len(self.layer_map) != self.layers:
                 raise ConfigError(f"--layer-map has {len(self.layer_map)} entries but the student has "
                                   f"{self.layers} layers", "give one teacher layer per student layer")
@@ -230,17 +240,20 @@ class DistillConfig(TaskShape):
         return self.train.for_epochs(self.epochs, num_examples, self.evals_per_epoch, self.dev_file is not None)
 
 
-def _layer_map(value: Any) -> tuple[int, ...] | None:
-    """``"0,2,3,5"`` / a sequence / None -> a tuple of ints (checked against the teacher later)."""
+def _layer_map(value: Any) -> tuple[int, ...] | str | None:
+    """``"0,2,3,5"`` / a sequence / None -> a tuple of ints (checked against the teacher later);
+    ``"closest"`` stays as it is."""
     if value is None:
         return None
     if isinstance(value, str):
         text = value.strip()
+        if text == CLOSEST:
+            return CLOSEST
         try:
             return tuple(int(x) for x in text.split(",")) if text else None
         except ValueError as exc:
             raise ConfigError(f"--layer-map {value!r} is not a comma-separated list of integers",
-                              "e.g. --layer-map 0,2,3,5") from exc
+                              "e.g. --layer-map 0,2,3,5, or --layer-map closest") from exc
     return tuple(int(x) for x in value)
 
 
@@ -283,15 +296,16 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
                 max_seq_len=128, epochs=6.0,
                 train=dict(max_steps=1000, batch_size=32, lr=2e-4, warmup_ratio=0.1, log_every=20)),
     # a fine-tuned span model (SQuAD) -> a 4-layer one: KD of the start and end distributions over each
-    # window at T=2 + the hard start/end cross-entropy, on cached teacher logits (one teacher pass). The
-    # hidden-state terms (--alpha-cos / --alpha-hidden) need the teacher at every step: ~1.4x the time.
-    # 6 epochs of the 3.9k SQuAD windows of ../shared/data/squad at 2e-4 (the NER student's lesson: a small
-    # labelled set wants more epochs and a higher rate than the teacher's): with 4 epochs the student's dev F1
-    # was 51.7, 54.1, 55.6, 57.2 after epochs 1-4 (95.8% of a 59.7 teacher, still rising); with 6 epochs from the
-    # 62.8 teacher of the `squad` finetune recipe, 51.0, 53.7, 56.1, 55.7, 57.3, 58.3: 93.0% of it, the 97% goal
-    # missed (benchmarks/results/squad_qa.md). A student step on cached logits costs ~2/3 of a teacher step
+    # window at T=2 + the hard start/end cross-entropy, on cached teacher logits (one teacher pass), 6 epochs of
+    # the 3.9k SQuAD windows of ../shared/data/squad at 2e-4 (the NER student's lesson: a small labelled set
+    # wants more epochs and a higher rate than the teacher's), from the teacher layers closest to the teacher
+    # (layer_choice). From the 62.8 teacher of the `squad` finetune recipe, dev F1 after each epoch: evenly spaced
+    # layers [0, 2, 3, 5] 51.0, 53.7, 56.1, 55.7, 57.3, 58.3 (92.8%); the closest, [0, 2, 3, 4], 55.6, 57.0, 57.7,
+    # 58.5, 60.9, 61.3 (97.5%). benchmarks/results/squad_student_choices.md, also for what did not help:
+    # TinyBERT's hidden-state and attention terms (1.8x the time per step) and --context-edits at equal compute.
+    # ~38 min on 2 cores with --bf16 (AVX512-BF16), about 1.5x that without
     "squad": dict(task="squad", temperature=2.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=1.0, alpha_cos=0.0,
-                  max_seq_len=384, epochs=6.0,
+                  max_seq_len=384, epochs=6.0, layer_map=CLOSEST,
                   train=dict(max_steps=1000, batch_size=16, lr=2e-4, warmup_ratio=0.1, log_every=20)),
     # tests
     "tiny": dict(task="mlm", layers=1, max_seq_len=32, max_eval_examples=32, eval_batch_size=16,

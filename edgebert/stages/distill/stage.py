@@ -1,7 +1,8 @@
 """``distill``: one distillation run, from the teacher directory to the student directory.
 
 The student keeps the teacher's width and starts from the teacher's embeddings, the teacher layers in
-``layer_map`` (evenly spaced by default: 6 -> 4 gives [0, 2, 3, 5]), pooler and heads
+``layer_map`` (evenly spaced by default: 6 -> 4 gives [0, 2, 3, 5]; ``closest``: measured by ``layer_choice``
+on a sample of the training data before training), pooler and heads
 (``edgebert.model.make_student``); ``student_init="random"`` trains a same-size model from scratch on
 the same batches instead (the baseline distillation has to beat). ``distill_config.json`` in the
 output directory records the layer map, the loss weights and the teacher.
@@ -10,24 +11,27 @@ output directory records the layer map, the loss weights and the teacher.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from ...data.corpus import paragraphs
 from ...data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
-from ...data.task_data import encode_texts, load_task_data
+from ...data.task_data import collate, encode_texts, load_task_data
 from ...data.tasks import SPAN_TASKS, TOKEN_TASKS
-from ...data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
+from ...data.tokenizer import TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer
 from ...errors import CheckpointError, ConfigError
 from edgebert.files.atomic import write_json
 from ...model import (MODEL_OUTPUTS, BertConfig, build_model, count_parameters, freeze_word_embeddings, load_model,
-                      make_student, parse_layer_map, read_state_dict)
+                      default_layer_map, make_student, parse_layer_map, read_state_dict)
 from edgebert.files.outdirs import OutputDir
 from ...training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
-from .config import MLM_ARCHITECTURES, DistillConfig
+from .config import CLOSEST, MLM_ARCHITECTURES, DistillConfig
+from .layer_choice import PROBE_EXAMPLES, closest_layer_map, hidden_distance, probe_indices, task_distance
 from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
 
 DISTILL_CONFIG_FILE = "distill_config.json"
@@ -68,15 +72,25 @@ def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
     return teacher
 
 
-def build_student(teacher: nn.Module, cfg: DistillConfig) -> tuple[nn.Module, list[int]]:
-    """The student and its layer map (validated against the teacher's depth)."""
+def build_student(teacher: nn.Module, cfg: DistillConfig,
+                  probe: Callable[[], tuple[list[dict], tuple]] | None = None) -> tuple[nn.Module, list[int]]:
+    """The student and its layer map (validated against the teacher's depth). With ``--layer-map closest``
+    the map is measured (``layer_choice``) on the batches and distance that ``probe()`` gives."""
     depth = teacher.config.num_hidden_layers
-    layer_map = parse_layer_map(list(cfg.layer_map) if cfg.layer_map else None, depth, cfg.layers)
+    if cfg.layer_map == CLOSEST:
+        if probe is None:
+            raise ConfigError("--layer-map closest needs training examples to measure on")
+        choice = closest_layer_map(teacher, cfg.layers, *probe())
+        layer_map = choice.layer_map
+    else:
+        choice = None
+        layer_map = parse_layer_map(list(cfg.layer_map) if cfg.layer_map else None, depth, cfg.layers)
     if cfg.student_init == "teacher":
         student, layer_map = make_student(teacher, cfg.layers, layer_map)
     else:
         torch.manual_seed(cfg.train.seed)
         student = build_model(teacher.config.replace(num_hidden_layers=cfg.layers), type(teacher).__name__)
+    student.layer_choice = choice
     student.train()
     for p in student.parameters():
         p.requires_grad_(True)
@@ -94,26 +108,50 @@ def build_student(teacher: nn.Module, cfg: DistillConfig) -> tuple[nn.Module, li
     return student, list(layer_map)
 
 
-def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer_map: list[int],
-          say) -> tuple[TrainingTask, int]:
-    """The mode's data and training task, and the number of training examples."""
+def _mode_data(cfg: DistillConfig, teacher: nn.Module, tok):
+    """The mode's data, read once: a ``TaskData`` (task mode), else the (train, eval) documents."""
+    if not cfg.is_task:
+        return mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format, cfg.eval_fraction, cfg.train.seed)
+    labels = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] \
+        if teacher.config.id2label else None
+    data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
+                          cfg.max_train_examples, cfg.eval_limit, cfg.train.seed, labels, cfg.tag_column,
+                          cfg.stride, cfg.context_edits)
+    if not cfg.is_span_task and len(data.labels) != teacher.config.num_labels:
+        raise CheckpointError(f"the teacher has {teacher.config.num_labels} labels, the data "
+                              f"{len(data.labels)}", "distil on the task the teacher was fine-tuned for")
+    return data
+
+
+def _probe(cfg: DistillConfig, data, tok) -> tuple[list[dict], tuple]:
+    """What ``--layer-map closest`` measures on: a seeded sample of the training examples (batches) and
+    the distance of the mode (the KD term of the task logits, or the hidden-state cosine)."""
+    pad = SpecialIds.of(tok).pad
     if cfg.is_task:
-        labels = [teacher.config.id2label[i] for i in range(teacher.config.num_labels)] \
-            if teacher.config.id2label else None
-        data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
-                              cfg.max_train_examples, cfg.eval_limit, cfg.train.seed, labels, cfg.tag_column,
-                              cfg.stride)
-        if not cfg.is_span_task and len(data.labels) != teacher.config.num_labels:
-            raise CheckpointError(f"the teacher has {teacher.config.num_labels} labels, the data "
-                                  f"{len(data.labels)}", "distil on the task the teacher was fine-tuned for")
+        train = data.train
+        kind = "span" if train.is_span_task else "token" if train.is_token_task else "sequence"
+        measure = task_distance(kind, cfg.temperature)
+    else:
+        texts = paragraphs(data[0])
+        keep = np.random.default_rng(cfg.train.seed).permutation(len(texts))[:PROBE_EXAMPLES]
+        train = encode_texts([texts[i] for i in sorted(keep)], tok, cfg.max_seq_len)
+        measure = hidden_distance()
+    batches = [collate(train, idx, pad, with_labels=False)
+               for idx in probe_indices(len(train), np.asarray(train.lengths), cfg.train.seed)]
+    return batches, measure
+
+
+def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer_map: list[int], data,
+          say) -> tuple[TrainingTask, int]:
+    """The mode's training task on its data (``_mode_data``), and the number of training examples."""
+    if cfg.is_task:
         task = TaskDistillationTask(student, teacher, tok, data, cfg, layer_map)
         if cfg.cache_teacher_logits and task.logits_only and task.needs_teacher:
             say(f"teacher logits: one pass over the {len(data.train)} training examples")
         if cfg.resume:
             task.best.restore(checkpoint_dir(cfg.out), student)
         return task, len(data.train)
-    train_docs, eval_docs = mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format, cfg.eval_fraction,
-                                          cfg.train.seed)
+    train_docs, eval_docs = data
     if cfg.mode == "embed":
         held_out = paragraphs(eval_docs)[:cfg.eval_limit]
         task = EmbeddingDistillationTask(student, teacher, tok, encode_texts(paragraphs(train_docs), tok, cfg.max_seq_len),
@@ -150,7 +188,6 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
     out = OutputDir(cfg.out, "distill", names=DISTILL_OUTPUTS, resume=cfg.resume, overwrite=cfg.overwrite,
                     signature=STATE_FILE)
     teacher = load_teacher(cfg.teacher, cfg.task)
-    student, layer_map = build_student(teacher, cfg)
     if cfg.max_seq_len > teacher.config.max_position_embeddings:
         raise ConfigError(f"max_seq_len={cfg.max_seq_len} is longer than the teacher's "
                           f"max_position_embeddings={teacher.config.max_position_embeddings}")
@@ -161,10 +198,18 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
         if console is not None and main:
             console.print(line, highlight=False, soft_wrap=True)
 
+    data = _mode_data(cfg, teacher, tok)
+    student, layer_map = build_student(teacher, cfg, lambda: _probe(cfg, data, tok))
+    choice = student.layer_choice
     how = f"teacher layers {layer_map}" if cfg.student_init == "teacher" else "random initialisation"
+    if choice is not None:
+        even = choice.distance_of(default_layer_map(teacher.config.num_hidden_layers, cfg.layers))
+        how += (f", the closest of {len(choice.tried)} choices to the teacher on {choice.examples} training examples "
+                f"({choice.measure}: {choice.distance_of(layer_map):.4f}"
+                + (f"; evenly spaced: {even:.4f})" if even is not None else ")"))
     say(f"student: {cfg.layers} of the teacher's {teacher.config.num_hidden_layers} layers "
         f"(width {teacher.config.hidden_size}), from {how}")
-    task, num_examples = _task(cfg, teacher, student, tok, layer_map, say)
+    task, num_examples = _task(cfg, teacher, student, tok, layer_map, data, say)
     train_cfg = cfg.train_config(num_examples)
     start: dict[str, float] = {}
     if cfg.mode == "embed" and main and not cfg.resume:
@@ -178,7 +223,8 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
                 "teacher_layers": teacher.config.num_hidden_layers,
                 "teacher_architecture": type(teacher).__name__,
                 "teacher_parameters": count_parameters(teacher),
-                "student_parameters": count_parameters(student), "start_metrics": start})
+                "student_parameters": count_parameters(student), "start_metrics": start,
+                "layer_choice": choice.as_dict() if choice is not None else None})
         result = trainer.fit(task, stop_at_step)
     best = dict(task.best.metrics) if cfg.is_task else {}
     return DistillResult(cfg.out, result.step, layer_map, dict(result.eval_metrics), best,
