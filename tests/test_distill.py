@@ -236,3 +236,16 @@ def test_cli_errors_are_one_line(tmp_path, toy, capsys):
                            "--layer-map", "a,b")
     assert_one_line_error(code, err, "comma-separated")
     assert not any((tmp_path / name).exists() for name in "abcdef")
+
+
+def test_closest_layer_map_in_a_text_mode_is_measured_recorded_and_kept_on_resume(tmp_path, toy):
+    make_model_dir(tmp_path / "teacher", "BertForPreTraining", layers=2)
+    cfg = DistillConfig.preset("tiny", tmp_path / "teacher", tmp_path / "s", corpus=(toy / "corpus.txt",),
+                               layer_map="closest", train=dict(max_steps=4, eval_every=2, save_every=2))
+    first = distill(cfg, stop_at_step=2)
+    choice = json.loads((tmp_path / "s" / "distill_config.json").read_text())["layer_choice"]
+    assert choice["measure"] == "1 - cos of the last hidden states" and 0 < choice["examples"] <= 128
+    assert [t["layer_map"] for t in choice["tried"]] == [[0], [1]]
+    assert first.layer_map == choice["layer_map"] == min(choice["tried"], key=lambda t: t["distance"])["layer_map"]
+    second = distill(cfg.replace(resume=True))
+    assert (second.resumed_from, second.steps, second.layer_map) == (2, 4, first.layer_map)
