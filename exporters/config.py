@@ -64,6 +64,7 @@ class ExportConfig:
     calib: Path | None = None                  # None: the built-in English text
     calib_size: int = 256
     gate_size: int = 200                       # held-out texts the accuracy gate measures on
+    gate_data: Path | None = None              # qa: a SQuAD file of questions not trained on, for the gate
     max_accuracy_loss: float | None = None     # None: the task's default budget (the gate is always on)
     outlier_ratio: float | None = None         # None: the recipe's (3); 0: no outlier split
     activation_scales: str | None = None       # None: the recipe's (calibrated); per-call: dynamic
@@ -127,6 +128,7 @@ class ExportConfig:
             op_types = ("MatMul",)
         qcfg = Int8Config(mode=self.int8_mode, targets=self.int8_targets, per_channel=self.per_channel,
                           op_types=op_types, calib=self.calib, calib_size=self.calib_size, gate_size=self.gate_size,
+                          gate_data=self.gate_data,
                           max_accuracy_loss=self.max_accuracy_loss, outlier_ratio=self.outlier_ratio,
                           activation_scales=self.activation_scales)
         if max_len is not None and qcfg.calib_seq_len > max_len:

@@ -50,6 +50,7 @@ class Int8Config:
     calib: Path | None = None                    # None: the built-in English text
     calib_size: int = 256                        # texts that calibrate (cap; streamed)
     gate_size: int = 200                         # held-out texts the accuracy gate measures on
+    gate_data: Path | None = None                # qa: a SQuAD file the gate measures on (questions not trained on)
     calib_batch_size: int = 32
     calib_seq_len: int = 128                     # truncation length (static: also the fixed padding)
     calibrate_method: str = "minmax"             # static QDQ only
@@ -74,6 +75,11 @@ class Int8Config:
                 raise DataError(f"calibration file {self.calib} not found",
                                 "pass a text file (one sentence per line), a TSV with a 'sentence' "
                                 "column, or WikiText raw; or leave --calib out for the built-in text")
+        if self.gate_data is not None:
+            object.__setattr__(self, "gate_data", Path(self.gate_data))
+            if not self.gate_data.is_file() or self.gate_data.suffix.lower() != ".json":
+                raise DataError(f"gate file {self.gate_data} is not a SQuAD JSON file that exists",
+                                "pass a SQuAD 1.1 / 2.0 JSON file of questions the model did not train on")
         if self.max_accuracy_loss is not None and not (
                 isinstance(self.max_accuracy_loss, (int, float)) and not isinstance(self.max_accuracy_loss, bool)
                 and 0.0 <= float(self.max_accuracy_loss) < 1.0):

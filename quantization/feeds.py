@@ -14,7 +14,9 @@ one of these.
   ``MIN_GATE_QUESTIONS`` left, the built-in questions gate. Otherwise the calibration text
   (``--calib`` or the built-in text), as pairs of consecutive lines (the first as the question),
   calibrates and the 62 built-in questions about the built-in held-out text gate
-  (``edgebert.qa.squad_file.builtin_questions``).
+  (``edgebert.qa.squad_file.builtin_questions``). ``--gate-data`` a SQuAD file: its first ``gate_size``
+  answerable questions gate instead: questions the model did not train on, so that the gate sees what
+  new questions lose (the held-out part of a training file is held out from calibration only).
 
 Each gives ``calibration()`` (feeds for the channel ranges), ``padded_calibration(length)`` (static
 QDQ), ``probe`` (the gate), ``invariance()`` (probe feeds, long batch mates) and ``describe()``.
@@ -28,7 +30,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from edgebert.errors import DataError
+from edgebert.errors import ConfigError, DataError
 from edgebert.qa.squad_file import SquadExample, builtin_questions, read_squad
 from edgebert.qa.windows import MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
 from edgebert.runtime.text import Encoded, pad_batch
@@ -50,6 +52,9 @@ class TextFeeds:
     def __init__(self, qcfg: Int8Config, task: str, fused: Path, tokenizer: Path, pad_id: int, say: Say):
         self.qcfg, self.pad_id = qcfg, pad_id
         self.tok = prepared_tokenizer(tokenizer, qcfg.calib_seq_len)
+        if qcfg.gate_data is not None:
+            raise ConfigError("--gate-data is for question-answering exports (a SQuAD file)",
+                              "drop it: the gate of this task measures on --calib's texts after --calib-size")
         self.split = calibration_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size)
         say(f"fp32 reference on held-out text ({self.split.held_out.describe()['source']})")
         self.probe = AccuracyProbe(self.metric_task(task), fused, self._batches(self.split.held_out))
@@ -165,8 +170,19 @@ def _line_pairs(source: TextSource, pairs: int) -> list[SquadExample]:
     return [SquadExample(f"calib-{i // 2}", lines[i], lines[i + 1]) for i in range(0, len(lines) - 1, 2)]
 
 
-def question_split(calib: Path | None, calib_size: int, gate_size: int) -> QuestionSplit:
-    """The calibration and held-out questions of a question-answering export (module docstring)."""
+def question_split(calib: Path | None, calib_size: int, gate_size: int, gate_data: Path | None = None) -> QuestionSplit:
+    """The calibration and held-out questions of a question-answering export (module docstring); with
+    ``gate_data`` (a SQuAD file), its first ``gate_size`` answerable questions gate instead, and all of
+    ``calib``'s first ``calib_size`` calibrate."""
+    if gate_data is not None:
+        split = question_split(calib, calib_size, gate_size)
+        held = [e for e in read_squad(gate_data) if e.has_answer][:gate_size]
+        if not held:
+            raise DataError(f"gate file {gate_data} has no answerable questions", "pass a SQuAD file with answers")
+        source = str(Path(gate_data).resolve())
+        return QuestionSplit(split.calibration, held, f"{split.note.split(':')[0]} calibrates; the first {len(held)} "
+                                                      f"answerable questions of {Path(gate_data).name} gate",
+                             {**split.sources, "held_out": source})
     builtin = builtin_questions()[:gate_size]
     if calib is not None and Path(calib).suffix.lower() == ".json":
         examples = read_squad(calib)
@@ -199,7 +215,7 @@ class QuestionFeeds:
         self.qcfg, self.pad_id = qcfg, pad_id
         self.window = min(MAX_SEQ_LEN, window)
         maker = WindowMaker(Tokenizer.from_file(str(tokenizer)), self.window, default_stride(self.window))
-        self.split = question_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size)
+        self.split = question_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size, qcfg.gate_data)
         self.calibration_windows = maker(self.split.calibration)
         held = maker(self.split.held_out)
         say(f"fp32 reference on {len(self.split.held_out)} held-out questions ({self.split.sources['held_out']})")

@@ -7,12 +7,15 @@ input, equal to transformers to 1e-5, with INT8 gated by choice agreement."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 import torch
 
 from edgebert.bundle import Manifest, read_manifest
+from edgebert.errors import DataError
+from edgebert.qa.squad_file import read_squad
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.hostcpu import detect_host
 from edgebert.runtime.precision import choose_precision
@@ -95,6 +98,27 @@ def test_question_splits(tmp_path):
     assert {e.id for e in split.calibration}.isdisjoint(e.id for e in split.held_out)
     split = question_split(squad, 40, 200)                      # 20 left: fewer than 32, the built-in ones gate
     assert split.held_out == builtin and "fewer than 32" in split.note
+    # --gate-data: questions the model did not train on gate; --calib's first calib_size all calibrate
+    unseen = write_toy_squad(tmp_path / "unseen.json", 50, seed=4, unanswerable=0.3)
+    split = question_split(squad, 20, 30, unseen)
+    assert [e.id for e in split.calibration] == [e.id for e in question_split(squad, 20, 30).calibration]
+    answerable = [e for e in read_squad(unseen) if e.has_answer]
+    assert len(answerable) > 30 and split.held_out == answerable[:30]
+    assert split.sources == {"calibration": str(squad.resolve()), "held_out": str(unseen.resolve())}
+    assert "answerable questions of unseen.json gate" in split.note
+    none = tmp_path / "none.json"
+    none.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [
+        {"id": "x", "question": "q?", "answers": [], "is_impossible": True}]}]}]}))
+    with pytest.raises(DataError, match="has no answerable questions"):
+        question_split(squad, 20, 30, none)
+    from quantization.config import Int8Config
+    assert Int8Config(gate_data=str(unseen)).gate_data == unseen
+    for bad in (tmp_path / "missing.json", tmp_path / "calib.txt"):
+        bad.parent.mkdir(exist_ok=True)
+        if bad.suffix == ".txt":
+            bad.write_text("a line\n")
+        with pytest.raises(DataError, match="is not a SQuAD JSON file that exists"):
+            Int8Config(gate_data=bad)
 
 
 def test_a_qa_gate_that_misses_keeps_the_graph_flagged_and_fp32_the_default(toy):
@@ -178,3 +202,15 @@ def test_multiple_choice_exports_choices_equal_to_transformers(tmp_path):
     assert accuracy["metric"] == "label_agreement" and accuracy["n"] == 16        # 64 texts, 4 choices each
     assert accuracy["loss"] <= accuracy["max_accuracy_loss"] == 0.01
     assert manifest.models["int8"].get_extra("batch_invariance")["max_1_minus_cos"] < 1e-3
+
+
+def test_gate_data_is_for_question_answering_exports_only(tmp_path):
+    from edgebert.errors import ConfigError
+    from exporters import ExportConfig, export_bundle
+    from squad_helpers import write_toy_squad
+
+    model = make_tiny_model_dir(tmp_path / "m")
+    gate = write_toy_squad(tmp_path / "gate.json", 40, seed=5)
+    with pytest.raises(ConfigError, match="--gate-data is for question-answering exports"):
+        export_bundle(ExportConfig(model_dir=model, out_dir=tmp_path / "b", int8=True, gate_data=gate))
+    assert not (tmp_path / "b").exists()                      # nothing half-written

@@ -36,6 +36,9 @@ def export(
         "--gate-size", help="Held-out texts the accuracy gate measures on: the first 200 of the built-in held-out "
                             "text's 202 (`edgebert check` re-measures on all 202), or of --calib's texts after "
                             "--calib-size.")] = 200,
+    gate_data: Annotated[Optional[Path], typer.Option(
+        "--gate-data", help="Question answering: a SQuAD JSON file of questions the model did not train on; "
+                            "its first --gate-size answerable questions gate instead of --calib's.")] = None,
     max_accuracy_loss: o.MaxAccuracyLoss = None,
     outlier_ratio: Annotated[Optional[float], typer.Option(
         "--outlier-ratio", help="Activation channels whose calibration max exceeds this x the median "
@@ -67,7 +70,7 @@ def export(
 
     cfg = ExportConfig(model_dir=model_dir, out_dir=out, overwrite=overwrite, task=task, opset=opset, int8=int8, int8_mode=int8_mode,
                        int8_targets=target or "portable", per_channel=per_channel, calib=calib, calib_size=calib_size,
-                       gate_size=gate_size, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
+                       gate_size=gate_size, gate_data=gate_data, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda)
     result = _export_with_progress(export_bundle, cfg)
