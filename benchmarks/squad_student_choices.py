@@ -43,15 +43,16 @@ def run_record(run: Path) -> dict:
 def layer_table(teacher: Path) -> dict:
     from edgebert.data.tokenizer import load_tokenizer
     from edgebert.stages.distill import DistillConfig, load_teacher
-    from edgebert.stages.distill.stage import _mode_data, _probe, build_student
+    from edgebert.stages.distill.layer_choice import closest_layer_map
+    from edgebert.stages.distill.stage import layer_probe, mode_data
 
     cfg = DistillConfig.preset("squad", teacher, REPO / "runs" / "unused", train_file=TRAIN, layer_map="closest")
     model = load_teacher(cfg.teacher, "squad")
     tok = load_tokenizer(cfg.teacher)
-    data = _mode_data(cfg, model, tok)
+    data = mode_data(cfg, model, tok)
     t0 = time.perf_counter()
-    student, _ = build_student(model, cfg, lambda: _probe(cfg, data, tok))
-    return {**student.layer_choice.as_dict(), "seconds": round(time.perf_counter() - t0, 1)}
+    choice = closest_layer_map(model, cfg.layers, *layer_probe(cfg, data, tok))
+    return {**choice.as_dict(), "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def markdown(result: dict) -> str:

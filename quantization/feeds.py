@@ -180,7 +180,8 @@ def question_split(calib: Path | None, calib_size: int, gate_size: int, gate_dat
         if not held:
             raise DataError(f"gate file {gate_data} has no answerable questions", "pass a SQuAD file with answers")
         source = str(Path(gate_data).resolve())
-        return QuestionSplit(split.calibration, held, f"{split.note.split(':')[0]} calibrates; the first {len(held)} "
+        return QuestionSplit(split.calibration, held, f"{len(split.calibration)} questions of "
+                                                      f"{split.sources['calibration']} calibrate; the first {len(held)} "
                                                       f"answerable questions of {Path(gate_data).name} gate",
                              {**split.sources, "held_out": source})
     builtin = builtin_questions()[:gate_size]

@@ -7,6 +7,7 @@ import torch
 
 from edgebert.errors import ConfigError
 from edgebert.model import build_model
+from edgebert.model.bert import MASK_VALUE
 from edgebert.stages.distill import layer_choice
 from edgebert.stages.distill.layer_choice import closest_layer_map, hidden_distance, task_distance
 
@@ -72,7 +73,7 @@ def test_span_distance_ignores_padding_and_is_zero_for_the_teacher(tiny_config):
     with torch.no_grad():
         for b in batches:
             t = outputs(teacher, b)
-            assert t.shape == (6, 2, b["input_ids"].shape[1]) and (t[0, :, -3:] == layer_choice.MASK_VALUE).all()
+            assert t.shape == (6, 2, b["input_ids"].shape[1]) and (t[0, :, -3:] == MASK_VALUE).all()
             assert float(distance(outputs(same.eval(), b), t, b)) == pytest.approx(0.0, abs=1e-6)
     assert closest_layer_map(teacher, 3, batches, (name, (outputs, distance))).layer_map == [0, 1, 3]
 

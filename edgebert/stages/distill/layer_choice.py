@@ -32,11 +32,11 @@ from torch import nn
 
 from ...model import make_student
 from .losses import cosine_loss, kd_loss
+from .tasks import span_logits
 
 EXHAUSTIVE = 64                 # try every choice up to this many, else drop layers greedily
 PROBE_EXAMPLES = 128            # training examples the distance is measured on
 PROBE_BATCH = 32
-MASK_VALUE = -1e4               # what padded span positions are filled with (no probability there)
 
 Batch = dict[str, torch.Tensor]
 Distance = Callable[[nn.Module, Batch, object], torch.Tensor]
@@ -67,9 +67,7 @@ def task_distance(kind: str, temperature: float) -> tuple[str, Callable]:
     """(name, outputs -> comparable tensor) for a task model: ``sequence``, ``token`` or ``span``."""
     def logits(model: nn.Module, batch: Batch) -> torch.Tensor:
         out = model(**_inputs(batch))
-        if kind == "span":
-            return out.span_logits.masked_fill(batch["attention_mask"][:, None, :] == 0, MASK_VALUE)
-        return out.logits
+        return span_logits(out, batch["attention_mask"]) if kind == "span" else out.logits
 
     def distance(student: torch.Tensor, teacher: torch.Tensor, batch: Batch) -> torch.Tensor:
         select = batch["attention_mask"].bool() if kind == "token" else None

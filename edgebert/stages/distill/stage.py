@@ -11,7 +11,6 @@ output directory records the layer map, the loss weights and the teacher.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,24 +72,18 @@ def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
 
 
 def build_student(teacher: nn.Module, cfg: DistillConfig,
-                  probe: Callable[[], tuple[list[dict], tuple]] | None = None) -> tuple[nn.Module, list[int]]:
-    """The student and its layer map (validated against the teacher's depth). With ``--layer-map closest``
-    the map is measured (``layer_choice``) on the batches and distance that ``probe()`` gives."""
-    depth = teacher.config.num_hidden_layers
-    if cfg.layer_map == CLOSEST:
-        if probe is None:
-            raise ConfigError("--layer-map closest needs training examples to measure on")
-        choice = closest_layer_map(teacher, cfg.layers, *probe())
-        layer_map = choice.layer_map
-    else:
-        choice = None
-        layer_map = parse_layer_map(list(cfg.layer_map) if cfg.layer_map else None, depth, cfg.layers)
+                  measured: list[int] | None = None) -> tuple[nn.Module, list[int]]:
+    """The student and its layer map (validated against the teacher's depth); ``measured``: the map that
+    ``--layer-map closest`` chose (``layer_choice``)."""
+    if cfg.layer_map == CLOSEST and measured is None:
+        raise ConfigError("--layer-map closest needs the measured map", "distill() measures it on the training data")
+    given = measured if cfg.layer_map == CLOSEST else list(cfg.layer_map) if cfg.layer_map else None
+    layer_map = parse_layer_map(given, teacher.config.num_hidden_layers, cfg.layers)
     if cfg.student_init == "teacher":
         student, layer_map = make_student(teacher, cfg.layers, layer_map)
     else:
         torch.manual_seed(cfg.train.seed)
         student = build_model(teacher.config.replace(num_hidden_layers=cfg.layers), type(teacher).__name__)
-    student.layer_choice = choice
     student.train()
     for p in student.parameters():
         p.requires_grad_(True)
@@ -108,7 +101,7 @@ def build_student(teacher: nn.Module, cfg: DistillConfig,
     return student, list(layer_map)
 
 
-def _mode_data(cfg: DistillConfig, teacher: nn.Module, tok):
+def mode_data(cfg: DistillConfig, teacher: nn.Module, tok):
     """The mode's data, read once: a ``TaskData`` (task mode), else the (train, eval) documents."""
     if not cfg.is_task:
         return mlm_documents(cfg.corpus, cfg.eval_corpus, cfg.corpus_format, cfg.eval_fraction, cfg.train.seed)
@@ -123,7 +116,7 @@ def _mode_data(cfg: DistillConfig, teacher: nn.Module, tok):
     return data
 
 
-def _probe(cfg: DistillConfig, data, tok) -> tuple[list[dict], tuple]:
+def layer_probe(cfg: DistillConfig, data, tok) -> tuple[list[dict], tuple]:
     """What ``--layer-map closest`` measures on: a seeded sample of the training examples (batches) and
     the distance of the mode (the KD term of the task logits, or the hidden-state cosine)."""
     pad = SpecialIds.of(tok).pad
@@ -143,7 +136,7 @@ def _probe(cfg: DistillConfig, data, tok) -> tuple[list[dict], tuple]:
 
 def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer_map: list[int], data,
           say) -> tuple[TrainingTask, int]:
-    """The mode's training task on its data (``_mode_data``), and the number of training examples."""
+    """The mode's training task on its data (``mode_data``), and the number of training examples."""
     if cfg.is_task:
         task = TaskDistillationTask(student, teacher, tok, data, cfg, layer_map)
         if cfg.cache_teacher_logits and task.logits_only and task.needs_teacher:
@@ -198,9 +191,9 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
         if console is not None and main:
             console.print(line, highlight=False, soft_wrap=True)
 
-    data = _mode_data(cfg, teacher, tok)
-    student, layer_map = build_student(teacher, cfg, lambda: _probe(cfg, data, tok))
-    choice = student.layer_choice
+    data = mode_data(cfg, teacher, tok)
+    choice = closest_layer_map(teacher, cfg.layers, *layer_probe(cfg, data, tok)) if cfg.layer_map == CLOSEST else None
+    student, layer_map = build_student(teacher, cfg, choice.layer_map if choice else None)
     how = f"teacher layers {layer_map}" if cfg.student_init == "teacher" else "random initialisation"
     if choice is not None:
         even = choice.distance_of(default_layer_map(teacher.config.num_hidden_layers, cfg.layers))

@@ -163,6 +163,11 @@ class EmbeddingDistillationTask(_DistillationTask):
 
 
 # =========================================================================== task distillation
+def span_logits(out, attention_mask: torch.Tensor) -> torch.Tensor:
+    """A span model's (B, 2, T) start/end logits with padding at MASK_VALUE (no probability there)."""
+    return out.span_logits.masked_fill(attention_mask[:, None, :] == 0, MASK_VALUE)
+
+
 class TaskDistillationTask(ClassificationTask):
     """Classifier -> classifier: KD on the logits (+ hard-label CE and the optional terms); the dev
     evaluation, length-grouped batches and best-checkpoint keeping are ``ClassificationTask``'s.
@@ -224,7 +229,7 @@ class TaskDistillationTask(ClassificationTask):
         logits with padding at MASK_VALUE (no probability there, for student and teacher alike)."""
         if not self.span_task:
             return out.logits
-        return out.span_logits.masked_fill(attention_mask[:, None, :] == 0, MASK_VALUE)
+        return span_logits(out, attention_mask)
 
     def targets_of(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The hard labels: (B,) / (B, T) class ids, or (B, 2) start and end positions."""
