@@ -234,27 +234,3 @@ def test_squad_recipes_default_and_run_qa(tmp_path):
     assert (student.epochs, student.train.lr, student.alpha_kd, student.alpha_ce) == (6.0, 2e-4, 1.0, 1.0)
     assert student.layer_map == "closest"
 
-
-def test_context_edits_add_windows_whose_labels_point_at_the_answers(toy):
-    from edgebert.data.task_data import load_task_data
-    from edgebert.data.tokenizer import load_tokenizer
-    from edgebert.qa.augment import context_edits
-    from edgebert.qa.squad_file import read_squad
-    from edgebert.qa.windows import squad_windows
-
-    root, _ = toy
-    tok = load_tokenizer(root / "teacher")
-    plain = load_task_data("squad", root / "train.json", None, tok, 32, doc_stride=8)
-    edited = load_task_data("squad", root / "train.json", None, tok, 32, doc_stride=8, context_edits=1)
-    variants = context_edits(read_squad(root / "train.json"), 1, seed=0)
-    assert len(variants) == 300 and len(edited.train) == len(plain.train) + len(squad_windows(variants, tok, 32, 8))
-    windows = squad_windows(variants, tok, 32, 8)
-    held = 0
-    for i in range(len(windows)):
-        s, e = int(windows.start_positions[i]), int(windows.end_positions[i])
-        if s == 0:
-            continue                                     # the answer is not (wholly) in this window
-        held += 1
-        ex = variants[int(windows.example_index[i])]
-        assert ex.context[windows.offsets[i][s][0]:windows.offsets[i][e][1]] == ex.answers[0].text
-    assert held >= 300                                   # every question's answer is in some window

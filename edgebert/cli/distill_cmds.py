@@ -34,9 +34,6 @@ def distill_cmd(
     dev_file: o.DevFile = None,
     tag_column: o.TagColumn = None,
     doc_stride: o.DocStride = None,
-    context_edits: Annotated[Optional[int], typer.Option(
-        "--context-edits", help="squad: N edited copies of each training question (a sentence dropped or one "
-                                "from the same article inserted; answers kept) for the teacher to label.")] = None,
     max_train_examples: o.MaxTrainExamples = None,
     max_eval_examples: o.MaxEvalExamples = None,
     layers: o.Layers = None,
@@ -73,8 +70,7 @@ def distill_cmd(
         layers=layers, layer_map=layer_map, student_init=init, freeze_word_embeddings=freeze_word_embeddings,
         temperature=temperature, alpha_kd=alpha_kd, alpha_mlm=alpha_mlm, alpha_ce=alpha_ce, alpha_cos=alpha_cos,
         alpha_pool=alpha_pool, alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn,
-        max_seq_len=max_seq_len, epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride,
-        context_edits=context_edits)
+        max_seq_len=max_seq_len, epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)
     result = distill(cfg, console=console)
     say(f"student saved to {result.out_dir} ({result.steps} steps, {result.wall_s:.0f} s): "
         f"{result.student_parameters / 1e6:.1f}M parameters vs the teacher's {result.teacher_parameters / 1e6:.1f}M, "

@@ -21,7 +21,6 @@ from tokenizers import Tokenizer
 
 from ..errors import ConfigError, DataError
 from ..model import IGNORE_INDEX
-from ..qa import augment
 from ..qa.squad_file import SquadExample, read_squad
 from ..qa.windows import SquadWindows, squad_windows
 from .tasks import SPAN_TASKS, TOKEN_TASKS, LabelledExample, TaggedSentence, read_tagged, read_task_tsv, spec_for_model
@@ -189,22 +188,19 @@ def _subset(items: list, n: int | None, seed: int) -> list:
 def load_task_data(task: str, train_file: Path, dev_file: Path | None, tok: Tokenizer, max_seq_len: int,
                    max_train_examples: int | None = None, max_eval_examples: int | None = None,
                    seed: int = 0, labels: Sequence[str] | None = None,
-                   tag_column: int | None = None, doc_stride: int | None = None,
-                   context_edits: int = 0) -> TaskData:
+                   tag_column: int | None = None, doc_stride: int | None = None) -> TaskData:
     """Read and tokenize a task's train (and dev) file; the dev file uses the train file's labels.
 
     ``labels`` (e.g. a teacher classifier's id2label) fixes the label order for ``tsv``/``ner``;
     ``tag_column`` picks a CoNLL file's tag column (default: the last). ``squad``: windows of
     ``max_seq_len`` tokens overlapping by ``doc_stride``; the dev file's answerable questions only
-    (``max_eval_examples``: the first N of those), as SQuAD 1.1 scoring counts them; ``context_edits``:
-    that many edited copies of each training question as well (``edgebert.qa.augment``).
+    (``max_eval_examples``: the first N of those), as SQuAD 1.1 scoring counts them.
     """
     def first(items: list | None) -> list | None:
         return items[:max_eval_examples] if items and max_eval_examples else items
 
     if task in SPAN_TASKS:
         train_questions = _subset(read_squad(train_file), max_train_examples, seed)
-        train_questions += augment.context_edits(train_questions, context_edits, seed)
         dev_questions = first([e for e in read_squad(dev_file) if e.has_answer] if dev_file else None)
         if dev_file and not dev_questions:
             raise DataError(f"{dev_file} has no answerable questions to evaluate on")

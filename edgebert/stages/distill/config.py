@@ -64,7 +64,6 @@ class DistillConfig(TaskShape):
     max_train_examples: int | None = None  # a seeded random subset of the training file
     tag_column: int | None = None          # ner: the CoNLL tag column (1-based; None: the last)
     doc_stride: int | None = None          # squad: context tokens consecutive windows share (None: default_stride)
-    context_edits: int = 0                 # squad: edited copies of each training question (edgebert.qa.augment)
     # the student
     layers: int = 4
     layer_map: tuple[int, ...] | str | None = None  # per student layer; None: evenly spaced; "closest": measured
@@ -127,10 +126,6 @@ class DistillConfig(TaskShape):
             raise ConfigError(f"--tag-column {self.tag_column} must be 2 or more", "column 1 holds the word")
         if self.doc_stride is not None and not self.is_span_task:
             raise ConfigError(f"--doc-stride is for SQuAD files (--task squad), not --task {self.task}")
-        if not (isinstance(self.context_edits, int) and 0 <= self.context_edits <= 8):
-            raise ConfigError(f"--context-edits {self.context_edits!r} must be an integer from 0 to 8")
-        if self.context_edits and not self.is_span_task:
-            raise ConfigError(f"--context-edits is for SQuAD files (--task squad), not --task {self.task}")
         if self.is_span_task:
             check_window(self.max_seq_len, self.stride)
         if self.corpus_format not in FORMATS:
@@ -302,7 +297,8 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
     # (layer_choice). From the 62.8 teacher of the `squad` finetune recipe, dev F1 after each epoch: evenly spaced
     # layers [0, 2, 3, 5] 51.0, 53.7, 56.1, 55.7, 57.3, 58.3 (92.8%); the closest, [0, 2, 3, 4], 55.6, 57.0, 57.7,
     # 58.5, 60.9, 61.3 (97.5%). benchmarks/results/squad_student_choices.md, also for what did not help:
-    # TinyBERT's hidden-state and attention terms (1.8x the time per step) and --context-edits at equal compute.
+    # TinyBERT's hidden-state and attention terms (1.8x the time per step) and edited copies of the training
+    # questions (a context sentence dropped or added) at equal compute.
     # ~38 min on 2 cores with --bf16 (AVX512-BF16), about 1.5x that without
     "squad": dict(task="squad", temperature=2.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=1.0, alpha_cos=0.0,
                   max_seq_len=384, epochs=6.0, layer_map=CLOSEST,

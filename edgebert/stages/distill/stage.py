@@ -109,7 +109,7 @@ def mode_data(cfg: DistillConfig, teacher: nn.Module, tok):
         if teacher.config.id2label else None
     data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
                           cfg.max_train_examples, cfg.eval_limit, cfg.train.seed, labels, cfg.tag_column,
-                          cfg.stride, cfg.context_edits)
+                          cfg.stride)
     if not cfg.is_span_task and len(data.labels) != teacher.config.num_labels:
         raise CheckpointError(f"the teacher has {teacher.config.num_labels} labels, the data "
                               f"{len(data.labels)}", "distil on the task the teacher was fine-tuned for")
