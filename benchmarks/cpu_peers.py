@@ -11,7 +11,14 @@ whose engine is missing or fails to convert is reported as not measured, with th
 Paths (``--paths``, comma-separated; default all):
   pytorch-fp32      transformers ``BertModel`` (default attention), ``torch.set_num_threads``
   edgebert-fp32     ``edgebert import-hf`` + ``edgebert export --int8``: the fused fp32 graph, ``EdgeSession``
-  edgebert-int8     the same bundle's default INT8 graph (target ``portable``), ``EdgeSession``
+  edgebert-int8     the same bundle's onnxruntime INT8 graph (target ``portable``), ``EdgeSession``
+  edgebert-int8-vnni-spin
+                    the same bundle's ``x86-vnni`` graph (8-bit weights, exact on VNNI: what ``EdgeSession``
+                    picks on a VNNI CPU from a ``--target portable,x86-vnni`` bundle), spinning on
+  edgebert-int8-openvino
+                    the same bundle's OpenVINO INT8 graph (``--target openvino``, made when openvino and nncf
+                    are installed: NNCF on edgebert's calibration text, edgebert's accuracy gate), through
+                    ``EdgeSession`` (the graph it picks by default on the CPU kind the export measured)
   edgebert-fp32-spin, edgebert-int8-spin
                     the same two with ``EdgeSession``'s default ``allow_spinning=True``: onnxruntime's pool
                     threads spin-wait between ops, as OpenVINO's TBB and CTranslate2's OpenMP threads do by
@@ -68,6 +75,8 @@ PATHS = {
     "edgebert-int8": "edgebert export --int8 (portable, ONNX Runtime)",
     "edgebert-fp32-spin": "edgebert fused fp32, EdgeSession default (spinning on)",
     "edgebert-int8-spin": "edgebert export --int8, EdgeSession default (spinning on)",
+    "edgebert-int8-vnni-spin": "edgebert --target x86-vnni graph, EdgeSession default (spinning on)",
+    "edgebert-int8-openvino": "edgebert export --int8 --target openvino (OpenVINO, via EdgeSession)",
     "openvino-fp32": "OpenVINO fp32",
     "openvino-int8": "OpenVINO INT8 (NNCF, transformer preset)",
     "ctranslate2-int8": "CTranslate2 int8",
@@ -173,23 +182,28 @@ class Workbench:
 
 
 def edgebert_bundle(src: Path, work: Path, rebuild: bool = False, log: Callable[[str], None] = print) -> Path:
-    """``edgebert import-hf`` + ``edgebert export --int8`` (no other flag) into ``work``/bundle; an earlier
-    bundle that still verifies is reused unless ``rebuild``."""
+    """``edgebert import-hf`` + ``edgebert export --int8 --target portable,x86-vnni,openvino`` (no openvino
+    graph without openvino / nncf) into ``work``/bundle; an earlier bundle that still verifies and has those
+    graphs is reused unless ``rebuild``. ``portable`` stays the default graph (``export --int8``'s)."""
     from edgebert.errors import EdgebertError
     from edgebert.stages.import_hf import convert_hf
     from exporters import ExportConfig, export_bundle, verify_bundle
 
     bundle, model_dir = work / "bundle", work / "minilm"
+    targets = ("portable", "x86-vnni", "openvino") if openvino_installed() else ("portable", "x86-vnni")
+    wanted = {"int8-" + t for t in targets[1:]}
     if not rebuild and (bundle / "manifest.json").is_file():
         try:
-            verify_bundle(bundle)
-            return bundle
+            have = verify_bundle(bundle).models
+            if wanted <= set(have):
+                return bundle
+            log(f"re-exporting the bundle: it lacks {', '.join(sorted(wanted - set(have)))}")
         except EdgebertError as exc:
             log(f"re-exporting the bundle: {exc}")
     if rebuild or not (model_dir / "model.safetensors").is_file():
         convert_hf(src, model_dir, overwrite=True)
     t0 = time.time()
-    export_bundle(ExportConfig(model_dir=model_dir, out_dir=bundle, int8=True, overwrite=True),
+    export_bundle(ExportConfig(model_dir=model_dir, out_dir=bundle, int8=True, int8_targets=targets, overwrite=True),
                   on_step=lambda m: log(f"[export {time.time() - t0:6.1f}s] {m}"))
     return bundle
 
@@ -213,18 +227,29 @@ def pytorch_fp32(wb: Workbench) -> Engine:
                                 f"{torch.get_num_interop_threads()}, attention {model.config._attn_implementation}")
 
 
-def edgebert_path(wb: Workbench, precision: str, spinning: bool = False) -> Engine:
+def openvino_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("openvino", "nncf"))
+
+
+def edgebert_path(wb: Workbench, precision: str, spinning: bool = False, target: str | None = None) -> Engine:
     """``spinning``: EdgeSession's default (onnxruntime's pool threads spin-wait between ops, as OpenVINO's TBB
-    and CTranslate2's OpenMP threads do by default); off: the setting for sessions timed side by side."""
+    and CTranslate2's OpenMP threads do by default); off: the setting for sessions timed side by side.
+    ``target``: the bundle's INT8 graph (``portable``: onnxruntime's; ``openvino``: the OpenVINO graph)."""
     from edgebert.runtime import EdgeSession
 
     session = EdgeSession(wb.bundle(), provider="cpu", precision=precision, threads=wb.threads,
-                          allow_spinning=spinning)
+                          allow_spinning=spinning, int8_target=target if precision == "int8" else None)
 
     def run(feed):
         return session.run(feed, ["last_hidden_state"])["last_hidden_state"].mean(1)
 
     choice = f", INT8 graph {session.int8_choice.target}" if session.int8_choice else ""
+    if session.engine == "openvino":
+        return Engine(ort_feeds, run, f"EdgeSession threads={wb.threads} (openvino: "
+                                      f"{', '.join(f'{k}={v}' for k, v in session._session.config.items())}), "
+                                      f"{session.model_file.name}, INT8 graph openvino")
     return Engine(ort_feeds, run, f"EdgeSession threads={wb.threads} (intra_op_num_threads; inter_op 1), "
                                   f"allow_spinning {'on' if spinning else 'off'}, {session.model_file.name}{choice}")
 
@@ -262,9 +287,11 @@ def ctranslate2_int8(wb: Workbench) -> Engine:
 BUILDERS: dict[str, Callable[[Workbench], Engine]] = {
     "pytorch-fp32": pytorch_fp32,
     "edgebert-fp32": lambda wb: edgebert_path(wb, "fp32"),
-    "edgebert-int8": lambda wb: edgebert_path(wb, "int8"),
+    "edgebert-int8": lambda wb: edgebert_path(wb, "int8", target="portable"),
     "edgebert-fp32-spin": lambda wb: edgebert_path(wb, "fp32", spinning=True),
-    "edgebert-int8-spin": lambda wb: edgebert_path(wb, "int8", spinning=True),
+    "edgebert-int8-spin": lambda wb: edgebert_path(wb, "int8", spinning=True, target="portable"),
+    "edgebert-int8-vnni-spin": lambda wb: edgebert_path(wb, "int8", spinning=True, target="x86-vnni"),
+    "edgebert-int8-openvino": lambda wb: edgebert_path(wb, "int8", target="openvino"),
     "openvino-fp32": lambda wb: openvino_path(wb, False),
     "openvino-int8": lambda wb: openvino_path(wb, True),
     "ctranslate2-int8": ctranslate2_int8,

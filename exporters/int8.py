@@ -17,7 +17,7 @@ from quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
 
 from .gpu_graphs import GPU_FILES, tensorrt_fields
 from .job import ExportJob
-from .manifest_build import int8_file
+from .manifest_build import OPENVINO_FILE, export_host, int8_file
 from .validate import GraphValidator
 
 SUMMARY = ("metric", "mean", "min", "n", "loss", "f1", "fp32_f1", "within_budget")   # the progress line's figures
@@ -26,7 +26,7 @@ SUMMARY = ("metric", "mean", "min", "n", "loss", "f1", "fp32_f1", "within_budget
 def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
                 tensorrt: TrtProfile | None = None) -> dict[str, dict]:
     """The bundle's INT8 manifest entries: ``{"int8": default CPU target's, "int8-<target>": ...}`` (dynamic
-    mode), and ``"int8-trt"`` (static QDQ) when a TensorRT profile is given (static mode: only that one)."""
+    mode; ``"int8-openvino"`` for ``--target openvino``: an OpenVINO IR, ``.xml`` + ``.bin``), and ``"int8-trt"`` (static QDQ) when a TensorRT profile is given (static mode: only that one)."""
     maker = Int8Maker(qcfg, job.task, job.fused, tokenizer=job.tokenizer, pad_id=job.pad_id, work=job.work,
                       say=check.say, max_length=job.max_len)
     entries = {}
@@ -41,6 +41,10 @@ def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
             out = job.staging / int8_file(recipe.target, default=i == 0)
             graph = maker.target_graph(recipe, splits[recipe.outlier_ratio], out)
             entries["int8" if i == 0 else f"int8-{recipe.target}"] = {**_entry(graph, check), "providers": ["cpu"]}
+        if qcfg.openvino:
+            graph = maker.openvino_graph(job.raw, job.staging / OPENVINO_FILE, export_host()["kind"])
+            entries["int8-openvino"] = {**_entry(graph, check), "engine": "openvino", "providers": ["openvino"],
+                                        "weights": Path(OPENVINO_FILE).with_suffix(".bin").name}
     if tensorrt is not None:
         graph = maker.static_graph(job.raw, job.staging / GPU_FILES["int8-trt"])
         entries["int8-trt"] = {**_entry(graph, check), **tensorrt_fields(graph.path, tensorrt, "int8 tensorrt")}

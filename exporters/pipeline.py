@@ -38,9 +38,9 @@ __all__ = ["ExportResult", "export_bundle", "LOG_NAME", "BUNDLE_OUTPUTS"]
 
 LOG_NAME = "export_log.jsonl"
 # what a bundle folder may hold (an --overwrite replaces nothing else): manifest, graphs (with external
-# data), tokenizer, config, log
-BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", "tokenizer.json", "vocab.txt",
-                  CONFIG_NAME, LOG_NAME)
+# data; the OpenVINO IR), tokenizer, config, log
+BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", "model.int8-openvino.xml",
+                  "model.int8-openvino.bin", "tokenizer.json", "vocab.txt", CONFIG_NAME, LOG_NAME)
 
 
 class _Steps:

@@ -135,7 +135,7 @@ def validate_graph(path: str | Path, cases: list[Case], references: list[Arrays]
                "tolerance_kind": "relative to max(1, max|ref|)" if relative else "absolute",
                "per_output": {k: float(f"{v:.3g}") for k, v in per_output.items()},
                "padded_positions_max_abs_diff": float(f"{pad_worst:.3g}"),
-               "reference": "pytorch fp32", "provider": "CPUExecutionProvider",
+               "reference": "pytorch fp32", "provider": sess.get_providers()[0],
                "padding": "right, uneven lengths", "cases": rows}
     if failure is not None:
         name, case, diff, allowed = failure

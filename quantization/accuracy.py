@@ -47,7 +47,12 @@ class Quantizer(Protocol):
 
 
 def cpu_session(path: str | Path, threads: int | None = None, exact: bool = True) -> ort.InferenceSession:
-    """A CPU session; ``exact`` (default) computes U8S8 products exactly on every host (see module doc)."""
+    """A CPU session; ``exact`` (default) computes U8S8 products exactly on every host (see module doc).
+    An OpenVINO IR graph (``.xml``, the ``openvino`` target) opens as ``OpenVinoSession``, same calls."""
+    if Path(path).suffix == ".xml":
+        from edgebert.runtime.openvino_graph import OpenVinoSession
+
+        return OpenVinoSession(path, threads)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:

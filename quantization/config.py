@@ -24,7 +24,7 @@ from typing import Any
 from edgebert.errors import ConfigError, DataError
 from edgebert.runtime.fidelity import DEFAULT_BUDGETS
 
-from .targets import ACTIVATION_SCALES, Int8Recipe, resolve_targets, target_names
+from .targets import ACTIVATION_SCALES, ENGINE_TARGET, Int8Recipe, resolve_targets, target_names
 
 INT8_MODES = ("dynamic", "static")
 # The gate's default budget per task: the text metrics' (``runtime.fidelity``), half an F1 point on held-out
@@ -66,6 +66,11 @@ class Int8Config:
             raise ConfigError(f"unknown calibration method {self.calibrate_method!r}",
                               f"use one of {', '.join(CALIBRATE_METHODS)}")
         object.__setattr__(self, "targets", target_names(self.targets))
+        if self.targets == (ENGINE_TARGET,):     # a bundle always carries an onnxruntime graph too
+            object.__setattr__(self, "targets", ("portable", ENGINE_TARGET))
+        if ENGINE_TARGET in self.targets and self.mode == "static":
+            raise ConfigError("--target openvino is a CPU INT8 graph; static QDQ INT8 is one graph for TensorRT",
+                              "drop --target, or use --int8-mode dynamic")
         if self.mode == "static" and self.targets != ("portable",):
             raise ConfigError("--target chooses CPU INT8 graphs; static QDQ INT8 is one graph for TensorRT",
                               "drop --target, or use --int8-mode dynamic")
@@ -109,6 +114,11 @@ class Int8Config:
                                        ("outlier_ratio", self.outlier_ratio),
                                        ("activation_scales", self.activation_scales)) if v is not None}
         return [r.replace(**overrides) for r in recipes], notes
+
+    @property
+    def openvino(self) -> bool:
+        """``--target`` names the OpenVINO graph (made besides the onnxruntime ones)."""
+        return ENGINE_TARGET in self.targets
 
     def budget(self, task: str) -> float:
         """The accuracy gate's budget for ``task``."""

@@ -114,6 +114,20 @@ class Int8Maker:
             quant["calibrated_scales"] = {k: quantizer.last_scales[k] for k in ("tensors", "fused_matmuls")}
         return self._measured(out, recipe.target, quant, guard, recipe.requirements(), recipe.as_dict())
 
+    # ------------------------------------------------------------------ OpenVINO (NNCF)
+    def openvino_graph(self, raw: Path, out: Path, host_kind: str) -> Int8Graph:
+        """The ``openvino`` target of the traced graph ``raw`` (``quantization.openvino_int8``), gated
+        like the onnxruntime targets; ``host_kind``: the export host's CPU kind, where it was measured."""
+        from .openvino_int8 import REQUIREMENTS, TARGET, OpenVinoInt8Quantizer
+
+        quantizer = OpenVinoInt8Quantizer(raw, self.feeds.calibration())
+        self.say(f"quantizing INT8 for {TARGET} (NNCF, {len(quantizer.candidates())} nodes static, "
+                 f"{len(quantizer.weight_only)} weight-only)")
+        guard, quant = self._quantize(quantizer, quantizer.candidates(), out, {})
+        requires = {**REQUIREMENTS, "measured_on": host_kind}
+        return self._measured(out, TARGET, quant, guard, requires, None,
+                              arithmetic=f"OpenVINO's CPU plugin on the export host ({host_kind}), float parts in fp32")
+
     # ------------------------------------------------------------------ TensorRT (static QDQ)
     def static_graph(self, raw: Path, out: Path) -> Int8Graph:
         """The TensorRT INT8 graph of the traced graph ``raw``: QDQ S8S8 on standard ops, biases float."""
@@ -137,12 +151,23 @@ class Int8Maker:
                                     allow_miss=bounded)
         quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
                  "quantized_nodes": len(candidates) - len(guard.excluded), "excluded_nodes": guard.excluded,
-                 "op_counts": op_type_counts(out), **figures, "calibration": self.calibration()}
+                 "op_counts": _op_counts(out), **figures, "calibration": self.calibration()}
         return guard, quant
 
     def _measured(self, out: Path, target: str, quant: dict, guard: GuardResult, requires: dict,
-                  recipe: dict | None) -> Int8Graph:
+                  recipe: dict | None, arithmetic: str = ARITHMETIC) -> Int8Graph:
         accuracy = {**guard.as_dict(self.budget), "held_out": self.feeds.describe()["held_out"],
-                    "arithmetic": ARITHMETIC}
+                    "arithmetic": arithmetic}
         invariance = batch_invariance(out, self.task, *self.feeds.invariance())
         return Int8Graph(out, target, requires, recipe, quant, accuracy, invariance)
+
+
+def _op_counts(path: Path) -> dict[str, int]:
+    """Op types of an ONNX graph, or of an OpenVINO IR (its layer types, read from the .xml)."""
+    if Path(path).suffix != ".xml":
+        return op_type_counts(path)
+    import xml.etree.ElementTree as ET
+    from collections import Counter
+
+    layers = ET.parse(path).getroot().iter("layer")
+    return dict(sorted(Counter(layer.get("type", "?") for layer in layers).items()))

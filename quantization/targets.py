@@ -47,6 +47,11 @@ time and profile with the load recorded. On an AVX-512 VNNI host the 8-bit per-c
 weights ran at 0.76x and uint8 weights (U8U8, or 8-bit with the precision option) at 0.85x. Hence 7-bit int8
 weights for ``x86-avx2`` rather than U8U8, and 8-bit for VNNI/ARM, where reduce_range would only cost
 accuracy. ``arm64`` shares the VNNI arithmetic: exact on aarch64, checked under QEMU (benchmarks/results/arm64_check.md: mean cosine 0.99770 vs transformers fp32, as on an exact x86); its latency on a real board is unmeasured.
+
+``openvino`` (``ENGINE_TARGET``) is not a recipe here: it names an OpenVINO IR graph made beside the onnxruntime
+ones (``quantization.openvino_int8``, its recipe and measurements there). On the Zen 4 EPYC above, with
+EdgeSession's defaults (spinning on), 1 x 128 p50: portable 7.56, x86-vnni 7.46, openvino 7.65 ms against
+OpenVINO's own NNCF INT8 7.41 (benchmarks/results/cpu_int8_gap_x86-vnni.md).
 """
 
 from __future__ import annotations
@@ -131,7 +136,8 @@ TARGETS: dict[str, Int8Recipe] = {
     # ARM64 (NEON, dot product, i8mm): exact int32 sums like VNNI (checked emulated); latency unmeasured
     "arm64": Int8Recipe("arm64", tuned_for=("dotprod",), **_EXACT_8BIT),
 }
-TARGET_NAMES = (*TARGETS, "host")
+ENGINE_TARGET = "openvino"      # not an onnxruntime recipe: quantization.openvino_int8 makes its graph
+TARGET_NAMES = (*TARGETS, ENGINE_TARGET, "host")
 HOST_TARGET = {"x86-vnni": "x86-vnni", "x86-avx512": "x86-avx2", "x86-avx2": "x86-avx2", "arm64": "arm64"}
 
 
@@ -161,6 +167,8 @@ def resolve_targets(names: tuple[str, ...] | list[str] | str) -> tuple[list[Int8
     notes on how ``host`` was resolved. ConfigError for an unknown name."""
     recipes, notes, seen = [], [], set()
     for name in target_names(names):
+        if name == ENGINE_TARGET:
+            continue
         if name == "host":
             name, why = host_target()
             notes.append(f"--target host -> {name} ({why})")

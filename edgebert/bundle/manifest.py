@@ -184,6 +184,17 @@ class ModelEntry(_JsonView):
         return self.precision == "int8" and "cpu" in self.providers
 
     @property
+    def engine(self) -> str:
+        """What runs the graph: ``onnxruntime``, or ``openvino`` (an IR: ``file`` .xml, ``weights`` .bin)."""
+        return str(self._json.get("engine") or "onnxruntime")
+
+    @property
+    def weights(self) -> str | None:
+        """The IR's weights file of an ``openvino`` graph; None for ONNX graphs."""
+        value = self._json.get("weights")
+        return str(value) if value else None
+
+    @property
     def is_static_qdq(self) -> bool:
         return self.quantization.get("mode") == "static" or self.quantization.get("format") == "QDQ"
 
@@ -346,7 +357,8 @@ class Manifest(_JsonView):
 
     def file_names(self) -> list[str]:
         """Every file the manifest names: graphs, tokenizer, hashed files."""
-        return [*(m.file for m in self.models.values()), self.tokenizer.file, *self.files]
+        return [*(m.file for m in self.models.values()), *(m.weights for m in self.models.values() if m.weights),
+                self.tokenizer.file, *self.files]
 
     def int8_graphs(self) -> dict[str, ModelEntry]:
         """``{key: entry}`` of every CPU INT8 graph, the default (``int8``) first. The TensorRT INT8 graph

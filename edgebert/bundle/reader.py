@@ -92,6 +92,8 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
     path = bundle_file(bundle_dir, manifest.models[key].file)
     if not path.is_file():
         raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
+    if path.suffix == ".xml":
+        return check_ir_io(path, manifest, key)
     try:
         graph = read_graph(path)
     except (NotOnnx, OSError, ValueError) as exc:
@@ -127,6 +129,37 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
             and hidden.shape[-1] != manifest.config.hidden_size:
         raise BundleError(f"{where} gives vectors of {hidden.shape[-1]}; config.hidden_size is "
                           f"{manifest.config.hidden_size}", "the manifest and the graph come from different exports")
+
+
+def check_ir_io(path: Path, manifest: Manifest, key: str) -> None:
+    """``check_graph_io`` for an OpenVINO IR graph (the ``openvino`` INT8 target), read from its .xml with
+    the standard library: the manifest's inputs (int64) and outputs, and its weights file present."""
+    import xml.etree.ElementTree as ET
+
+    where = f"{path} ({key})"
+    weights = path.with_suffix(".bin")
+    if not weights.is_file():
+        raise BundleError(f"{weights} is missing (the weights of {where})", "the bundle is incomplete; re-export it")
+    try:
+        layers = list(ET.parse(path).getroot().iter("layer"))
+    except (ET.ParseError, OSError) as exc:
+        raise BundleError(f"{where} is not a readable OpenVINO IR file ({exc})", "re-export the bundle") from exc
+    inputs = {layer.get("name"): (layer.find("data").get("element_type") if layer.find("data") is not None else None)
+              for layer in layers if layer.get("type") == "Parameter"}
+    if set(inputs) != set(manifest.input_names):
+        raise BundleError(f"{where} takes inputs {', '.join(sorted(map(str, inputs)))}; the manifest declares "
+                          f"{', '.join(sorted(manifest.input_names))}",
+                          "the manifest and the graph come from different exports")
+    wrong = [n for n, t in inputs.items() if t not in (None, "i64")]
+    if wrong:
+        raise BundleError(f"{where} input {wrong[0]} is {inputs[wrong[0]]}, the runtime feeds int64")
+    produced = {name for layer in layers if layer.get("type") == "Result"
+                for name in (layer.get("output_names") or "").split(",") if name}
+    missing = [o.name for o in manifest.outputs if o.name not in produced]
+    if missing:
+        raise BundleError(f"{where} has no output {missing[0]!r} (it gives {', '.join(sorted(produced))}), yet the "
+                          f"manifest's task {manifest.task!r} needs it",
+                          "the manifest and the graph come from different exports")
 
 
 def table_rows(initializers: dict[str, tuple[int, ...]]) -> dict[str, int]:
@@ -168,7 +201,8 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
     bundle_dir = Path(bundle_dir)
     manifest = manifest if manifest is not None else read_manifest(bundle_dir)
     files = dict(manifest.files)
-    named = [m.file for m in manifest.models.values()] + [manifest.tokenizer.file]
+    named = ([m.file for m in manifest.models.values()] + [m.weights for m in manifest.models.values() if m.weights]
+             + [manifest.tokenizer.file])
     unlisted = [n for n in named if n not in files]
     if unlisted:
         raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} has no hash for {', '.join(unlisted)}",

@@ -110,8 +110,9 @@ MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
                                 "nodes float until it is met; check defaults to the budget the export used.")]
 Target = Annotated[Optional[str], typer.Option(
     "--target", help="INT8 deployment target(s), comma list: portable (any x86-64/ARM64 CPU) | x86-avx2 | "
-                     "x86-vnni | arm64 | host. export: the graphs to make (default portable; the first is "
-                     "the default graph). check: the graph to check instead of the one the runtime picks.")]
+                     "x86-vnni | arm64 | openvino (an OpenVINO graph besides, needs the [openvino] extra) | host. "
+                     "export: the graphs to make (default portable; the first is the default graph). check: "
+                     "the graph to check instead of the one the runtime picks.")]
 LengthsFrom = Annotated[Optional[Path], typer.Option(
     "--lengths-from", help="Text or GLUE TSV whose real length mix the benchmark replays.")]
 

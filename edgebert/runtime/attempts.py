@@ -27,6 +27,7 @@ from ..bundle import Manifest, bundle_file
 from ..errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
 from .graphs import ModelChoice, choose_model
 from .hostcpu import HostCpu
+from .openvino_graph import ENGINE, PROVIDER_NAME, OpenVinoSession
 from .placement import HYBRID, RECORD_CONFIG, Placement, read_placement
 from .providers import ORT_NAMES, ProviderPlan, plan_providers, provider_options, trt_cache_dirs
 from .trt_profile import TrtProfile
@@ -185,6 +186,8 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
     if not model_file.is_file():
         error = BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
         raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error)
+    if choice.entry.engine == ENGINE:
+        return _openvino_attempt(request, plan, choice, model_file, options_factory, attempts)
     input_names = request.manifest.input_names
     if profile is not None:
         engine, timing = trt_cache_dirs(model_file, request.precision, profile, request.trt_cache_dir)
@@ -227,3 +230,23 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
     notes.append(f"running on {provider} ({', '.join(session.get_providers())}), graph {choice.key} ({choice.file})")
     return OpenedSession(session, provider, choice, model_file, placement, notes,
                          attempts + [Attempt(provider, choice.key)], profile, engine, batch_size)
+
+
+def _openvino_attempt(request: SessionRequest, plan: ProviderPlan, choice: ModelChoice, model_file: Path,
+                      options_factory: Callable[[], Any], attempts: list[Attempt]) -> OpenedSession:
+    """The CPU attempt when the choice is the bundle's OpenVINO graph: ``OpenVinoSession`` with the
+    session's thread count (read from the onnxruntime options the caller would have used)."""
+    threads = options_factory().intra_op_num_threads or None
+    try:
+        session = OpenVinoSession(model_file, threads)
+    except Exception as exc:  # noqa: BLE001  (openvino raises RuntimeError / its own types)
+        message = " ".join(str(exc).split())[:300]
+        error = BundleError(f"openvino cannot load {model_file.name}: {message}",
+                            "pass int8_target='portable' for the onnxruntime graph, or re-export the bundle")
+        raise _Failed(Attempt("cpu", choice.key, OTHER, message), error) from exc
+    placement = Placement({"cpu": 1}, method=f"every node on {PROVIDER_NAME} (openvino runs the whole graph)")
+    notes = list(plan.notes) + [a.note() for a in attempts] + list(choice.notes)
+    notes.append(f"running on {PROVIDER_NAME} (openvino, {session.config.get('INFERENCE_NUM_THREADS', 'default')} "
+                 f"threads), graph {choice.key} ({choice.file})")
+    return OpenedSession(session, "cpu", choice, model_file, placement, notes,
+                         attempts + [Attempt("cpu", choice.key)], None, None, request.batch_size)

@@ -4,7 +4,8 @@ right *there*. Torch-free (onnxruntime, tokenizers, numpy).
 1. re-hash every file against the manifest;
 2. read this host's instruction sets and probe onnxruntime's U8S8 kernel (``hostcpu``);
 3. list the bundle's INT8 graphs with what each needs, and pick one as ``EdgeSession`` does
-   (``int8_choice``: a graph that would saturate here is loaded with exact products, or refused);
+   (``int8_choice``: a graph that would saturate here is loaded with exact products, or refused; an
+   OpenVINO graph where openvino is installed and the CPU is of the kind it was measured on);
 4. re-measure that graph against the bundle's fp32 graph on this machine, on the built-in held-out
    text (the same texts the export gate used) or ``--data``, with the task metric of the gate;
 5. time both on the same batches (interleaved, spinning off) to show what INT8 buys here;
@@ -34,6 +35,7 @@ from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_c
 from .fidelity import CHECK_BUDGETS, OUTPUT, FidelityTracker, answer_spans
 from .answer import QA_TASK
 from .hostcpu import PRECISION_OPTION, detect_host
+from .openvino_graph import ENGINE, openvino_version
 from .tagging import tag_sentences
 from .text import length_sorted_batches, pad_batch
 
@@ -108,6 +110,18 @@ def _describe_graph(entry: ModelEntry, host) -> dict[str, Any]:
             "needs": "exact U8S8 (VNNI / ARM64)" if exact else "nothing (exact on any x86-64 / ARM64)"}
 
 
+def _describe_openvino(entry: ModelEntry, host) -> dict[str, Any]:
+    version = openvino_version()
+    measured_on = (entry.requires or {}).get("measured_on")
+    if version is None:
+        here = "not run here: openvino is not installed"
+    elif measured_on and measured_on != host.kind:
+        here = f"runs with int8_target='openvino' (measured at export on a {measured_on} CPU, not this kind)"
+    else:
+        here = f"openvino {version}; measured at export on this CPU kind ({measured_on})"
+    return {"target": str(entry.target), "file": entry.file, "here": here, "needs": "the openvino package"}
+
+
 def _texts(data: Path | None, max_texts: int, task: str) -> tuple[list, dict[str, Any]]:
     if task == QA_TASK:
         from edgebert.qa.squad_file import builtin_questions, read_squad
@@ -141,7 +155,8 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         report.reason = f"FAIL: bundle files do not match the manifest: {exc.one_line()}"
         return report
     graphs = manifest.int8_graphs()
-    report.graphs = [_describe_graph(e, host) for e in graphs.values()]
+    report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
+        _describe_openvino(e, host) for e in manifest.models.values() if e.engine == ENGINE]
     texts, report.texts = _texts(Path(data) if data is not None else None, max_texts, task)
     if task not in OUTPUT and task != QA_TASK:
         report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"

@@ -9,6 +9,8 @@ key         graph                             for
 fp32        fused (ORT contrib ops, 2-D mask)  CPU; CUDA when the bundle has no ``fp32-cuda``
 int8[-t]    fused, dynamic-format INT8         CPU (one per target, chosen by ``int8_choice``); CUDA runs
                                               it with the nodes it lacks on the CPU (placement reported)
+int8-       OpenVINO IR (.xml + .bin), NNCF    CPU through openvino, where installed and measured
+openvino    INT8                               (``int8_choice.choose_openvino``; ``openvino_graph``)
 fp16        fused fp16, 2-D mask               CUDA when the bundle has no ``fp16-cuda``
 fp32-cuda   fused-gpu: 1-D mask index          CUDA fp32 (unfused attention kernels: fp32 has no flash path)
 fp16-cuda   fused-gpu, fp16, fp32 I/O          CUDA fp16 (cuDNN flash attention, measured on H100)
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from ..bundle import Manifest, ModelEntry
 from ..errors import BundleError
 from .hostcpu import HostCpu
-from .int8_choice import GraphChoice, choose_int8
+from .int8_choice import GraphChoice, choose_int8, choose_openvino
 
 # (provider, precision) -> model keys, best first
 CANDIDATES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -78,9 +80,16 @@ def choose_model(manifest: Manifest, provider: str, precision: str, host: HostCp
                  int8_target: str | None = None) -> ModelChoice:
     """The graph ``provider`` runs for ``precision``; ``BundleError`` saying why if there is none."""
     models = manifest.models
+    passed_over = ""
+    if precision == "int8" and provider == "cpu":
+        engine_choice, passed_over = choose_openvino(manifest, host, int8_target)
+        if engine_choice is not None:
+            return ModelChoice(provider, precision, engine_choice.key, engine_choice.entry,
+                               (f"int8: {engine_choice.reason}",), engine_choice)
     if precision == "int8" and provider in ("cpu", "cuda"):
         choice = choose_int8(manifest, host, int8_target)
-        notes = (f"int8: {choice.reason}",) + ((_int8_note(provider, choice),) if provider == "cuda" else ())
+        notes = ((f"int8: {passed_over}",) if passed_over else ()) + (f"int8: {choice.reason}",) \
+            + ((_int8_note(provider, choice),) if provider == "cuda" else ())
         return ModelChoice(provider, precision, choice.key, choice.entry, notes, choice)
     if precision == "int8" and int8_target is not None:
         raise BundleError(f"int8_target={int8_target!r} chooses a CPU INT8 graph; {provider} runs the bundle's "

@@ -11,6 +11,12 @@ Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_
    has graphs that need exact products, load it with ``session.x64quantprecision=1`` (onnxruntime
    converts the int8 weights to uint8 at load: exact, U8U8 kernel, slower) when the probe showed that
    this fixes it; otherwise refuse with a ``BundleError`` that says what to export instead.
+
+An ``openvino`` graph (``export --target openvino``: an OpenVINO IR, run by ``openvino_graph``) comes
+first, on a host of the CPU kind its export measured it on, when ``openvino`` is installed
+(``choose_openvino``); elsewhere the rules above pick an onnxruntime graph and say why the OpenVINO
+one was passed over. ``int8_target="openvino"`` loads it on any host (``edgebert check`` measures it
+there); ``int8_target`` naming an onnxruntime target never loads it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any, Mapping
 from ..bundle import Manifest, ModelEntry
 from ..errors import BundleError
 from .hostcpu import PRECISION_OPTION, HostCpu
+from .openvino_graph import ENGINE, openvino_version
 
 HOST_TARGETS = {"x86-vnni": ("x86-vnni",), "arm64": ("arm64",), "x86-avx2": ("x86-avx2",),
                 "x86-avx512": ("x86-avx2",)}
@@ -97,3 +104,35 @@ def _exact_host_why(entry: ModelEntry, own: tuple[str, ...], n_graphs: int) -> s
         return "8-bit weights: the most accurate graph, and exact here"
     hint = f"; export --target {own[0]} for this CPU's 8-bit graph" if own else ""
     return ("the bundle's only INT8 graph" if n_graphs == 1 else "no 8-bit graph in the bundle") + hint
+
+
+def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None) -> tuple[GraphChoice | None, str]:
+    """``(choice, "")`` when the bundle's OpenVINO graph should run here (see the module docstring), else
+    ``(None, why not)``; ``why`` is empty when the bundle has none or another target was asked for.
+    ``BundleError`` when ``target="openvino"`` cannot be had."""
+    graphs = {k: e for k, e in manifest.models.items() if e.engine == ENGINE and e.precision == "int8"}
+    if target not in (None, ENGINE):
+        return None, ""
+    if not graphs:
+        if target == ENGINE:
+            have = ", ".join(str(e.target) for e in manifest.int8_graphs().values())
+            raise BundleError(f"the bundle has no OpenVINO INT8 graph (it has: {have})",
+                              "re-export with --target portable,openvino")
+        return None, ""
+    key, entry = next(iter(graphs.items()))
+    version = openvino_version()
+    if version is None:
+        if target == ENGINE:
+            raise BundleError("int8_target='openvino' needs the openvino package, which is not installed",
+                              "pip install 'edgebert[openvino]', or leave int8_target unset")
+        return None, ("the bundle's OpenVINO INT8 graph is not used: openvino is not installed "
+                      "(pip install 'edgebert[openvino]')")
+    measured_on = (entry.requires or {}).get("measured_on")
+    if target is None and measured_on and host.kind != measured_on:
+        return None, (f"the bundle's OpenVINO INT8 graph was measured on a {measured_on} CPU, this one is "
+                      f"{host.kind}: not picked by default (int8_target='openvino' loads it; `edgebert check` "
+                      "measures it here)")
+    why = ("asked for (int8_target='openvino')" if target == ENGINE else
+           f"openvino {version} is installed and this {host.cpu_text()} is the kind the export measured the "
+           f"graph on ({measured_on}); int8_target='portable' loads onnxruntime's graph instead")
+    return GraphChoice(key, entry, {}, f"OpenVINO INT8 graph chosen: {why}"), ""

@@ -72,7 +72,10 @@ class EdgeSession(SentenceMethods):
     come back in input order.
     int8_target: with ``precision="int8"``, load the graph made for this target (``portable``,
     ``x86-vnni`` ...) instead of the one chosen for this host (``int8_choice``). Either way a graph whose
-    8-bit weights would saturate this CPU's kernel is loaded with exact products or refused.
+    8-bit weights would saturate this CPU's kernel is loaded with exact products or refused. A bundle
+    exported with ``--target openvino`` runs its OpenVINO graph where ``openvino`` is installed and the
+    CPU is of the kind it was measured on (``engine`` says which library runs); ``int8_target="openvino"``
+    asks for it, any onnxruntime target avoids it.
     allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several
     sessions in one process: an idle session's spinning threads steal the running one's cores).
     trt_profile: TensorRT min/opt/max (batch, sequence), a ``TrtProfile`` or ``"min=1x1,opt=8x128,max=32x512"``
@@ -124,7 +127,8 @@ class EdgeSession(SentenceMethods):
         self.encoder.check_ids(self.manifest.config.vocab_size, {n: getattr(tok, n) for n in SPECIAL_IDS})
         self.label_names = self.manifest.label_names
         self._session, self.providers, self.provider_notes = self._create(provider, trt_cache_dir, trt_profile)
-        self.provider = short_name(self.providers[0])
+        # an OpenVINO graph runs on the CPU too; ``engine`` says which library runs it
+        self.provider = short_name(self.providers[0]) if self.engine == "onnxruntime" else "cpu"
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
         self._bind_io = self.provider == "cuda"  # see _run_bound
@@ -139,6 +143,7 @@ class EdgeSession(SentenceMethods):
                                  Path(trt_cache_dir) if trt_cache_dir else None)
         opened = open_session(request, self._session_options)
         self.model_file, self.model_key = opened.model_file, opened.choice.key
+        self.engine = opened.choice.entry.engine            # onnxruntime | openvino
         self.int8_choice = opened.choice.int8
         self.placement, self.attempts = opened.placement, opened.attempts
         self.trt_profile, self.engine_cache = opened.trt_profile, opened.engine_cache
@@ -168,7 +173,8 @@ class EdgeSession(SentenceMethods):
                 "precision": self.precision, "precision_reason": self.precision_reason,
                 "pooling": self.pooling.as_dict() if self.task == "embed" else None,
                 "model_file": self.model_file.name, "model_bytes": self.model_file.stat().st_size,
-                "model": self.model_key, "provider": self.provider, "providers": list(self.providers),
+                "model": self.model_key, "engine": self.engine, "provider": self.provider,
+                "providers": list(self.providers),
                 "provider_notes": list(self.provider_notes), "placement": self.placement.as_dict(),
                 "attempts": [a.as_dict() for a in self.attempts],
                 "trt_profile": self.trt_profile.as_dict() if self.trt_profile else None, "threads": self.threads,

@@ -30,6 +30,8 @@ PROVIDED_BY: dict[str, tuple[str, str]] = {
     "seqeval": ("seqeval", "pip install 'edgebert[train]' (or pip install seqeval)"),
     "torchmetrics": ("torchmetrics", "pip install 'edgebert[train]' (or pip install torchmetrics)"),
     "sklearn": ("scikit-learn", "pip install 'edgebert[train]' (or pip install scikit-learn)"),
+    "openvino": ("openvino", "pip install 'edgebert[openvino]'"),
+    "nncf": ("nncf", "pip install 'edgebert[openvino]'"),
 }
 
 

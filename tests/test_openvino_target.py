@@ -1,0 +1,138 @@
+"""``export --target openvino``: an OpenVINO INT8 graph inside the bundle, gated like the onnxruntime
+targets, picked by ``EdgeSession`` / ``edgebert check`` only where openvino is installed and the CPU is
+of the kind the export measured it on; without openvino the bundle's onnxruntime graph runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+from edgebert.errors import BundleError, ConfigError
+from edgebert.runtime import EdgeSession
+from edgebert.runtime.check import check_bundle
+from edgebert.runtime.hostcpu import HostCpu, detect_host
+from edgebert.runtime.int8_choice import choose_openvino
+from edgebert.bundle import read_manifest
+from exporters import ExportConfig, export_bundle
+from quantization.config import Int8Config
+
+from export_fixtures import make_model_dir
+
+TEXTS = ["a charming film", "too long and not funny", "the plot is awful and the actors are worse",
+         "one of the best films of the year", "bad ."]
+
+
+@pytest.fixture(scope="module")
+def ov_bundle(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("openvino")
+    model_dir = make_model_dir(work / "model", "BertModel", seed=21, initializer_range=0.3)
+    return export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "bundle", int8=True,
+                                      int8_targets=("portable", "openvino"), max_accuracy_loss=0.5,
+                                      validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32))).bundle_dir
+
+
+def _other_kind_host() -> HostCpu:
+    kind = "x86-avx2" if detect_host().kind != "x86-avx2" else "x86-vnni"
+    flags = {"x86-avx2": {"avx2": True}, "x86-vnni": {"avx2": True, "avx512f": True, "avx512_vnni": True}}[kind]
+    return HostCpu("x86_64", flags, kind, "exact", None)
+
+
+def test_the_bundle_holds_a_gated_openvino_graph_beside_the_onnxruntime_one(ov_bundle):
+    manifest = json.loads((ov_bundle / "manifest.json").read_text())
+    entry = manifest["models"]["int8-openvino"]
+    assert manifest["models"]["int8"]["target"] == "portable" and "engine" not in manifest["models"]["int8"]
+    assert (entry["engine"], entry["providers"], entry["target"]) == ("openvino", ["openvino"], "openvino")
+    assert {entry["file"], entry["weights"]} <= set(manifest["files"])      # the .bin is hashed too
+    assert entry["requires"]["measured_on"] == detect_host().kind
+    quant = entry["quantization"]
+    # the two FFN down-projections (2 layers) get INT8 weights only; the other weight MatMuls static INT8
+    assert len(quant["weight_only_int8"]) == 2 and all("output" in n for n in quant["weight_only_int8"])
+    assert quant["op_counts"]["FakeQuantize"] >= 8 and quant["quantized_nodes"] == quant["candidate_nodes"] == 10
+    accuracy = entry["accuracy"]
+    assert accuracy["n"] == 200 and accuracy["mean"] >= 0.995 and accuracy["min"] >= 0.99   # measured 0.99939 / 0.99719
+    assert entry["batch_invariance"]["max_1_minus_cos"] <= 1e-6        # per-tensor static + per-token dynamic scales
+    assert entry["validation"]["max_abs_diff"] < 2.0 and entry["validation"]["provider"] == "OpenVINO CPU"
+    xml = (ov_bundle / entry["file"]).read_text()
+    assert '<DYNAMIC_QUANTIZATION_GROUP_SIZE value="32" />' in xml.split("<runtime_options>")[1]
+
+
+def test_session_runs_the_openvino_graph_on_the_cpu_kind_it_was_measured_on(ov_bundle):
+    session = EdgeSession(ov_bundle, provider="cpu", threads=2)
+    assert (session.model_key, session.engine, session.provider, session.precision) == (
+        "int8-openvino", "openvino", "cpu", "int8")
+    assert session._session.config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "32"
+    assert session._session.config["INFERENCE_NUM_THREADS"] == "2"
+    assert any("OpenVINO INT8 graph chosen" in n for n in session.provider_notes)
+    fp32 = EdgeSession(ov_bundle, provider="cpu", precision="fp32")
+    ours, ref = session.embed(TEXTS), fp32.embed(TEXTS)
+    assert ours.shape == ref.shape == (len(TEXTS), session.hidden_size)
+    assert float((ours * ref).sum(1).min()) >= 0.99
+    # one text alone and inside a padded batch: the same vector
+    alone = session.embed(TEXTS[:1], batch_size=1)
+    assert float((alone[0] * ours[0]).sum()) >= 1 - 1e-6
+    # the onnxruntime graph of the same bundle, asked for by target, and the OpenVINO one by name
+    assert EdgeSession(ov_bundle, int8_target="portable").engine == "onnxruntime"
+    assert EdgeSession(ov_bundle, int8_target="openvino").model_key == "int8-openvino"
+
+
+def test_without_openvino_or_on_another_cpu_kind_the_onnxruntime_graph_runs(ov_bundle, monkeypatch):
+    manifest = read_manifest(ov_bundle)
+    choice, why = choose_openvino(manifest, _other_kind_host())
+    assert choice is None and "measured on a" in why and "int8_target='openvino'" in why
+    choice, _ = choose_openvino(manifest, _other_kind_host(), "openvino")   # asked for: loads anywhere
+    assert choice is not None and choice.key == "int8-openvino"
+    assert choose_openvino(manifest, detect_host(), "x86-vnni") == (None, "")
+
+    import edgebert.runtime.int8_choice as int8_choice
+
+    monkeypatch.setattr(int8_choice, "openvino_version", lambda: None)
+    session = EdgeSession(ov_bundle, provider="cpu")
+    assert (session.model_key, session.engine) == ("int8", "onnxruntime")
+    assert any("openvino is not installed" in n for n in session.provider_notes)
+    with pytest.raises(BundleError, match="needs the openvino package"):
+        EdgeSession(ov_bundle, int8_target="openvino")
+
+
+def test_check_measures_the_graph_the_session_picks(ov_bundle):
+    report = check_bundle(ov_bundle, max_texts=64)
+    assert report.passed, report.reason
+    assert report.chosen["model"] == "int8-openvino" and "'openvino'" in report.reason
+    assert report.fidelity["n"] == 64 and report.fidelity["mean"] >= 0.995
+    assert [g["target"] for g in report.graphs] == ["portable", "openvino"]
+
+
+def test_a_changed_or_missing_weights_file_is_refused(ov_bundle, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(ov_bundle, copy)
+    weights = copy / "model.int8-openvino.bin"
+    data = bytearray(weights.read_bytes())
+    data[100] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="does not match its manifest hash"):
+        EdgeSession(copy)
+    weights.unlink()
+    with pytest.raises(BundleError, match="model.int8-openvino.bin is missing"):
+        EdgeSession(copy, verify=False)
+
+
+def test_target_openvino_always_ships_an_onnxruntime_graph_and_needs_its_packages(monkeypatch):
+    assert Int8Config(targets=("openvino",)).targets == ("portable", "openvino")
+    assert Int8Config(targets="x86-vnni,openvino").openvino
+    assert [r.target for r in Int8Config(targets="x86-vnni,openvino").recipes()[0]] == ["x86-vnni"]
+    with pytest.raises(ConfigError, match="static QDQ"):
+        Int8Config(mode="static", targets=("portable", "openvino"))
+
+    import importlib.util
+
+    from quantization.openvino_int8 import require_openvino
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
+    with pytest.raises(ConfigError, match="needs nncf"):
+        require_openvino()
