@@ -443,6 +443,41 @@ def table(report: dict) -> list[str]:
     return lines
 
 
+PEER_INT8 = ("openvino-int8", "ctranslate2-int8")
+EDGEBERT_INT8 = ("edgebert-int8-spin", "edgebert-int8-vnni-spin", "edgebert-int8-openvino", "edgebert-int8")
+
+
+def goal_lines(report: dict) -> list[str]:
+    """Issue 26's point 4 on this run: each edgebert INT8 path against the fastest peer INT8 (1x128 p50; the length
+    mix as time per text), its cosine against that peer's, and fused fp32 against OpenVINO fp32."""
+    paths = {n: e for n, e in report["paths"].items() if e.get("latency") and "mean" in (e.get("accuracy") or {})}
+    peers = [n for n in PEER_INT8 if n in paths]
+    if not peers:
+        return []
+    peer = min(peers, key=lambda n: paths[n]["latency"]["1x128"]["p50_ms"])
+    p_lat, p_acc = paths[peer]["latency"], paths[peer]["accuracy"]
+    lines = ["", f"## Goal (issue 26, point 4): against the fastest peer INT8 here, {PATHS[peer]}", "",
+             "| edgebert path | 1x128 p50 ratio (<= 0.9) | length mix time ratio (<= 0.9) | cosine mean >= "
+             f"{p_acc['mean']:.5f} | min >= 0.98 |", "|---|---:|---:|---|---|"]
+    for name in EDGEBERT_INT8:
+        if name not in paths:
+            continue
+        lat, acc = paths[name]["latency"], paths[name]["accuracy"]
+        r1 = lat["1x128"]["p50_ms"] / p_lat["1x128"]["p50_ms"]
+        rm = p_lat["length_mix"]["texts_per_s"] / lat["length_mix"]["texts_per_s"]
+        lines.append(f"| {PATHS[name]} | {r1:.2f}x {'yes' if r1 <= 0.9 else 'no'} | {rm:.2f}x "
+                     f"{'yes' if rm <= 0.9 else 'no'} | {acc['mean']:.5f} {'yes' if acc['mean'] >= p_acc['mean'] else 'no'} "
+                     f"| {acc['min']:.5f} {'yes' if acc['min'] >= 0.98 else 'no'} |")
+    if "openvino-fp32" in paths:
+        ov = paths["openvino-fp32"]["latency"]["1x128"]["p50_ms"]
+        for name in ("edgebert-fp32-spin", "edgebert-fp32"):
+            if name in paths:
+                r = paths[name]["latency"]["1x128"]["p50_ms"] / ov
+                lines.append(f"\n{PATHS[name]} vs OpenVINO fp32 at 1x128: {r:.2f}x (goal <= 0.95x: "
+                             f"{'yes' if r <= 0.95 else 'no'})")
+    return lines
+
+
 def to_markdown(report: dict) -> str:
     p, t = report["protocol"], report["texts"]
     v = {k: x for k, x in report["versions"].items() if x}
@@ -461,6 +496,7 @@ def to_markdown(report: dict) -> str:
              f"processes used more than {p['other_cpu_max']:.0%} of the CPU during one of its blocks",
              f"- date {report['date']}, load average at start {report['load_average_start']}", ""]
     lines += table(report)
+    lines += goal_lines(report)
     lines += ["", "## Settings", ""]
     for name, entry in report["paths"].items():
         if entry.get("settings"):

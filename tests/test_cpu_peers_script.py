@@ -118,3 +118,20 @@ def test_synthetic_ids_have_cls_and_sep():
     ids = peers.synthetic_ids(8, 128)
     assert ids.shape == (8, 128) and ids.dtype == np.int64
     assert (ids[:, 0] == 101).all() and (ids[:, -1] == 102).all() and ids[:, 1:-1].min() >= 1000
+
+
+def test_goal_lines_compare_with_the_fastest_peer_int8_and_openvino_fp32():
+    report = {"paths": {"edgebert-fp32-spin": _measured(9.0, 80.0, 50.0, (1.0, 1.0)),
+                        "edgebert-int8-spin": _measured(4.4, 50.0, 100.0, (0.9970, 0.985)),
+                        "edgebert-int8-openvino": _measured(5.5, 40.0, 80.0, (0.9975, 0.979)),
+                        "openvino-fp32": _measured(10.0, 90.0, 40.0, (1.0, 1.0)),
+                        "openvino-int8": _measured(5.0, 40.0, 90.0, (0.9972, 0.967)),
+                        "ctranslate2-int8": _measured(6.0, 45.0, 95.0, (0.9967, 0.986))}}
+    lines = peers.goal_lines(report)
+    assert "OpenVINO INT8 (NNCF, transformer preset)" in lines[1]          # the faster peer at 1x128
+    rows = [ln for ln in lines if ln.startswith("| edgebert") and not ln.startswith("| edgebert path")]
+    # 4.4 / 5.0 = 0.88x; time per text 90 / 100 = 0.90x; 0.9970 < 0.9972
+    assert rows[0].endswith("| 0.88x yes | 0.90x yes | 0.99700 no | 0.98500 yes |")
+    assert rows[1].endswith("| 1.10x no | 1.12x no | 0.99750 yes | 0.97900 no |")
+    assert any("vs OpenVINO fp32 at 1x128: 0.90x (goal <= 0.95x: yes)" in ln for ln in lines)
+    assert peers.goal_lines({"paths": {"edgebert-int8": _measured(1.0, 2.0, 3.0)}}) == []

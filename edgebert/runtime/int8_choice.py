@@ -13,7 +13,8 @@ Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_
    this fixes it; otherwise refuse with a ``BundleError`` that says what to export instead.
 
 An ``openvino`` graph (``export --target openvino``: an OpenVINO IR, run by ``openvino_graph``) comes
-first, on a host of the CPU kind its export measured it on, when ``openvino`` is installed
+first where ``openvino`` is installed, on a VNNI x86 CPU (where OpenVINO's INT8 kernels were measured at
+least as fast as onnxruntime's: ``OPENVINO_DEFAULT_ON``) of the kind its export measured it on
 (``choose_openvino``); elsewhere the rules above pick an onnxruntime graph and say why the OpenVINO
 one was passed over. ``int8_target="openvino"`` loads it on any host (``edgebert check`` measures it
 there); ``int8_target`` naming an onnxruntime target never loads it.
@@ -106,6 +107,13 @@ def _exact_host_why(entry: ModelEntry, own: tuple[str, ...], n_graphs: int) -> s
     return ("the bundle's only INT8 graph" if n_graphs == 1 else "no 8-bit graph in the bundle") + hint
 
 
+# CPU kinds where OpenVINO's INT8 kernels were measured at least as fast as onnxruntime's (issue 26: on the
+# issue's Intel Xeon with AVX-512 VNNI 5.3 vs 10.4 ms, on a Zen 4 EPYC 7.41 vs 7.56 ms at 1 x 128); the rest
+OPENVINO_DEFAULT_ON = ("x86-vnni",)
+OPENVINO_SLOWER = {kind: "OpenVINO's INT8 ran 1.8x slower than onnxruntime's on an AVX2-only EPYC (Zen 3: 35.5 vs "
+                         "19.6 ms at 1 x 128, issue 26)" for kind in ("x86-avx2", "x86-avx512")}
+
+
 def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None) -> tuple[GraphChoice | None, str]:
     """``(choice, "")`` when the bundle's OpenVINO graph should run here (see the module docstring), else
     ``(None, why not)``; ``why`` is empty when the bundle has none or another target was asked for.
@@ -128,6 +136,10 @@ def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None
         return None, ("the bundle's OpenVINO INT8 graph is not used: openvino is not installed "
                       "(pip install 'edgebert[openvino]')")
     measured_on = (entry.requires or {}).get("measured_on")
+    if target is None and host.kind not in OPENVINO_DEFAULT_ON:
+        return None, (f"the bundle's OpenVINO INT8 graph is not picked by default on a {host.kind} CPU: "
+                      f"{OPENVINO_SLOWER.get(host.kind, 'its speed there is not measured')} "
+                      "(int8_target='openvino' loads it)")
     if target is None and measured_on and host.kind != measured_on:
         return None, (f"the bundle's OpenVINO INT8 graph was measured on a {measured_on} CPU, this one is "
                       f"{host.kind}: not picked by default (int8_target='openvino' loads it; `edgebert check` "
