@@ -161,3 +161,13 @@ def test_target_openvino_always_ships_an_onnxruntime_graph_and_needs_its_package
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
     with pytest.raises(ConfigError, match="needs nncf"):
         require_openvino()
+
+
+def test_info_names_the_int8_engine_a_session_would_use(ov_bundle, capsys):
+    from distill_helpers import run_cli
+
+    code, out, _ = run_cli(capsys, "info", str(ov_bundle))
+    assert code == 0 and "openvino: " in out and "runs the graphs of `export --target openvino`" in out
+    line = next(ln for ln in out.splitlines() if "int8 engine here:" in ln)
+    expected = "openvino" if EdgeSession(ov_bundle).engine == "openvino" else "onnxruntime"
+    assert line.split("int8 engine here: ")[1].startswith(expected)

@@ -21,6 +21,11 @@ def runtime_lines() -> list[str]:
     lines.append(f"providers usable here: {', '.join(usable)} (provider='auto' tries "
                  f"{' -> '.join(n for n in AUTO_ORDER if n in usable)})")
     lines += [f"provider {s.name}: not usable here: {s.reason}" for s in statuses if not s.available]
+    from edgebert.runtime.openvino_graph import openvino_version
+
+    version = openvino_version()
+    lines.append(f"openvino: {version}: runs the graphs of `export --target openvino`" if version else
+                 "openvino: not installed (pip install 'edgebert[openvino]' runs `--target openvino` graphs)")
     return lines
 
 
@@ -43,8 +48,14 @@ def bundle_lines(path: Path) -> list[str]:
     graphs = [f"{key} ({entry.file}" + (f", target {entry.target}" if entry.target else "") + ")"
               for key, entry in manifest.models.items()]
     lines.append(f"  graphs: {', '.join(graphs)}")
-    chosen = choose_precision(None, manifest, detect_host())
+    host_cpu = detect_host()
+    chosen = choose_precision(None, manifest, host_cpu)
     lines.append(f"  default precision here: {chosen.precision} ({chosen.reason})")
+    if any(e.engine == "openvino" for e in manifest.models.values()):
+        from edgebert.runtime.int8_choice import choose_openvino
+
+        engine, why_not = choose_openvino(manifest, host_cpu)
+        lines.append(f"  int8 engine here: {'openvino (' + engine.reason + ')' if engine else 'onnxruntime: ' + why_not}")
     if manifest.task == "embed":
         lines.append(f"  pooling: {choose_pooling(None, manifest.pooling).describe()}; EdgeSession.embed and "
                      "encode use it unless told otherwise")

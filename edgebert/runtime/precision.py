@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..bundle import PRECISIONS, Manifest
 from ..errors import BundleError, ConfigError
 from .hostcpu import HostCpu
-from .int8_choice import choose_int8
+from .int8_choice import choose_int8, choose_openvino
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ def choose_precision(requested: str | None, manifest: Manifest, host: HostCpu,
     held = manifest.get_extra("default_precision")    # the export kept fp32 as the default (exporters.int8)
     if held:
         return PrecisionChoice(held["precision"], f"default: {held['reason']}")
+    engine, _ = choose_openvino(manifest, host)       # the bundle's OpenVINO graph, where it runs by default
+    if engine is not None:
+        return PrecisionChoice("int8", f"default: the best graph here ({engine.reason})")
     try:
         choice = choose_int8(manifest, host, int8_target)
     except BundleError as exc:
