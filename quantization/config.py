@@ -71,6 +71,10 @@ class Int8Config:
         if ENGINE_TARGET in self.targets and self.mode == "static":
             raise ConfigError("--target openvino is a CPU INT8 graph; static QDQ INT8 is one graph for TensorRT",
                               "drop --target, or use --int8-mode dynamic")
+        if ENGINE_TARGET in self.targets:        # fail before any graph is made, not after the others
+            from .openvino_int8 import require_openvino
+
+            require_openvino()
         if self.mode == "static" and self.targets != ("portable",):
             raise ConfigError("--target chooses CPU INT8 graphs; static QDQ INT8 is one graph for TensorRT",
                               "drop --target, or use --int8-mode dynamic")

@@ -161,6 +161,23 @@ def test_target_openvino_always_ships_an_onnxruntime_graph_and_needs_its_package
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
     with pytest.raises(ConfigError, match="needs nncf"):
         require_openvino()
+    with pytest.raises(ConfigError, match="needs nncf"):      # at construction, before any graph is made
+        Int8Config(targets=("portable", "openvino"))
+
+
+def test_cli_export_without_nncf_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from distill_helpers import run_cli
+
+    model_dir = make_model_dir(tmp_path / "model", "BertModel", seed=3)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
+    code, out, err = run_cli(capsys, "export", str(model_dir), "--out", str(tmp_path / "b"), "--int8",
+                             "--target", "openvino")
+    assert code == 2 and not (tmp_path / "b").exists()
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) <= 2 and "needs nncf" in err and "edgebert[openvino]" in err and "Traceback" not in err
 
 
 def test_info_names_the_int8_engine_a_session_would_use(ov_bundle, capsys):
