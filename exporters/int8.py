@@ -17,7 +17,7 @@ from quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
 
 from .gpu_graphs import GPU_FILES, tensorrt_fields
 from .job import ExportJob
-from .manifest_build import OPENVINO_FILE, export_host, int8_file
+from .manifest_build import OPENVINO_FILE, OPENVINO_WEIGHTS, export_host, int8_file
 from .validate import GraphValidator
 
 SUMMARY = ("metric", "mean", "min", "n", "loss", "f1", "fp32_f1", "within_budget")   # the progress line's figures
@@ -44,7 +44,7 @@ def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
         if qcfg.openvino:
             graph = maker.openvino_graph(job.raw, job.staging / OPENVINO_FILE, export_host()["kind"])
             entries["int8-openvino"] = {**_entry(graph, check), "engine": "openvino", "providers": ["openvino"],
-                                        "weights": Path(OPENVINO_FILE).with_suffix(".bin").name}
+                                        "weights": OPENVINO_WEIGHTS}
     if tensorrt is not None:
         graph = maker.static_graph(job.raw, job.staging / GPU_FILES["int8-trt"])
         entries["int8-trt"] = {**_entry(graph, check), **tensorrt_fields(graph.path, tensorrt, "int8 tensorrt")}

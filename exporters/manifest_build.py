@@ -20,10 +20,10 @@ from edgebert.runtime.hostcpu import detect_host
 from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.system.environment import versions
 
-__all__ = ["MODEL_FILES", "OPENVINO_FILE", "int8_file", "build_manifest", "write_manifest", "verify_bundle", "export_host"]
+__all__ = ["MODEL_FILES", "OPENVINO_FILE", "OPENVINO_WEIGHTS", "int8_file", "build_manifest", "write_manifest", "verify_bundle", "export_host"]
 
 MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
-OPENVINO_FILE = "model.int8-openvino.xml"      # + model.int8-openvino.bin (the IR's weights)
+OPENVINO_FILE, OPENVINO_WEIGHTS = "model.int8-openvino.xml", "model.int8-openvino.bin"   # the IR and its weights
 
 
 def int8_file(target: str, default: bool) -> str:

@@ -28,7 +28,7 @@ from .fusion import fused_entry
 from .gpu_graphs import GpuGraphs
 from .int8 import default_precision, export_int8
 from .job import ExportJob
-from .manifest_build import MODEL_FILES, build_manifest, export_host, verify_bundle, write_manifest
+from .manifest_build import MODEL_FILES, OPENVINO_FILE, OPENVINO_WEIGHTS, build_manifest, export_host, verify_bundle, write_manifest
 from .onnx_export import TaskModel, export_onnx, prepare
 from .result import ExportResult
 from .tokenizer_info import find_tokenizer, tokenizer_metadata
@@ -39,8 +39,8 @@ __all__ = ["ExportResult", "export_bundle", "LOG_NAME", "BUNDLE_OUTPUTS"]
 LOG_NAME = "export_log.jsonl"
 # what a bundle folder may hold (an --overwrite replaces nothing else): manifest, graphs (with external
 # data; the OpenVINO IR), tokenizer, config, log
-BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", "model.int8-openvino.xml",
-                  "model.int8-openvino.bin", "tokenizer.json", "vocab.txt", CONFIG_NAME, LOG_NAME)
+BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", OPENVINO_FILE, OPENVINO_WEIGHTS,
+                  "tokenizer.json", "vocab.txt", CONFIG_NAME, LOG_NAME)
 
 
 class _Steps:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebert.errors import ValidationError
+from edgebert.graph.ir_graph import read_ir
 from edgebert.graph.ops import op_type_counts, quantized_biases, weight_node_inputs
 
 from .accuracy import GuardResult, batch_invariance, quantize_with_guard
@@ -162,12 +163,7 @@ class Int8Maker:
         return Int8Graph(out, target, requires, recipe, quant, accuracy, invariance)
 
 
-def _op_counts(path: Path) -> dict[str, int]:
-    """Op types of an ONNX graph, or of an OpenVINO IR (its layer types, read from the .xml)."""
-    if Path(path).suffix != ".xml":
-        return op_type_counts(path)
-    import xml.etree.ElementTree as ET
-    from collections import Counter
 
-    layers = ET.parse(path).getroot().iter("layer")
-    return dict(sorted(Counter(layer.get("type", "?") for layer in layers).items()))
+def _op_counts(path: Path) -> dict[str, int]:
+    """Op types of an ONNX graph, or the layer types of an OpenVINO IR."""
+    return read_ir(path).op_counts if Path(path).suffix == ".xml" else op_type_counts(path)

@@ -50,9 +50,8 @@ def require_openvino() -> None:
                           "pip install 'edgebert[openvino]', or drop openvino from --target")
 
 
-def down_projections(raw: Path) -> list[str]:
+def down_projections(model: onnx.ModelProto) -> list[str]:
     """Names of the weight MatMuls that project the FFN's wide GELU output back to the hidden size."""
-    model = onnx.load(str(raw), load_external_data=False)
     dims = {i.name: tuple(i.dims) for i in model.graph.initializer}
     weights = {n.name: dims[n.input[1]] for n in model.graph.node if n.name in split_candidates(model)}
     return sorted(name for name, (rows, cols) in weights.items() if rows > cols)
@@ -64,10 +63,11 @@ class OpenVinoInt8Quantizer:
     def __init__(self, raw: Path, calibration: Iterable[dict[str, np.ndarray]]):
         require_openvino()
         self.raw = Path(raw)
-        names = {i.name for i in onnx.load(str(raw), load_external_data=False).graph.input}
+        model = onnx.load(str(raw), load_external_data=False)
+        names = {i.name for i in model.graph.input}
         self.calibration = [{k: v for k, v in feeds.items() if k in names} for feeds in calibration]
-        self.weight_only = down_projections(self.raw)
-        self._candidates = sorted(split_candidates(onnx.load(str(raw), load_external_data=False)))
+        self.weight_only = down_projections(model)
+        self._candidates = sorted(split_candidates(model))
 
     def candidates(self) -> list[str]:
         """The weight MatMuls statically quantized (the gate may keep some of them out)."""

@@ -130,6 +130,9 @@ def test_check_measures_the_openvino_graph_here(ov_bundle):
     # measured 0.9994 natively (VNNI), 0.99277 as an AVX2 CPU (emulated): see the gate's figures above
     assert report.fidelity["n"] == 64 and report.fidelity["mean"] >= (0.995 if detect_host().kind == "x86-vnni" else 0.99)
     assert [g["target"] for g in report.graphs] == ["portable", "openvino"]
+    # the OpenVINO line says what a default session does here (the same rule, not a second one)
+    picked = EdgeSession(ov_bundle).engine == "openvino"
+    assert (report.graphs[1]["here"] == "picked here by default") is picked
 
 
 def test_a_changed_or_missing_weights_file_is_refused(ov_bundle, tmp_path):

@@ -47,6 +47,7 @@ from pathlib import Path
 from edgebert.errors import BundleError
 from edgebert.files.atomic import sha256_file  # stdlib only, like this module
 from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
+from edgebert.graph.ir_graph import NotIr, read_ir
 from edgebert.bundle.manifest import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, LEGACY_INT8, MANIFEST_NAME, PRECISIONS,
                                        TASK_OUTPUTS, TASKS, Manifest, ModelEntry, _is_int)
 
@@ -132,33 +133,28 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
 
 
 def check_ir_io(path: Path, manifest: Manifest, key: str) -> None:
-    """``check_graph_io`` for an OpenVINO IR graph (the ``openvino`` INT8 target), read from its .xml with
-    the standard library: the manifest's inputs (int64) and outputs, and its weights file present."""
-    import xml.etree.ElementTree as ET
-
+    """``check_graph_io`` for an OpenVINO IR graph (the ``openvino`` INT8 target, ``graph.ir_graph``): the
+    manifest's inputs (int64) and outputs, and the entry's weights file present."""
     where = f"{path} ({key})"
-    weights = path.with_suffix(".bin")
+    entry = manifest.models[key]
+    weights = bundle_file(path.parent, entry.weights or path.with_suffix(".bin").name)
     if not weights.is_file():
         raise BundleError(f"{weights} is missing (the weights of {where})", "the bundle is incomplete; re-export it")
     try:
-        layers = list(ET.parse(path).getroot().iter("layer"))
-    except (ET.ParseError, OSError) as exc:
+        graph = read_ir(path)
+    except NotIr as exc:
         raise BundleError(f"{where} is not a readable OpenVINO IR file ({exc})", "re-export the bundle") from exc
-    inputs = {layer.get("name"): (layer.find("data").get("element_type") if layer.find("data") is not None else None)
-              for layer in layers if layer.get("type") == "Parameter"}
-    if set(inputs) != set(manifest.input_names):
-        raise BundleError(f"{where} takes inputs {', '.join(sorted(map(str, inputs)))}; the manifest declares "
+    if set(graph.inputs) != set(manifest.input_names):
+        raise BundleError(f"{where} takes inputs {', '.join(sorted(graph.inputs))}; the manifest declares "
                           f"{', '.join(sorted(manifest.input_names))}",
                           "the manifest and the graph come from different exports")
-    wrong = [n for n, t in inputs.items() if t not in (None, "i64")]
+    wrong = [n for n, t in graph.inputs.items() if t not in (None, "i64")]
     if wrong:
-        raise BundleError(f"{where} input {wrong[0]} is {inputs[wrong[0]]}, the runtime feeds int64")
-    produced = {name for layer in layers if layer.get("type") == "Result"
-                for name in (layer.get("output_names") or "").split(",") if name}
-    missing = [o.name for o in manifest.outputs if o.name not in produced]
+        raise BundleError(f"{where} input {wrong[0]} is {graph.inputs[wrong[0]]}, the runtime feeds int64")
+    missing = [o.name for o in manifest.outputs if o.name not in graph.outputs]
     if missing:
-        raise BundleError(f"{where} has no output {missing[0]!r} (it gives {', '.join(sorted(produced))}), yet the "
-                          f"manifest's task {manifest.task!r} needs it",
+        raise BundleError(f"{where} has no output {missing[0]!r} (it gives {', '.join(sorted(graph.outputs))}), yet "
+                          f"the manifest's task {manifest.task!r} needs it",
                           "the manifest and the graph come from different exports")
 
 

@@ -108,6 +108,7 @@ class SessionRequest:
     int8_target: str | None = None
     trt_profile: TrtProfile | None = None
     trt_cache_dir: Path | None = None
+    threads: int | None = None             # intra-op threads (None: the engine's default)
 
 
 def trt_profile_for(request: SessionRequest, choice: ModelChoice) -> TrtProfile:
@@ -187,7 +188,7 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
         error = BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
         raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error)
     if choice.entry.engine == ENGINE:
-        return _openvino_attempt(request, plan, choice, model_file, options_factory, attempts)
+        return _openvino_attempt(request, plan, choice, model_file, attempts)
     input_names = request.manifest.input_names
     if profile is not None:
         engine, timing = trt_cache_dirs(model_file, request.precision, profile, request.trt_cache_dir)
@@ -233,12 +234,11 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
 
 
 def _openvino_attempt(request: SessionRequest, plan: ProviderPlan, choice: ModelChoice, model_file: Path,
-                      options_factory: Callable[[], Any], attempts: list[Attempt]) -> OpenedSession:
+                      attempts: list[Attempt]) -> OpenedSession:
     """The CPU attempt when the choice is the bundle's OpenVINO graph: ``OpenVinoSession`` with the
-    session's thread count (read from the onnxruntime options the caller would have used)."""
-    threads = options_factory().intra_op_num_threads or None
+    session's thread count."""
     try:
-        session = OpenVinoSession(model_file, threads)
+        session = OpenVinoSession(model_file, request.threads)
     except Exception as exc:  # noqa: BLE001  (openvino raises RuntimeError / its own types)
         message = " ".join(str(exc).split())[:300]
         error = BundleError(f"openvino cannot load {model_file.name}: {message}",

@@ -35,7 +35,8 @@ from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_c
 from .fidelity import CHECK_BUDGETS, OUTPUT, FidelityTracker, answer_spans
 from .answer import QA_TASK
 from .hostcpu import PRECISION_OPTION, detect_host
-from .openvino_graph import ENGINE, openvino_version
+from .int8_choice import choose_openvino
+from .openvino_graph import ENGINE
 from .tagging import tag_sentences
 from .text import length_sorted_batches, pad_batch
 
@@ -110,15 +111,10 @@ def _describe_graph(entry: ModelEntry, host) -> dict[str, Any]:
             "needs": "exact U8S8 (VNNI / ARM64)" if exact else "nothing (exact on any x86-64 / ARM64)"}
 
 
-def _describe_openvino(entry: ModelEntry, host) -> dict[str, Any]:
-    version = openvino_version()
-    measured_on = (entry.requires or {}).get("measured_on")
-    if version is None:
-        here = "not run here: openvino is not installed"
-    elif measured_on and measured_on != host.kind:
-        here = f"runs with int8_target='openvino' (measured at export on a {measured_on} CPU, not this kind)"
-    else:
-        here = f"openvino {version}; measured at export on this CPU kind ({measured_on})"
+def _describe_openvino(manifest, entry: ModelEntry, host) -> dict[str, Any]:
+    """The OpenVINO graph's line: whether a session here picks it by default, and why (``choose_openvino``)."""
+    chosen, why_not = choose_openvino(manifest, host)
+    here = "picked here by default" if chosen is not None else why_not
     return {"target": str(entry.target), "file": entry.file, "here": here, "needs": "the openvino package"}
 
 
@@ -156,7 +152,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         return report
     graphs = manifest.int8_graphs()
     report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
-        _describe_openvino(e, host) for e in manifest.models.values() if e.engine == ENGINE]
+        _describe_openvino(manifest, e, host) for e in manifest.models.values() if e.engine == ENGINE]
     texts, report.texts = _texts(Path(data) if data is not None else None, max_texts, task)
     if task not in OUTPUT and task != QA_TASK:
         report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"

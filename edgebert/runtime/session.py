@@ -74,8 +74,8 @@ class EdgeSession(SentenceMethods):
     ``x86-vnni`` ...) instead of the one chosen for this host (``int8_choice``). Either way a graph whose
     8-bit weights would saturate this CPU's kernel is loaded with exact products or refused. A bundle
     exported with ``--target openvino`` runs its OpenVINO graph where ``openvino`` is installed and the
-    CPU is of the kind it was measured on (``engine`` says which library runs); ``int8_target="openvino"``
-    asks for it, any onnxruntime target avoids it.
+    CPU is a VNNI one of the kind it was measured on (``int8_choice.choose_openvino``; ``engine`` says which
+    library runs); ``int8_target="openvino"`` asks for it, any onnxruntime target avoids it.
     allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several
     sessions in one process: an idle session's spinning threads steal the running one's cores).
     trt_profile: TensorRT min/opt/max (batch, sequence), a ``TrtProfile`` or ``"min=1x1,opt=8x128,max=32x512"``
@@ -140,7 +140,7 @@ class EdgeSession(SentenceMethods):
         profile = TrtProfile.parse(trt_profile) if isinstance(trt_profile, str) else trt_profile
         request = SessionRequest(self.bundle_dir, self.manifest, requested, self.precision, self.host,
                                  self.batch_size, self.max_length, self.int8_target, profile,
-                                 Path(trt_cache_dir) if trt_cache_dir else None)
+                                 Path(trt_cache_dir) if trt_cache_dir else None, self.threads)
         opened = open_session(request, self._session_options)
         self.model_file, self.model_key = opened.model_file, opened.choice.key
         self.engine = opened.choice.entry.engine            # onnxruntime | openvino
@@ -256,7 +256,7 @@ class EdgeSession(SentenceMethods):
                                           "the call is not rerouted to another provider",
                                           "open the session with provider='cpu' or another precision") from exc
             shapes = ", ".join(f"{n} {'x'.join(map(str, a.shape))}" for n, a in feeds.items())
-            raise RuntimeFault(f"onnxruntime failed running graph {self.model_key} ({self.model_file.name}) of "
+            raise RuntimeFault(f"{self.engine} failed running graph {self.model_key} ({self.model_file.name}) of "
                                f"{self.bundle_dir} on inputs {shapes} ({type(exc).__name__}: {message})",
                                f"run `edgebert check {self.bundle_dir}`; set {ORT_LOG_ENV}=0 for onnxruntime's "
                                "log") from exc
