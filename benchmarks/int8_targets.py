@@ -34,7 +34,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-DATA = REPO.parent / "shared" / "data"
+DATA = Path(os.environ.get("EDGEBERT_SHARED_DATA", REPO.parent / "shared" / "data"))  # another machine: its copy
 PRECISE = "session.x64quantprecision"
 
 

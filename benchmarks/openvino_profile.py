@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "cpu_peers")
+    ap.add_argument("--out", type=Path, default=None, help="default benchmarks/results/openvino_profile_<cpu kind>")
     args = ap.parse_args()
 
     import openvino
@@ -105,7 +106,7 @@ def main() -> None:
               "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
               "other_cpu": other.fraction(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "command": "python benchmarks/openvino_profile.py " + " ".join(sys.argv[1:])}
-    write_results(REPO / "benchmarks" / "results" / f"openvino_profile_{host.kind}", report, to_markdown)
+    write_results(args.out or REPO / "benchmarks" / "results" / f"openvino_profile_{host.kind}", report, to_markdown)
 
 
 if __name__ == "__main__":

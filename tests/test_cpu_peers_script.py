@@ -135,3 +135,27 @@ def test_goal_lines_compare_with_the_fastest_peer_int8_and_openvino_fp32():
     assert rows[1].endswith("| 1.10x no | 1.12x no | 0.99750 yes | 0.97900 no |")
     assert any("vs OpenVINO fp32 at 1x128: 0.90x (goal <= 0.95x: yes)" in ln for ln in lines)
     assert peers.goal_lines({"paths": {"edgebert-int8": _measured(1.0, 2.0, 3.0)}}) == []
+
+
+def _run(p50s_b1: list[float], rates: list[float], cos=None) -> dict:
+    entry = {"latency": {"1x128": {"per_repeat_p50_ms": p50s_b1}, "8x128": {"per_repeat_p50_ms": [40.0] * len(p50s_b1)},
+                         "length_mix": {"per_repeat": rates}, "flagged": False}}
+    if cos:
+        entry["accuracy"] = {"mean": cos[0], "min": cos[1]}
+    return entry
+
+
+def test_pooled_runs_take_the_median_of_every_repeat_and_keep_the_scored_accuracy():
+    host = {"kind": "x86-vnni", "summary": "x86_64 x86-vnni"}
+    run1 = {"date": "d1", "host": host, "paths": {"openvino-int8": _run([5.0, 7.0], [190.0, 200.0], (0.997, 0.967)),
+                                                  "edgebert-int8-vnni-spin": _run([8.0, 9.0], [260.0, 300.0], (0.998, 0.991)),
+                                                  "ctranslate2-int8": {"not_measured": "absent"}}}
+    run2 = {"date": "d2", "host": host, "paths": {"openvino-int8": _run([6.0], [250.0]),
+                                                  "edgebert-int8-vnni-spin": _run([6.5], [280.0])}}
+    report = peers.pooled([run1, run2])
+    ov, eb = report["paths"]["openvino-int8"], report["paths"]["edgebert-int8-vnni-spin"]
+    assert (ov["latency"]["1x128"]["p50_ms"], ov["latency"]["length_mix"]["texts_per_s"], ov["runs"]) == (6.0, 200.0, 2)
+    assert eb["latency"]["1x128"]["p50_ms"] == 8.0 and eb["accuracy"] == {"mean": 0.998, "min": 0.991}
+    assert "ctranslate2-int8" not in report["paths"] and report["pooled_runs"] == ["d1", "d2"]
+    goal = next(ln for ln in peers.goal_lines(report) if ln.startswith("| edgebert --target x86-vnni"))
+    assert "| 1.33x no | 0.71x yes | 0.99800 yes | 0.99100 yes |" in goal      # 8.0 / 6.0; 200 / 280

@@ -5,7 +5,7 @@ right *there*. Torch-free (onnxruntime, tokenizers, numpy).
 2. read this host's instruction sets and probe onnxruntime's U8S8 kernel (``hostcpu``);
 3. list the bundle's INT8 graphs with what each needs, and pick one as ``EdgeSession`` does
    (``int8_choice``: a graph that would saturate here is loaded with exact products, or refused; an
-   OpenVINO graph where openvino is installed and the CPU is of the kind it was measured on);
+   OpenVINO graph only when asked for: ``int8_choice.OPENVINO_DEFAULT_ON`` lists no CPU kind yet);
 4. re-measure that graph against the bundle's fp32 graph on this machine, on the built-in held-out
    text (the same texts the export gate used) or ``--data``, with the task metric of the gate;
 5. time both on the same batches (interleaved, spinning off) to show what INT8 buys here;

@@ -12,12 +12,13 @@ Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_
    converts the int8 weights to uint8 at load: exact, U8U8 kernel, slower) when the probe showed that
    this fixes it; otherwise refuse with a ``BundleError`` that says what to export instead.
 
-An ``openvino`` graph (``export --target openvino``: an OpenVINO IR, run by ``openvino_graph``) comes
-first where ``openvino`` is installed, on a VNNI x86 CPU (where OpenVINO's INT8 kernels were measured at
-least as fast as onnxruntime's: ``OPENVINO_DEFAULT_ON``) of the kind its export measured it on
-(``choose_openvino``); elsewhere the rules above pick an onnxruntime graph and say why the OpenVINO
-one was passed over. ``int8_target="openvino"`` loads it on any host (``edgebert check`` measures it
-there); ``int8_target`` naming an onnxruntime target never loads it.
+An ``openvino`` graph (``export --target openvino``: an OpenVINO IR, run by ``openvino_graph``) is loaded
+when asked for (``int8_target="openvino"``, on any host; ``edgebert check`` measures it there). By default
+it comes first only on the CPU kinds in ``OPENVINO_DEFAULT_ON`` (none at present: on both VNNI CPUs
+measured, a Zen 4 EPYC and an AMX Xeon, it ran no faster than the bundle's ``x86-vnni`` onnxruntime graph
+at batch 1 and less accurately), where ``openvino`` is installed and the CPU is of the kind its export
+measured it on (``choose_openvino``); elsewhere the rules above pick an onnxruntime graph and say why the
+OpenVINO one was passed over. ``int8_target`` naming an onnxruntime target never loads it.
 """
 
 from __future__ import annotations
@@ -107,11 +108,15 @@ def _exact_host_why(entry: ModelEntry, own: tuple[str, ...], n_graphs: int) -> s
     return ("the bundle's only INT8 graph" if n_graphs == 1 else "no 8-bit graph in the bundle") + hint
 
 
-# CPU kinds where OpenVINO's INT8 kernels were measured at least as fast as onnxruntime's (issue 26: on the
-# issue's Intel Xeon with AVX-512 VNNI 5.3 vs 10.4 ms, on a Zen 4 EPYC 7.41 vs 7.56 ms at 1 x 128); the rest
-OPENVINO_DEFAULT_ON = ("x86-vnni",)
+# CPU kinds where the bundle's OpenVINO graph is picked by default: where it was measured faster than the
+# bundle's onnxruntime graphs (benchmarks/cpu_peers.py). None so far; why not, per kind:
+OPENVINO_DEFAULT_ON: tuple[str, ...] = ()
 OPENVINO_SLOWER = {kind: "OpenVINO's INT8 ran 1.8x slower than onnxruntime's on an AVX2-only EPYC (Zen 3: 35.5 vs "
                          "19.6 ms at 1 x 128, issue 26)" for kind in ("x86-avx2", "x86-avx512")}
+OPENVINO_SLOWER["x86-vnni"] = (
+    "it ran no faster than the bundle's x86-vnni onnxruntime graph at 1 x 128 and slower on short texts, with a "
+    "lower worst-text cosine, on both VNNI CPUs measured (Zen 4 EPYC: 7.65 vs 7.46 ms, 166 vs 274 texts/s; "
+    "Xeon family 6 model 207 with AMX: 7.98 vs 7.93 ms, 242 vs 263 texts/s; min cosine 0.983 vs 0.991)")
 
 
 def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None) -> tuple[GraphChoice | None, str]:

@@ -73,9 +73,9 @@ class EdgeSession(SentenceMethods):
     int8_target: with ``precision="int8"``, load the graph made for this target (``portable``,
     ``x86-vnni`` ...) instead of the one chosen for this host (``int8_choice``). Either way a graph whose
     8-bit weights would saturate this CPU's kernel is loaded with exact products or refused. A bundle
-    exported with ``--target openvino`` runs its OpenVINO graph where ``openvino`` is installed and the
-    CPU is a VNNI one of the kind it was measured on (``int8_choice.choose_openvino``; ``engine`` says which
-    library runs); ``int8_target="openvino"`` asks for it, any onnxruntime target avoids it.
+    exported with ``--target openvino`` runs its OpenVINO graph when ``int8_target="openvino"`` asks for it
+    and ``openvino`` is installed (by default only on CPU kinds where it measured faster: none yet,
+    ``int8_choice.choose_openvino``; ``engine`` says which library runs); any onnxruntime target avoids it.
     allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several
     sessions in one process: an idle session's spinning threads steal the running one's cores).
     trt_profile: TensorRT min/opt/max (batch, sequence), a ``TrtProfile`` or ``"min=1x1,opt=8x128,max=32x512"``
