@@ -162,7 +162,7 @@ def to_markdown(result: dict) -> str:
                       f"{busiest:.1f} on {cores} cores); alternating steps keep the ratio fair, "
                       "the absolute tokens/s are lower than on an idle machine."]
     lines += ["", "Ratio = edgebert tokens/s / transformers tokens/s (> 1: edgebert trains faster).",
-              f"Summary (mean over repeats of the median ratio of step pairs): " + ", ".join(
+              "Summary (mean over repeats of the median ratio of step pairs): " + ", ".join(
                   f"{k} {v:.3f}" for k, v in result["summary_ratio"].items()),
               "", "Reproduce: `.venv/bin/python benchmarks/train_throughput.py`", ""]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from edgebert.bench.gpu_check import FAILED, OK, UNMEASURED, bench_problems, check_path, to_markdown, verdict
-from edgebert.errors import ConfigError, ProviderUnavailable
+from edgebert.errors import ProviderUnavailable
 from edgebert.runtime import EdgeSession, probe
 from edgebert.runtime.placement import Placement
 from edgebert.runtime.providers import ProviderStatus

@@ -10,7 +10,7 @@ import torch
 
 from distill_helpers import assert_one_line_error, make_model_dir, run_cli, write_toy_ner
 from edgebert.errors import ConfigError
-from edgebert.model import IGNORE_INDEX, load_model
+from edgebert.model import IGNORE_INDEX
 from edgebert.stages.distill import DistillConfig, TaskDistillationTask, build_student, distill, load_teacher
 from edgebert.stages.distill.config import build_distill_config
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -351,7 +350,6 @@ def test_a_kill_while_saving_keeps_a_consistent_checkpoint(tmp_path, monkeypatch
     first set, whose model files equal the ones published in the folder; killed writers' temp files
     are removed by the next run."""
     from edgebert.training import TrainConfig, checkpoint_dir, train
-    from edgebert.training import state as state_mod
     from test_training import ToyRegression
 
     cfg = TrainConfig(max_steps=8, batch_size=8, lr=1e-2, warmup_steps=0, log_every=1, eval_every=100,
