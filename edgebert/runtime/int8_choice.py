@@ -114,9 +114,9 @@ OPENVINO_DEFAULT_ON: tuple[str, ...] = ()
 OPENVINO_SLOWER = {kind: "OpenVINO's INT8 ran 1.8x slower than onnxruntime's on an AVX2-only EPYC (Zen 3: 35.5 vs "
                          "19.6 ms at 1 x 128, issue 26)" for kind in ("x86-avx2", "x86-avx512")}
 OPENVINO_SLOWER["x86-vnni"] = (
-    "it ran no faster than the bundle's x86-vnni onnxruntime graph at 1 x 128 and slower on short texts, with a "
-    "lower worst-text cosine, on both VNNI CPUs measured (Zen 4 EPYC: 7.65 vs 7.46 ms, 166 vs 274 texts/s; "
-    "Xeon family 6 model 207 with AMX: 7.98 vs 7.93 ms, 242 vs 263 texts/s; min cosine 0.983 vs 0.991)")
+    "on the VNNI CPUs measured it was no faster than the x86-vnni onnxruntime graph at 1 x 128, slower on short "
+    "texts and less accurate (Zen 4 EPYC: 7.65 vs 7.46 ms, 166 vs 274 texts/s; Xeon with AMX: 7.98 vs 7.93 ms, "
+    "242 vs 263 texts/s; worst-text cosine 0.983 vs 0.991)")
 
 
 def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None) -> tuple[GraphChoice | None, str]:
