@@ -3,6 +3,7 @@ bundles, OpenVINO (fp32 and NNCF INT8) and CTranslate2 (int8), on this CPU, unde
 
     .venv-peers/bin/python benchmarks/cpu_peers.py [--threads 2] [--repeats 3] [--pause 10] [--paths a,b]
     .venv-peers/bin/python benchmarks/cpu_peers.py --smoke      # end to end, few texts and runs: no figures
+    python benchmarks/cpu_peers.py --pool run1.json run2.json --out pooled   # several runs of one machine
 
 The peers come from the optional extra, in a venv of their own (never the runtime install):
 ``python3.11 -m venv .venv-peers && .venv-peers/bin/pip install -e '.[cpu,train,hf,peers]'``. A path
