@@ -163,7 +163,6 @@ class Int8Maker:
         return Int8Graph(out, target, requires, recipe, quant, accuracy, invariance)
 
 
-
 def _op_counts(path: Path) -> dict[str, int]:
     """Op types of an ONNX graph, or the layer types of an OpenVINO IR."""
     return read_ir(path).op_counts if Path(path).suffix == ".xml" else op_type_counts(path)

@@ -1,9 +1,10 @@
 """The ``openvino`` INT8 target: the traced graph as an OpenVINO IR model, quantized by NNCF on edgebert's
-calibration text, for CPUs where OpenVINO's INT8 kernels beat onnxruntime's (issue 26: on an AVX-512
-VNNI EPYC, OpenVINO's fused INT8 matrix products, INT8 attention core and GEMM post-ops).
+calibration text, for apps that run OpenVINO (issue 26). Not picked by default: on both VNNI CPUs measured
+(a Zen 4 EPYC, an AMX Xeon) it ran no faster than the ``x86-vnni`` onnxruntime graph at 1 x 128 and slower
+on short texts (``runtime.int8_choice.OPENVINO_SLOWER``).
 
 Recipe (measured on all-MiniLM-L6-v2, 400 SST-2 / WikiText-2 texts, cosine of mean-pooled embeddings
-against transformers fp32; benchmarks/results/openvino_target_x86-vnni.md):
+against transformers fp32, on the Zen 4 EPYC; benchmarks/results/openvino_recipes_x86-vnni.md):
 
 * NNCF's transformer preset (``ModelType.TRANSFORMER``: SmoothQuant, INT8 attention matmuls, fast bias
   correction) on every weight MatMul gives mean 0.99724 but **min 0.967**: one short text breaks;
@@ -30,13 +31,13 @@ import numpy as np
 import onnx
 
 from edgebert.errors import ConfigError
-from edgebert.runtime.openvino_graph import RUNTIME_OPTIONS
+from edgebert.runtime.openvino_graph import INSTALL_HINT, RUNTIME_OPTIONS
 
 from .outliers import split_candidates
 
 DYNAMIC_GROUP = 32          # channels per activation scale of the weight-only INT8 layers (per token)
 TARGET = "openvino"
-REQUIREMENTS = {"engine": "openvino", "python": "openvino (pip install 'edgebert[openvino]')",
+REQUIREMENTS = {"engine": "openvino", "python": f"openvino ({INSTALL_HINT})",
                 "exact_on": ["x86-64 and ARM64 CPUs OpenVINO supports; measured at export on the export host"]}
 
 
@@ -47,7 +48,7 @@ def require_openvino() -> None:
     missing = [m for m in ("openvino", "nncf") if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(f"--target openvino needs {' and '.join(missing)}, which is not installed",
-                          "pip install 'edgebert[openvino]', or drop openvino from --target")
+                          f"{INSTALL_HINT}, or drop openvino from --target")
 
 
 def down_projections(model: onnx.ModelProto) -> list[str]:

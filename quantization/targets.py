@@ -51,7 +51,9 @@ accuracy. ``arm64`` shares the VNNI arithmetic: exact on aarch64, checked under 
 ``openvino`` (``ENGINE_TARGET``) is not a recipe here: it names an OpenVINO IR graph made beside the onnxruntime
 ones (``quantization.openvino_int8``, its recipe and measurements there). On the Zen 4 EPYC above, with
 EdgeSession's defaults (spinning on), 1 x 128 p50: portable 7.56, x86-vnni 7.46, openvino 7.65 ms against
-OpenVINO's own NNCF INT8 7.41 (benchmarks/results/cpu_int8_gap_x86-vnni.md).
+OpenVINO's own NNCF INT8 7.41 (benchmarks/results/cpu_int8_gap_x86-vnni.md); on an Intel Xeon family 6 model
+207 (VNNI + AMX), 3 runs pooled: 8.11, 7.93, 7.98 against 6.78 (benchmarks/results/cpu_peers_xeon/). So the
+runtime loads it only when asked for (``int8_target="openvino"``).
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ def runtime_lines() -> list[str]:
     lines.append(f"providers usable here: {', '.join(usable)} (provider='auto' tries "
                  f"{' -> '.join(n for n in AUTO_ORDER if n in usable)})")
     lines += [f"provider {s.name}: not usable here: {s.reason}" for s in statuses if not s.available]
-    from edgebert.runtime.openvino_graph import openvino_version
+    from edgebert.runtime.openvino_graph import INSTALL_HINT, openvino_version
 
     version = openvino_version()
     lines.append(f"openvino: {version}: runs the graphs of `export --target openvino`" if version else
-                 "openvino: not installed (pip install 'edgebert[openvino]' runs `--target openvino` graphs)")
+                 f"openvino: not installed ({INSTALL_HINT} runs `--target openvino` graphs)")
     return lines
 
 

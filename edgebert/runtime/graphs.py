@@ -9,7 +9,7 @@ key         graph                             for
 fp32        fused (ORT contrib ops, 2-D mask)  CPU; CUDA when the bundle has no ``fp32-cuda``
 int8[-t]    fused, dynamic-format INT8         CPU (one per target, chosen by ``int8_choice``); CUDA runs
                                               it with the nodes it lacks on the CPU (placement reported)
-int8-       OpenVINO IR (.xml + .bin), NNCF    CPU through openvino, where installed and measured
+int8-       OpenVINO IR (.xml + .bin), NNCF    CPU through openvino, when asked for (``int8_target``)
 openvino    INT8                               (``int8_choice.choose_openvino``; ``openvino_graph``)
 fp16        fused fp16, 2-D mask               CUDA when the bundle has no ``fp16-cuda``
 fp32-cuda   fused-gpu: 1-D mask index          CUDA fp32 (unfused attention kernels: fp32 has no flash path)

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from ..bundle import Manifest, ModelEntry
 from ..errors import BundleError
 from .hostcpu import PRECISION_OPTION, HostCpu
-from .openvino_graph import ENGINE, openvino_version
+from .openvino_graph import ENGINE, INSTALL_HINT, openvino_version
 
 HOST_TARGETS = {"x86-vnni": ("x86-vnni",), "arm64": ("arm64",), "x86-avx2": ("x86-avx2",),
                 "x86-avx512": ("x86-avx2",)}
@@ -137,9 +137,8 @@ def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None
     if version is None:
         if target == ENGINE:
             raise BundleError("int8_target='openvino' needs the openvino package, which is not installed",
-                              "pip install 'edgebert[openvino]', or leave int8_target unset")
-        return None, ("the bundle's OpenVINO INT8 graph is not used: openvino is not installed "
-                      "(pip install 'edgebert[openvino]')")
+                              f"{INSTALL_HINT}, or leave int8_target unset")
+        return None, f"the bundle's OpenVINO INT8 graph is not used: openvino is not installed ({INSTALL_HINT})"
     measured_on = (entry.requires or {}).get("measured_on")
     if target is None and host.kind not in OPENVINO_DEFAULT_ON:
         return None, (f"the bundle's OpenVINO INT8 graph is not picked by default on a {host.kind} CPU: "

@@ -24,7 +24,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from edgebert.system.extras import PROVIDED_BY
+
 ENGINE = "openvino"
+INSTALL_HINT = PROVIDED_BY[ENGINE][1]       # pip install 'edgebert[openvino]'
 PROVIDER_NAME = "OpenVINO CPU"
 BASE_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32"}
 RUNTIME_OPTIONS = "runtime_options"       # the IR's rt_info section OpenVINO reads compile options from
