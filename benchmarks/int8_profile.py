@@ -13,8 +13,9 @@ first timed ``model_run``). Op types are the ones onnxruntime executes after its
 ``SkipLayerNormalization``, ...); in the INT8 graph the float ``MatMul`` rows are the outlier split's
 small float MatMuls (and any node the accuracy gate kept float). Per op type: share of the summed kernel
 time, calls per run, microseconds per call and per run, and how much of it the outlier split's nodes take
-(their names hold ``outlier``: the float MatMul, the channel Gather, the masked QuantizeLinear, the Add
-of the two products); and the run time outside kernels. The load average before and after and the share
+(the nodes it adds, whose names hold ``outlier``: the float MatMul, the channel Gather, the Add of the two
+products; not the QuantizeLinear of the INT8 MatMul's input, named after the split's mask, which a graph
+without the split runs too); and the run time outside kernels. The load average before and after and the share
 of the CPU other processes used while profiling (``edgebert.bench.measure.OtherCpuLoad``) are recorded.
 
 Writes ``benchmarks/results/int8_profile_<cpu kind>.{json,md}`` (``--smoke``: under ``--work``/smoke).
@@ -39,6 +40,7 @@ from cpu_peers import cpu_window, edgebert_bundle, ort_feeds, synthetic_ids, wri
 
 GRAPHS = {"fused fp32": "model.onnx", "default INT8 (portable)": "model.int8.onnx"}
 OUTLIER = "outlier"      # quantization.outliers names every node it adds ``<MatMul>/outlier_...``
+NOT_ADDED = ("QuantizeLinear", "DynamicQuantizeLinear")   # named after the mask, but every INT8 MatMul has one
 
 
 def profiled_session(path: Path, threads: int, prefix: Path):
@@ -81,7 +83,7 @@ def op_breakdown(events: list[dict], warmup: int) -> dict:
             totals[op] += e["dur"]
             calls[op] += 1
             nodes[e["name"][: -len("_kernel_time")]] += e["dur"]
-            if OUTLIER in e["name"]:
+            if OUTLIER in e["name"] and op not in NOT_ADDED:
                 outlier[op] += e["dur"]
     n = len(timed)
     kernels = sum(totals.values())

@@ -101,15 +101,18 @@ def test_profile_breakdown_drops_warmup_and_counts_the_outlier_split():
                    _event("Node", "mm_fence_before", start + 1, 5, "MatMulIntegerToFloat"),
                    _event("Node", "/l0/MatMul/outlier_float_MatMul_kernel_time", start + 2, 10, "MatMul"),
                    _event("Node", "/l0/MatMul/outlier_Add_kernel_time", start + 3, 10, "Add"),
+                   _event("Node", "/l0/MatMul/outlier_masked_QuantizeLinear_calibrated_kernel_time", start + 3, 5,
+                          "QuantizeLinear"),   # the INT8 input's own quantization: not the split's
                    _event("Node", "ln_kernel_time", start + 4, 10, "SkipLayerNormalization")]
     b = profile.op_breakdown(events, warmup=1)
-    assert b["runs"] == 2 and b["run_ms_mean"] == 0.1 and b["kernels_ms_per_run"] == 0.09
-    assert b["outside_kernels_ms_per_run"] == 0.01
-    assert b["outlier_split_share"] == round(20 / 90, 4)
+    assert b["runs"] == 2 and b["run_ms_mean"] == 0.1 and b["kernels_ms_per_run"] == 0.095
+    assert b["outside_kernels_ms_per_run"] == 0.005
+    assert b["outlier_split_share"] == round(20 / 95, 4)
     first = b["ops"][0]
-    assert first == {"op_type": "MatMulIntegerToFloat", "share": round(60 / 90, 4), "calls_per_run": 1.0,
+    assert first == {"op_type": "MatMulIntegerToFloat", "share": round(60 / 95, 4), "calls_per_run": 1.0,
                      "us_per_call": 60.0, "us_per_run": 60.0, "outlier_split_us_per_run": 0.0}
-    assert {o["op_type"]: o["outlier_split_us_per_run"] for o in b["ops"]}["MatMul"] == 10.0
+    split = {o["op_type"]: o["outlier_split_us_per_run"] for o in b["ops"]}
+    assert split["MatMul"] == 10.0 and split["QuantizeLinear"] == 0.0
     with pytest.raises(ValueError, match="none after the 3 warm-up runs"):
         profile.op_breakdown(events, warmup=3)
 
