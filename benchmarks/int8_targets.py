@@ -154,13 +154,15 @@ def optimum_int8(model_dir: Path, work: Path, host_kind: str) -> dict:
     return result
 
 
-def latency(paths: dict[str, tuple[Path, bool]], threads: int, rounds: int, iters: int, baseline: str) -> dict:
-    """p50 at batch 1 x 128, interleaved round by round (order alternates), spinning off."""
+def latency(paths: dict[str, tuple[Path, bool]], threads: int, rounds: int, iters: int, baseline: str,
+            spin: bool = False) -> dict:
+    """p50 at batch 1 x 128, interleaved round by round (order alternates), spinning off unless ``spin``;
+    per path also each round's p50 and its median ratio to ``baseline``'s."""
     rng = np.random.default_rng(0)
     ids = rng.integers(1000, 30522, (1, 128)).astype(np.int64)
     ids[0, 0], ids[0, -1] = 101, 102
     feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-    sessions = {k: session(p, threads, precise, spin=False) for k, (p, precise) in paths.items()}
+    sessions = {k: session(p, threads, precise, spin=spin) for k, (p, precise) in paths.items()}
     for s in sessions.values():
         for _ in range(10):
             s.run(None, feeds)
@@ -177,7 +179,8 @@ def latency(paths: dict[str, tuple[Path, bool]], threads: int, rounds: int, iter
             per_round[name].append(float(np.median(t)))
     base = np.asarray(per_round[baseline])
     return {k: {"p50_ms": round(float(np.median(v)), 3), "p90_ms": round(float(np.percentile(v, 90)), 3),
-                "n": len(v), "ratio_to_fp32": round(float(np.median(np.asarray(per_round[k]) / base)), 3)}
+                "n": len(v), "ratio_to_fp32": round(float(np.median(np.asarray(per_round[k]) / base)), 3),
+                "per_round": [round(x, 3) for x in per_round[k]]}
             for k, v in times.items()}
 
 

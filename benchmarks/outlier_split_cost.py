@@ -9,8 +9,9 @@ this measures what removing them gives back, end to end, and what it costs in ac
 full ``export --int8 --target x86-vnni`` (edgebert's accuracy gate included: a variant whose held-out
 cosine misses the budget gets nodes kept float, which the report lists), scored against transformers fp32
 on the CPU-peers texts (300 SST-2 dev + 100 WikiText-2 test, one at a time) and timed at batch 1 x 128,
-interleaved round by round, with onnxruntime's spinning off (the side-by-side setting) and on (EdgeSession's
-default; on a 2-vCPU VM its rounds are bimodal by thread placement, 7 or 12 ms, so read the median). The variants are an experiment: ``split_candidates`` is narrowed here by a
+interleaved round by round (``int8_targets.latency``: each variant's ratio to the recipe is the median of the
+per-round ratios, the figure to read on a noisy VM), with onnxruntime's spinning off (the side-by-side setting) and
+on (EdgeSession's default; on a 2-vCPU VM its rounds are bimodal by thread placement, 7 or 12 ms). The variants are an experiment: ``split_candidates`` is narrowed here by a
 node-name pattern; the exporter itself has no such option.
 
 Three more variants rewrite the recipe's graph so that the FFN up-projections' outlier channels enter the
@@ -43,10 +44,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cpu_peers import cpu_identity, cpu_words, minilm_dir, tokenized, versions  # noqa: E402
-from int8_targets import cosines, embed_one_by_one, figures, reference, session, texts  # noqa: E402
+from int8_targets import cosines, embed_one_by_one, figures, latency, reference, session, texts  # noqa: E402
 
+RECIPE = "all (the recipe)"
 VARIANTS = {                       # name -> node-name pattern of the MatMuls the split may touch
-    "all (the recipe)": r".",
+    RECIPE: r".",
     "FFN up-projections only": r"/intermediate/dense/",
     "FFN down-projections only": r"layer\.\d+/output/dense/",
     "none": r"(?!)",
@@ -172,28 +174,8 @@ def calibration_ranges(fp32_path: Path, src: Path, int8_file: str):
     return ChannelStats.collect(fp32_path, feeds, names)
 
 
-def p50s(files: dict[str, str], threads: int, rounds: int, iters: int, spin: bool) -> dict[str, dict]:
-    """p50 at 1 x 128 per variant, interleaved round by round (order alternates)."""
-    ids = np.random.default_rng(0).integers(1000, 30522, (1, 128)).astype(np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
-    sessions = {k: session(Path(f), threads, spin=spin) for k, f in files.items()}
-    for s in sessions.values():
-        for _ in range(10):
-            s.run(None, feeds)
-    per_round: dict[str, list[float]] = {k: [] for k in sessions}
-    for r in range(rounds):
-        for name in (list(sessions) if r % 2 == 0 else list(reversed(sessions))):
-            t = []
-            for _ in range(iters):
-                t0 = time.perf_counter()
-                sessions[name].run(None, feeds)
-                t.append((time.perf_counter() - t0) * 1e3)
-            per_round[name].append(round(float(np.median(t)), 3))
-    return {k: {"p50_ms": round(float(np.median(v)), 3), "per_round": v} for k, v in per_round.items()}
-
-
 def _p50(lat: dict) -> str:
-    return f"**{lat['p50_ms']:.2f}** ({', '.join(f'{x:.1f}' for x in lat['per_round'])})"
+    return f"**{lat['p50_ms']:.2f}**, {lat['ratio_to_fp32']:.2f}x ({', '.join(f'{x:.1f}' for x in lat['per_round'])})"
 
 
 def to_markdown(r: dict) -> str:
@@ -203,7 +185,7 @@ def to_markdown(r: dict) -> str:
              f"onnxruntime {r['versions'].get('onnxruntime') or r['versions'].get('onnxruntime-gpu')}; {r['date']}",
              f"- command: `{r['command']}`", "",
              "| split on | nodes / channels | kept float by the gate | gate mean / min (200 held-out) | "
-             "peer texts mean / min (400) | p50 ms, spinning off (rounds) | spinning on (rounds) |",
+             "peer texts mean / min (400) | p50 ms spinning off, ratio to the recipe (rounds) | spinning on |",
              "|---|---|---|---|---|---|---|"]
     for name, v in r["variants"].items():
         if "rewrite_of" in v:
@@ -249,8 +231,8 @@ def main(argv=None) -> int:
     recipe = args.work / "variant0"
     stats = calibration_ranges(recipe / "model.onnx", src, list(variants.values())[0]["file"])
     for name, mode in K_EXTENSIONS.items():
-        variants[name] = {**k_extended(Path(variants["all (the recipe)"]["file"]), recipe / "model.onnx", stats, mode,
-                                       args.work / f"kext-{mode}.onnx"), "rewrite_of": "all (the recipe)"}
+        variants[name] = {**k_extended(Path(variants[RECIPE]["file"]), recipe / "model.onnx", stats, mode,
+                                       args.work / f"kext-{mode}.onnx"), "rewrite_of": RECIPE}
     sst, wiki = texts()
     rows = tokenized(src / "tokenizer.json", sst[:300] + wiki[:100])
     ref = reference(src, rows)
@@ -263,9 +245,9 @@ def main(argv=None) -> int:
     report["cpu_words"] = cpu_words(report["cpu"])
     time.sleep(args.pause)
     report["load_average_start"] = [round(x, 2) for x in os.getloadavg()]
-    files = {k: v["file"] for k, v in variants.items()}
-    for spin in (False, True):
-        for name, lat in p50s(files, args.threads, args.rounds, args.iters, spin).items():
+    graphs = {k: (Path(v["file"]), False) for k, v in variants.items()}
+    for spin in (False, True):       # p50 at 1 x 128, interleaved round by round; ratios to the recipe's
+        for name, lat in latency(graphs, args.threads, args.rounds, args.iters, RECIPE, spin=spin).items():
             variants[name]["latency_spin_" + ("on" if spin else "off")] = lat
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["variants"] = variants
