@@ -102,7 +102,7 @@ def k_extended(int8_path: Path, fp32_path: Path, stats, mode: str, out: Path) ->
     by_name = {n.name: n for n in g.node}
     by_output = {o: n for n in g.node for o in n.output}
     before, after, dropped, added_k = {}, {}, set(), {}
-    for p in float_w:
+    for p in (p for p in float_w if p + "/outlier_Add" in by_name):     # the MatMuls the recipe split
         add, gather, mm = by_name[p + "/outlier_Add"], by_name[p + "/outlier_Gather"], by_name[p + "_quant_to_float"]
         ql, x, idx = by_output[mm.input[0]], gather.input[0], inits[p + "/outlier_index"]
         scale, zp = float(inits[ql.input[1]]), int(inits[ql.input[2]])
@@ -159,19 +159,23 @@ def k_extended(int8_path: Path, fp32_path: Path, stats, mode: str, out: Path) ->
     return {"file": str(out), "copies": added_k}
 
 
-def calibration_ranges(fp32_path: Path, src: Path, int8_file: str):
-    """Per-channel ranges of the K-extended MatMuls' inputs on the export's calibration text (built-in, 256)."""
+def k_extension_inputs(int8_file: str | Path) -> list[str]:
+    """The fp32 tensors the K-extended MatMuls read (the inputs of their outlier Gathers)."""
     import onnx
 
+    return [n.input[0] for n in onnx.load(str(int8_file)).graph.node
+            if n.name.endswith("/outlier_Gather") and re.search(K_EXTENDED, n.name)]
+
+
+def calibration_ranges(fp32_path: Path, src: Path, int8_file: str):
+    """Per-channel ranges of the K-extended MatMuls' inputs on the export's calibration text (built-in, 256)."""
     from edgebert.files.textfiles import builtin_texts
     from quantization.activations import ChannelStats
 
-    names = [n.input[0] for n in onnx.load(int8_file).graph.node
-             if n.name.endswith("/outlier_Gather") and re.search(K_EXTENDED, n.name)]
     feeds = ({"input_ids": r[None][:, :128], "attention_mask": np.ones((1, min(len(r), 128)), np.int64),
               "token_type_ids": np.zeros((1, min(len(r), 128)), np.int64)}
              for r in tokenized(src / "tokenizer.json", builtin_texts("calibration")[:256]))
-    return ChannelStats.collect(fp32_path, feeds, names)
+    return ChannelStats.collect(fp32_path, feeds, k_extension_inputs(int8_file))
 
 
 def _p50(lat: dict) -> str:
