@@ -185,7 +185,8 @@ def _p50(lat: dict) -> str:
 def to_markdown(r: dict) -> str:
     lines = [f"# The outlier split's cost and what it buys: x86-vnni INT8, all-MiniLM-L6-v2 ({r['host_kind']})", "",
              f"- CPU: {r['cpu_words']}", f"- {r['threads']} threads, batch 1 x 128, {r['rounds']} interleaved rounds x "
-             f"{r['iters']} runs; load average before {r['load_average_start']}, after {r['load_average_end']}; "
+             f"{r['iters']} runs; load average before {r['load_average_start']}, after {r['load_average_end']}; other "
+             f"processes used {r['other_cpu']} of the CPU while timing; "
              f"onnxruntime {r['versions'].get('onnxruntime') or r['versions'].get('onnxruntime-gpu')}; {r['date']}",
              f"- command: `{r['command']}`", "",
              "| split on | nodes / channels | kept float by the gate | gate mean / min (200 held-out) | "
@@ -217,6 +218,7 @@ def main(argv=None) -> int:
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "outlier_split_cost")
     parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/outlier_split_cost_<kind>")
     args = parser.parse_args(argv)
+    from edgebert.bench.measure import OtherCpuLoad
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.stages.import_hf import convert_hf
 
@@ -250,9 +252,12 @@ def main(argv=None) -> int:
     time.sleep(args.pause)
     report["load_average_start"] = [round(x, 2) for x in os.getloadavg()]
     graphs = {k: (Path(v["file"]), False) for k, v in variants.items()}
-    for spin in (False, True):       # p50 at 1 x 128, interleaved round by round; ratios to the recipe's
-        for name, lat in latency(graphs, args.threads, args.rounds, args.iters, RECIPE, spin=spin).items():
-            variants[name]["latency_spin_" + ("on" if spin else "off")] = lat
+    other = OtherCpuLoad()
+    with other.timing():
+        for spin in (False, True):   # p50 at 1 x 128, interleaved round by round; ratios to the recipe's
+            for name, lat in latency(graphs, args.threads, args.rounds, args.iters, RECIPE, spin=spin).items():
+                variants[name]["latency_spin_" + ("on" if spin else "off")] = lat
+    report["other_cpu"] = other.fraction()
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["variants"] = variants
     out = args.out or REPO / "benchmarks" / "results" / f"outlier_split_cost_{host.kind}"
