@@ -355,10 +355,14 @@ class Manifest(_JsonView):
     def output_names(self) -> list[str]:
         return [o.name for o in self.outputs]
 
-    def file_names(self) -> list[str]:
-        """Every file the manifest names: graphs, tokenizer, hashed files."""
+    def named_files(self) -> list[str]:
+        """The files the entries name: graphs, an OpenVINO graph's weights, the tokenizer (each must be hashed)."""
         return [*(m.file for m in self.models.values()), *(m.weights for m in self.models.values() if m.weights),
-                self.tokenizer.file, *self.files]
+                self.tokenizer.file]
+
+    def file_names(self) -> list[str]:
+        """Every file the manifest names: ``named_files`` and the hashed files."""
+        return [*self.named_files(), *self.files]
 
     def int8_graphs(self) -> dict[str, ModelEntry]:
         """``{key: entry}`` of every CPU INT8 graph, the default (``int8``) first. The TensorRT INT8 graph

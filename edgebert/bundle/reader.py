@@ -197,9 +197,7 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
     bundle_dir = Path(bundle_dir)
     manifest = manifest if manifest is not None else read_manifest(bundle_dir)
     files = dict(manifest.files)
-    named = ([m.file for m in manifest.models.values()] + [m.weights for m in manifest.models.values() if m.weights]
-             + [manifest.tokenizer.file])
-    unlisted = [n for n in named if n not in files]
+    unlisted = [n for n in manifest.named_files() if n not in files]
     if unlisted:
         raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} has no hash for {', '.join(unlisted)}",
                           "re-export the bundle")
