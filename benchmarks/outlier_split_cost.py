@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cpu_peers import cpu_identity, cpu_words, minilm_dir, tokenized, versions  # noqa: E402
+from cpu_peers import cpu_identity, cpu_words, minilm_dir, tokenized, versions, write_results  # noqa: E402
 from int8_targets import cosines, embed_one_by_one, figures, latency, reference, session, texts  # noqa: E402
 
 RECIPE = "all (the recipe)"
@@ -167,19 +167,22 @@ def k_extension_inputs(int8_file: str | Path) -> list[str]:
             if n.name.endswith("/outlier_Gather") and re.search(K_EXTENDED, n.name)]
 
 
-def calibration_ranges(fp32_path: Path, src: Path, int8_file: str):
-    """Per-channel ranges of the K-extended MatMuls' inputs on the export's calibration text (built-in, 256)."""
-    from edgebert.files.textfiles import builtin_texts
+def calibration_ranges(bundle: Path, int8_file: str | Path, qcfg=None):
+    """Per-channel ranges of the K-extended MatMuls' inputs on the calibration batches the export of ``bundle``
+    used (``quantization.feeds``; ``qcfg``: that export's ``Int8Config``, default the built-in text)."""
+    from edgebert.bundle import read_manifest
     from quantization.activations import ChannelStats
+    from quantization.config import Int8Config
+    from quantization.feeds import task_feeds
 
-    feeds = ({"input_ids": r[None][:, :128], "attention_mask": np.ones((1, min(len(r), 128)), np.int64),
-              "token_type_ids": np.zeros((1, min(len(r), 128)), np.int64)}
-             for r in tokenized(src / "tokenizer.json", builtin_texts("calibration")[:256]))
-    return ChannelStats.collect(fp32_path, feeds, k_extension_inputs(int8_file))
+    manifest = read_manifest(bundle)
+    feeds = task_feeds(qcfg or Int8Config(), manifest.task, bundle / "model.onnx", tokenizer=bundle / "tokenizer.json",
+                       pad_id=manifest.tokenizer.pad_id, max_length=None, say=lambda *a, **k: None)
+    return ChannelStats.collect(bundle / "model.onnx", feeds.calibration(), k_extension_inputs(int8_file))
 
 
 def _p50(lat: dict) -> str:
-    return f"**{lat['p50_ms']:.2f}**, {lat['ratio_to_fp32']:.2f}x ({', '.join(f'{x:.1f}' for x in lat['per_round'])})"
+    return f"**{lat['p50_ms']:.2f}**, {lat['ratio_to_recipe']:.2f}x ({', '.join(f'{x:.1f}' for x in lat['per_round'])})"
 
 
 def to_markdown(r: dict) -> str:
@@ -235,7 +238,7 @@ def main(argv=None) -> int:
             export_variant(model_dir, folder, pattern)
         variants[name] = variant_figures(folder)
     recipe = args.work / "variant0"
-    stats = calibration_ranges(recipe / "model.onnx", src, list(variants.values())[0]["file"])
+    stats = calibration_ranges(recipe, variants[RECIPE]["file"])
     for name, mode in K_EXTENSIONS.items():
         variants[name] = {**k_extended(Path(variants[RECIPE]["file"]), recipe / "model.onnx", stats, mode,
                                        args.work / f"kext-{mode}.onnx"), "rewrite_of": RECIPE}
@@ -256,16 +259,14 @@ def main(argv=None) -> int:
     with other.timing():
         for spin in (False, True):   # p50 at 1 x 128, interleaved round by round; ratios to the recipe's
             for name, lat in latency(graphs, args.threads, args.rounds, args.iters, RECIPE, spin=spin).items():
-                variants[name]["latency_spin_" + ("on" if spin else "off")] = lat
+                variants[name]["latency_spin_" + ("on" if spin else "off")] = {
+                    "p50_ms": lat["p50_ms"], "per_round": lat["per_round"],
+                    "ratio_to_recipe": lat["ratio_to_fp32"]}     # latency's baseline here is the recipe
     report["other_cpu"] = other.fraction()
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["variants"] = variants
-    out = args.out or REPO / "benchmarks" / "results" / f"outlier_split_cost_{host.kind}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    out.with_suffix(".md").write_text(to_markdown(report))
-    print(to_markdown(report))
-    return 0
+    return write_results(args.out or REPO / "benchmarks" / "results" / f"outlier_split_cost_{host.kind}", report,
+                         to_markdown)
 
 
 if __name__ == "__main__":

@@ -138,8 +138,6 @@ def test_k_extension_rewrite_keeps_the_split_accuracy_without_its_float_matmuls(
     import importlib.util
     import sys
 
-    from quantization.activations import ChannelStats
-
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "outlier_split_cost.py"
     spec = importlib.util.spec_from_file_location("outlier_split_cost", path)
     bench = importlib.util.module_from_spec(spec)
@@ -153,7 +151,7 @@ def test_k_extension_rewrite_keeps_the_split_accuracy_without_its_float_matmuls(
     split = split_dir / "model.int8.onnx"
     inputs = bench.k_extension_inputs(split)
     assert inputs, "the planted channel must be split off layer 0's up-projection"
-    stats = ChannelStats.collect(split_dir / "model.onnx", _batches(planted, calib), inputs)
+    stats = bench.calibration_ranges(split_dir, split, Int8Config(calib=calib, calib_size=48))
     made = bench.k_extended(split, split_dir / "model.onnx", stats, "float-concat", work / "kext.onnx")
     ffn_in = "/model/layer.0/intermediate/dense/MatMul"
     reps = made["copies"][ffn_in.replace("/model/", "")]
