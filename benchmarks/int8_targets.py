@@ -101,8 +101,8 @@ def figures(cos: np.ndarray, n_sst: int) -> dict:
 def recipe_graphs(fused: Path, tok_file: Path, work: Path) -> dict[str, tuple[Path, bool]]:
     """{name: (graph, needs exact u8s8)} for the recipes compared in quantization/targets.py."""
     from edgebert.graph.ops import weight_node_inputs
-    from quantization import TARGETS, ChannelStats, DynamicInt8Quantizer, TextBatches, TextSource, prepared_tokenizer
-    from quantization.outliers import split_outliers
+    from edgebert.quantization import TARGETS, ChannelStats, DynamicInt8Quantizer, TextBatches, TextSource, prepared_tokenizer
+    from edgebert.quantization.outliers import split_outliers
     from edgebert.files.textfiles import builtin_texts
 
     batches = TextBatches(TextSource(tuple(builtin_texts("calibration")), 256), prepared_tokenizer(tok_file, 128),
@@ -269,7 +269,7 @@ def main() -> int:
     from edgebert.files.atomic import write_json, write_text
     from edgebert.stages.import_hf import convert_hf
     from edgebert.runtime.hostcpu import detect_host
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     if not (DATA / "sst2" / "dev.tsv").is_file():
         print(f"error: {DATA}/sst2/dev.tsv not found (needs ../shared/data)", file=sys.stderr)

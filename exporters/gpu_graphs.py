@@ -23,9 +23,9 @@ from edgebert.bundle import INPUT_NAMES
 from edgebert.errors import ValidationError
 from edgebert.graph.ops import op_domains
 from edgebert.runtime.trt_profile import TrtProfile
-from quantization.accuracy import cpu_session
-from quantization.config import Fp16Config
-from quantization.fp16 import make_fp16
+from edgebert.quantization.accuracy import cpu_session
+from edgebert.quantization.config import Fp16Config
+from edgebert.quantization.fp16 import make_fp16
 
 from .fusion import fused_entry
 from .job import ExportJob

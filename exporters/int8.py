@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgebert.runtime.trt_profile import TrtProfile
-from quantization.config import Int8Config
-from quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
+from edgebert.quantization.config import Int8Config
+from edgebert.quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
 
 from .gpu_graphs import GPU_FILES, tensorrt_fields
 from .job import ExportJob

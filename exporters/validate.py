@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from edgebert.errors import ValidationError
-from quantization.accuracy import cpu_session
+from edgebert.quantization.accuracy import cpu_session
 
 Arrays = dict[str, np.ndarray]
 Say = Callable[..., None]      # progress: say(message, **figures)

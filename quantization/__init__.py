@@ -21,7 +21,7 @@ Modules, each with one job:
   and its structural check;
 * ``accuracy``: the accuracy gate (probe, sensitivity search), batch invariance, exact CPU sessions.
 
-    from quantization import Int8Config, DynamicInt8Quantizer, AccuracyProbe, quantize_with_guard
+    from edgebert.quantization import Int8Config, DynamicInt8Quantizer, AccuracyProbe, quantize_with_guard
 """
 
 from edgebert.graph.ops import op_type_counts

@@ -35,7 +35,7 @@ def toy_qa(root: Path) -> Path:
 
 def qa_bundle(root: Path) -> Path:
     """The toy teacher exported with fp32 and a portable INT8 graph calibrated and gated on toy questions."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     data = toy_qa(root)
     bundle = data / "bundle"

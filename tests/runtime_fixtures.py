@@ -87,7 +87,7 @@ def tiny_bundle(root: Path, task: str = "embed") -> tuple[Path, Path]:
 
 def _export(model_dir: Path, bundle_dir: Path, task: str) -> None:
     """The real exporter (fp32 fused + dynamic INT8), with a light validation grid to stay fast."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     export_bundle(ExportConfig(model_dir=model_dir, out_dir=bundle_dir, task=task, int8=True,
                                validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
@@ -100,7 +100,7 @@ def tiny_gpu_bundle(root: Path) -> tuple[Path, Path]:
     """(model_dir, bundle_dir) of a tiny BertModel with every graph: fused fp32, CPU INT8 (portable),
     the TensorRT graphs (standard ops fp32 + QDQ INT8, profile ``GPU_PROFILE``) and the CUDA graphs
     (fp32 + fp16, 1-D mask index); built once per ``root``."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
     from export_fixtures import make_calib_text
 
     model_dir = Path(root) / "tiny_gpu_model"

@@ -77,3 +77,21 @@ def test_the_runtime_and_the_base_modules_import_no_torch():
     for path in [*_files("runtime"), *_files("files"), *_files("bundle"), *_files("system"), *_files("scores"),
                  *_files("graph", "declared_io.py"), PACKAGE / "errors.py"]:
         assert not {m for m in _imports(path) if m.split(".")[0] == "torch"}, path
+
+
+def test_every_package_installs_inside_the_edgebert_namespace():
+    """pyproject lists each package folder once, under ``edgebert.``: the repository's top-level
+    exporters/ and quantization/ install as edgebert.exporters / edgebert.quantization, nothing else."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    where = {"edgebert": "edgebert", **config["package-dir"]}
+    found = set()
+    for name, folder in where.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder).parts
+            found.add(".".join((name, *rel)))
+    listed = set(config["packages"]) - {"edgebert.assets"}
+    assert found == listed, f"missing from pyproject: {sorted(found - listed)}; stale: {sorted(listed - found)}"
+    assert all(p == "edgebert" or p.startswith("edgebert.") for p in config["packages"])
+    assert config["package-dir"] == {"edgebert.exporters": "exporters", "edgebert.quantization": "quantization"}

@@ -123,7 +123,7 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def bundle(work) -> Path:
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
     from runtime_fixtures import make_tiny_model_dir
 
     return export_bundle(ExportConfig(model_dir=make_tiny_model_dir(work / "model", seed=23), out_dir=work / "bundle",

@@ -108,7 +108,7 @@ def test_a_path_with_nan_outputs_fails_its_output_check():
 # --------------------------------------------------------------------------- --data: one reader, one validation
 @pytest.fixture(scope="module")
 def ner_bundle(tmp_path_factory):
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     root = tmp_path_factory.mktemp("bench_ner")
     model_dir = make_tiny_model_dir(root / "model", "BertForTokenClassification", id2label=NER_LABELS)

@@ -25,7 +25,7 @@ def int8_bundle(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fp32_only(tmp_path_factory):
     """A bundle exported without --int8."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     root = tmp_path_factory.mktemp("fp32_only")
     bundle = root / "bundle"

@@ -14,9 +14,9 @@ from onnx import helper
 
 from edgebert.graph.ops import op_type_counts
 from edgebert.model import load_model
-from exporters.cpu_passes import unfuse_skip_layernorm
-from exporters.fusion import fuse_bert
-from exporters.onnx_export import export_onnx, prepare
+from edgebert.exporters.cpu_passes import unfuse_skip_layernorm
+from edgebert.exporters.fusion import fuse_bert
+from edgebert.exporters.onnx_export import export_onnx, prepare
 
 from export_fixtures import make_model_dir
 

@@ -47,7 +47,7 @@ def st_model_dir(root: Path, name: str, pooling: dict, normalize: bool = True, s
 
 
 def export(model_dir: Path, out: Path, **options) -> Path:
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     if not (out / "manifest.json").is_file():
         export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, validation_batch_sizes=(1, 3),

@@ -137,8 +137,8 @@ def test_cli_json_and_errors(toy, tmp_path, capsys):
 
 
 def test_bundle_scores_like_its_model(toy, tmp_path):
-    pipeline = pytest.importorskip("exporters.pipeline")
-    from exporters.config import ExportConfig
+    pipeline = pytest.importorskip("edgebert.exporters.pipeline")
+    from edgebert.exporters.config import ExportConfig
 
     pipeline.export_bundle(ExportConfig(model_dir=toy / "clf", out_dir=tmp_path / "bundle"))
     from_bundle = evaluate(tmp_path / "bundle", "sst2", toy / "dev.tsv", precision="fp32")

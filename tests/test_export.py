@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from edgebert.errors import BundleError, CheckpointError, ConfigError, ValidationError
-from exporters import ExportConfig, export_bundle, read_manifest, verify_bundle
-from exporters.config import default_task
-from exporters.fusion import check_fusion, fusion_shortfalls
-from exporters.onnx_export import export_onnx, prepare
-from exporters.validate import make_cases, torch_reference, validate_graph
+from edgebert.exporters import ExportConfig, export_bundle, read_manifest, verify_bundle
+from edgebert.exporters.config import default_task
+from edgebert.exporters.fusion import check_fusion, fusion_shortfalls
+from edgebert.exporters.onnx_export import export_onnx, prepare
+from edgebert.exporters.validate import make_cases, torch_reference, validate_graph
 from edgebert.graph.ops import op_type_counts
 
 from export_fixtures import make_calib_text, make_model_dir
@@ -235,7 +235,7 @@ def test_sabotaged_graph_raises_validation_error_with_figures(work, tmp_path):
 
 
 def test_failed_export_leaves_no_bundle_and_keeps_the_old_one(embed_bundle, work, monkeypatch):
-    import exporters.pipeline as pipeline
+    import edgebert.exporters.pipeline as pipeline
 
     model_dir = embed_bundle[0]
     real = pipeline.torch_reference

@@ -16,7 +16,7 @@ from edgebert.model import load_model
 from edgebert.graph.ops import quantized_biases
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.trt_profile import TrtProfile
-from exporters import ExportConfig
+from edgebert.exporters import ExportConfig
 from runtime_fixtures import GPU_PROFILE, tiny_gpu_bundle
 
 GPU_KEYS = {"fp32-trt": "model.trt.onnx", "int8-trt": "model.int8.trt.onnx", "fp32-cuda": "model.cuda.onnx",

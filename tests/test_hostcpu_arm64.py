@@ -102,7 +102,7 @@ def test_an_arm64_probe_that_saturates_stays_arm64_and_unsafe():
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> dict:
     """The manifest of a tiny bundle exported with ``--target portable,arm64``."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
     from runtime_fixtures import make_tiny_model_dir
 
     root = tmp_path_factory.mktemp("arm64_fleet")

@@ -25,8 +25,8 @@ from edgebert.runtime import EdgeSession
 from edgebert.runtime.hostcpu import (PRECISION_OPTION, PROBE_EXACT, PROBE_FILE, PROBE_K, HostCpu, cpu_kind,
                                       detect_host, probe_u8s8)
 from edgebert.runtime.int8_choice import choose_int8
-from exporters import ExportConfig, export_bundle
-from quantization.targets import TARGETS, resolve_targets
+from edgebert.exporters import ExportConfig, export_bundle
+from edgebert.quantization.targets import TARGETS, resolve_targets
 
 from conftest import REPO
 from distill_helpers import run_cli

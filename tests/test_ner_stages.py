@@ -156,7 +156,7 @@ def test_bench_scores_entity_f1_of_every_path_on_conll_data(tmp_path, toy):
     score what ``edgebert evaluate`` gives the checkpoint, INT8 close to it."""
     from edgebert.bench import BenchConfig, run_bench
     from edgebert.stages.evaluate import evaluate
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     root, _ = toy
     bundle = tmp_path / "bundle"

@@ -19,8 +19,8 @@ from edgebert.runtime.check import check_bundle
 from edgebert.runtime.hostcpu import HostCpu, detect_host
 from edgebert.runtime.int8_choice import choose_openvino
 from edgebert.bundle import read_manifest
-from exporters import ExportConfig, export_bundle
-from quantization.config import Int8Config
+from edgebert.exporters import ExportConfig, export_bundle
+from edgebert.quantization.config import Int8Config
 
 from export_fixtures import make_model_dir
 
@@ -167,7 +167,7 @@ def test_target_openvino_always_ships_an_onnxruntime_graph_and_needs_its_package
 
     import importlib.util
 
-    from quantization.openvino_int8 import require_openvino
+    from edgebert.quantization.openvino_int8 import require_openvino
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))

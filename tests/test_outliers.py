@@ -13,10 +13,10 @@ import torch
 
 from edgebert.model import load_model, save_model
 from edgebert.errors import ConfigError
-from exporters import ExportConfig, export_bundle
-from quantization import (OUTLIER_SUFFIX, TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,
+from edgebert.exporters import ExportConfig, export_bundle
+from edgebert.quantization import (OUTLIER_SUFFIX, TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,
                           float_only_nodes, op_type_counts, outlier_channels, prepared_tokenizer, split_outliers)
-from quantization.accuracy import cpu_session
+from edgebert.quantization.accuracy import cpu_session
 
 from export_fixtures import make_calib_text, make_model_dir
 

@@ -83,7 +83,7 @@ def test_qa_int8_is_gated_in_f1_on_held_out_questions_of_the_calibration_file(to
 
 def test_question_splits(tmp_path):
     from edgebert.qa.squad_file import builtin_questions
-    from quantization.feeds import question_split
+    from edgebert.quantization.feeds import question_split
     from squad_helpers import write_toy_squad
 
     builtin = builtin_questions()
@@ -111,7 +111,7 @@ def test_question_splits(tmp_path):
         {"id": "x", "question": "q?", "answers": [], "is_impossible": True}]}]}]}))
     with pytest.raises(DataError, match="has no answerable questions"):
         question_split(squad, 20, 30, none)
-    from quantization.config import Int8Config
+    from edgebert.quantization.config import Int8Config
     assert Int8Config(gate_data=str(unseen)).gate_data == unseen
     for bad in (tmp_path / "missing.json", tmp_path / "calib.txt"):
         bad.parent.mkdir(exist_ok=True)
@@ -124,9 +124,9 @@ def test_question_splits(tmp_path):
 def test_a_qa_gate_that_misses_keeps_the_graph_flagged_and_fp32_the_default(toy):
     """The search keeps at most ``max_excluded`` nodes float; a miss beyond that is not an error for a span
     head: the entry says within_budget false and the bundle's default becomes fp32."""
-    from exporters.int8 import default_precision
-    from quantization.accuracy import quantize_with_guard
-    from quantization.span_gate import SpanFidelity
+    from edgebert.exporters.int8 import default_precision
+    from edgebert.quantization.accuracy import quantize_with_guard
+    from edgebert.quantization.span_gate import SpanFidelity
 
     class Quantizer:
         def __init__(self):
@@ -173,7 +173,7 @@ def test_a_qa_gate_that_misses_keeps_the_graph_flagged_and_fp32_the_default(toy)
 def test_multiple_choice_exports_choices_equal_to_transformers(tmp_path):
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     model_dir = make_tiny_model_dir(tmp_path / "model", "BertForMultipleChoice", seed=6)
     result = export_bundle(ExportConfig(model_dir=model_dir, out_dir=tmp_path / "bundle", int8=True, calib_size=64,
@@ -187,7 +187,7 @@ def test_multiple_choice_exports_choices_equal_to_transformers(tmp_path):
     assert [list(np.shape(c["lengths"])) for c in fp32.get_extra("validation")["cases"]] == [[1, 2], [1, 4], [3, 2], [3, 4]]
 
     hf = transformers.BertForMultipleChoice.from_pretrained(model_dir).eval()
-    from quantization.accuracy import cpu_session
+    from edgebert.quantization.accuracy import cpu_session
 
     session = cpu_session(tmp_path / "bundle" / fp32.file)
     rng = np.random.default_rng(1)
@@ -206,7 +206,7 @@ def test_multiple_choice_exports_choices_equal_to_transformers(tmp_path):
 
 def test_gate_data_is_for_question_answering_exports_only(tmp_path):
     from edgebert.errors import ConfigError
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
     from squad_helpers import write_toy_squad
 
     model = make_tiny_model_dir(tmp_path / "m")

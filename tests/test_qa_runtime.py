@@ -29,7 +29,7 @@ def toy(tmp_path_factory):
 @pytest.fixture(scope="module")
 def untrained(tmp_path_factory):
     """A seeded untrained span model (128 positions, the tiny runtime tokenizer) and its fp32 bundle."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     root = tmp_path_factory.mktemp("qa_untrained")
     model = make_tiny_model_dir(root / "model", "BertForQuestionAnswering", seed=4)
@@ -201,7 +201,7 @@ def test_real_squad_questions_get_the_pipelines_answers(tmp_path, minilm_dir):
 
     from conftest import shared_file
     from edgebert.stages.import_hf import convert_hf
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     tf.logging.set_verbosity_error()
     dev = shared_file("squad", "dev-v2.0-first10.json")

@@ -213,7 +213,7 @@ def test_disk_full_without_a_small_filesystem(models, tmp_path, capsys, monkeypa
     """Defect 3, simulated (runs everywhere): ENOSPC with no file name from inside the exporter."""
     import errno
 
-    import exporters.pipeline as pipeline
+    import edgebert.exporters.pipeline as pipeline
 
     def full(model, path, *args, **kwargs):
         Path(path).write_bytes(b"\0" * 100)
@@ -245,7 +245,7 @@ def test_a_file_size_limit_is_one_line(models, tmp_path):
 
 @pytest.fixture(scope="module")
 def ner_bundle(tmp_path_factory):
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     root = tmp_path_factory.mktemp("reliability_ner")
     model_dir = make_tiny_model_dir(root / "model", "BertForTokenClassification",
@@ -298,7 +298,7 @@ def test_ctrl_c_while_training_says_what_was_kept(tmp_path):
 
 def test_ctrl_c_during_export_says_nothing_was_left(models, tmp_path, capsys, monkeypatch):
     """Defect 8: the same line for a command that keeps nothing (exit 130, no folder, no temp)."""
-    import exporters.pipeline as pipeline
+    import edgebert.exporters.pipeline as pipeline
 
     def interrupted(model, path, *args, **kwargs):
         Path(path).write_bytes(b"\0" * 100)

@@ -287,7 +287,7 @@ def test_example_app_runs(embed_bundle):
 @pytest.mark.slow
 def test_minilm_bundle_matches_pytorch(minilm_dir, tmp_path):
     """The real all-MiniLM-L6-v2: fp32 embeddings equal PyTorch's, INT8 stays close (SST-2 dev texts)."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
     from conftest import shared_file
 
     texts = [line.split("\t")[0] for line in shared_file("sst2", "dev.tsv").read_text().splitlines()[1:65]]

@@ -215,7 +215,7 @@ def test_hostile_messages_name_the_problem(material, tmp_path, capsys):
 def test_export_replaces_only_its_own_bundle(material, tmp_path):
     """Defect 1 and 2: --overwrite replaces an earlier bundle; user files are never deleted, and no
     hidden ``.X.old`` is ever left beside it."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     import tempfile
 

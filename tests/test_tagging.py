@@ -44,7 +44,7 @@ def _token_model(out_dir: Path, *, context_free: bool = False, vocab_size: int |
 
 
 def _export(model_dir: Path, bundle_dir: Path, int8: bool = False) -> Path:
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     export_bundle(ExportConfig(model_dir=model_dir, out_dir=bundle_dir, int8=int8, **LIGHT))
     return bundle_dir

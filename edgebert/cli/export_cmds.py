@@ -64,7 +64,7 @@ def export(
     """Export MODEL_DIR to an ONNX bundle: fused fp32 model.onnx, INT8 graphs per deployment target (gated
     on held-out text), optional FP16, TensorRT and CUDA graphs, tokenizer, manifest with hashes. Every graph
     is validated against PyTorch on untraced shapes."""
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     archive_out = _archive_output(archive, out, overwrite)     # checked before anything is computed
 

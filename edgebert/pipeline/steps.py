@@ -97,7 +97,7 @@ def distill_student(cfg: PipelineConfig, teacher: Path, log: StageLog, console) 
 
 
 def export_student(cfg: PipelineConfig, student: Path, calib: Path, log: StageLog) -> tuple[Path, dict]:
-    from exporters import ExportConfig, export_bundle
+    from edgebert.exporters import ExportConfig, export_bundle
 
     from ..bundle import read_manifest
 
