@@ -7,7 +7,7 @@ mean-pooled embedding cosine against transformers fp32 on 100 SST-2 dev + 50 Wik
 The bundle is ``benchmarks/cpu_peers.py``'s (``--work``/bundle, exported with ``--target portable,x86-vnni,openvino``).
 The fp32 reference is computed natively once (``--work``/avx2_openvino_reference.npy) and read by the emulated
 run (PyTorch under QEMU would take hours). Each graph is loaded by name (``int8_target``), as a user forcing it
-would; the note says how the runtime loads it on that CPU. Writes ``benchmarks/results/avx2_openvino_check_<kind or --name>.json``.
+would; the note says how the runtime loads it on that CPU. Writes ``benchmarks/results/avx2_openvino_check/avx2_openvino_check_<kind or --name>.json``.
 """
 
 from __future__ import annotations

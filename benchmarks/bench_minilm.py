@@ -1,6 +1,6 @@
 """all-MiniLM-L6-v2 bundle (fused fp32 + dynamic INT8) vs its PyTorch fp32 model, every provider.
 
-    .venv/bin/python benchmarks/bench_minilm.py [--bundle runs/minilm_bundle] [--out benchmarks/results/minilm]
+    .venv/bin/python benchmarks/bench_minilm.py [--bundle runs/minilm_bundle] [--out benchmarks/results/bench_minilm/minilm]
         [--threads N] [--quick]
 
 Exports the bundle if ``--bundle`` has none, exactly as

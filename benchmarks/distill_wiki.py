@@ -15,7 +15,7 @@ pretraining masking collator keyed by stream position), the same steps, batch si
   of the gain is the initialisation and which the distillation loss).
 
 All models are then scored with ``edgebert evaluate --task mlm`` on wiki.test.raw (the same 2000
-examples and fixed masks as pretraining's own evaluation). Writes ``benchmarks/results/distill_wiki.json``
+examples and fixed masks as pretraining's own evaluation). Writes ``benchmarks/results/distill_wiki/distill_wiki.json``
 and ``.md``.
 
     .venv/bin/python benchmarks/distill_wiki.py --steps 300 [--ablation] [--reuse]

@@ -12,7 +12,7 @@ interval. The point figures are ``edgebert.stages.embed_eval``'s (scikit-learn's
 
     .venv/bin/python benchmarks/embed_rescore.py --recipes long-256-2800,long-256-pool [--paragraphs 300]
 
-Writes ``benchmarks/results/embed_rescore.{json,md}`` (``--stem`` to change), with the CPU and the load.
+Writes ``benchmarks/results/embed_rescore/embed_rescore.{json,md}`` (``--stem`` to change), with the CPU and the load.
 """
 
 from __future__ import annotations

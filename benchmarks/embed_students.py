@@ -12,7 +12,7 @@ own agreement figures. The INT8 calibration text is WikiText-2 valid paragraphs 
 steps, batch size and learning rate, and the training text (``project`` or ``builtin``: Python's
 documentation, what ``make demo`` trains on). Add one to ``RECIPES`` to try it.
 
-Writes ``benchmarks/results/embed_students.{json,md}`` (with ``--smoke``: tiny budgets and data caps,
+Writes ``benchmarks/results/embed_students/embed_students.{json,md}`` (with ``--smoke``: tiny budgets and data caps,
 ``RUNS/embed_students_smoke.{json,md}`` instead, never the results folder): per recipe the wall time of
 distillation, export and scoring, the three columns with retention (student / teacher), the CPU
 (``edgebert.system.environment.describe``) and the load average before and after (a busy machine

@@ -3,7 +3,7 @@ without QAttention, with and without the outlier-channel split, and the bundle a
 sentences, and p50 latency at batch 1 x seq 128 — all measured in one run.
 
     .venv/bin/python benchmarks/export_minilm.py [--threads 2] [--texts 872] [--rounds 30] [--iters 20]
-        [--budget 0.004] [--out benchmarks/results/export_minilm] [--wait-load 1.0]
+        [--budget 0.004] [--out benchmarks/results/export_minilm/export_minilm] [--wait-load 1.0]
 
 The accuracy guard calibrates on the first 256 SST-2 *train* sentences; cosine is reported on SST-2
 *dev* (held out from the guard).

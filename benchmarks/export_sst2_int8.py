@@ -3,13 +3,13 @@ a few thousand SST-2 train sentences (a few minutes on CPU), export task ``cls``
 the accuracy guard, and compare fp32 and INT8 accuracy on all 872 SST-2 dev sentences.
 
     .venv/bin/python benchmarks/export_sst2_int8.py [--train 4000] [--train-seconds 420] [--epochs 2]
-        [--budget 0.005] [--run runs/export_sst2] [--out benchmarks/results/export_sst2_int8]
+        [--budget 0.005] [--run runs/export_sst2] [--out benchmarks/results/export_sst2_int8/export_sst2_int8]
 
 ``--model-dir DIR`` skips the fine-tuning and measures an existing classifier instead, e.g. the
 distilled 4-layer student of benchmarks/distill_sst2.py:
 
     .venv/bin/python benchmarks/export_sst2_int8.py --model-dir runs/sst2-student \
-        --run runs/export_sst2_student --out benchmarks/results/export_sst2_student_int8
+        --run runs/export_sst2_student --out benchmarks/results/export_sst2_int8/export_sst2_student_int8
 
 Target: |INT8 - fp32| dev accuracy <= 0.5 points. Calibration/guard text: the first 256 SST-2 *train*
 sentences (never dev). Writes ``export_sst2_int8.json`` / ``.md`` with machine, versions, threads.

@@ -1,6 +1,6 @@
 """Installed size of the runtime install (``pip install '.[cpu]'``: no torch) against the full one.
 
-    python benchmarks/install_size.py [--full-venv .venv] [--out benchmarks/results/install_size.json]
+    python benchmarks/install_size.py [--full-venv .venv] [--out benchmarks/results/install_size/install_size.json]
 
 Builds a fresh virtual environment in a temp folder, installs the checkout with the ``cpu`` extra, and
 measures both environments' ``site-packages`` (bytes of every file, the largest distributions named).

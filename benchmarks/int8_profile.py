@@ -18,7 +18,7 @@ products; not the QuantizeLinear of the INT8 MatMul's input, named after the spl
 without the split runs too); and the run time outside kernels. The load average before and after and the share
 of the CPU other processes used while profiling (``edgebert.bench.measure.OtherCpuLoad``) are recorded.
 
-Writes ``benchmarks/results/int8_profile_<cpu kind>.{json,md}`` (``--smoke``: under ``--work``/smoke).
+Writes ``benchmarks/results/int8_profile/int8_profile_<cpu kind>.{json,md}`` (``--smoke``: under ``--work``/smoke).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--bundle", type=Path, default=None, help="an existing bundle (default: built in --work)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "cpu_peers")
-    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/int8_profile_<cpu kind>")
+    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/int8_profile/int8_profile_<cpu kind>")
     parser.add_argument("--smoke", action="store_true", help="end-to-end check: 1 warm-up and 3 profiled runs")
     args = parser.parse_args(argv)
     if args.smoke:

@@ -23,7 +23,7 @@ The stages, as commands (D = ../shared/data/conll2003)::
     edgebert export runs/ner/student --out runs/ner/student-bundle --int8
     edgebert bench runs/ner/student-bundle --reference runs/ner/teacher --providers cpu \\
         --precisions fp32,int8 --batch 1 --seq 128 --lengths-from $D/test.txt --mix-modes dynamic \\
-        --data $D/test.txt --report benchmarks/results/ner_conll_bench
+        --data $D/test.txt --report benchmarks/results/ner_conll/ner_conll_bench
 
 Recipes: the ``ner`` presets. Teacher: lr 1e-4, batch 32, warmup 10%, seq 128, trained 6 epochs rather
 than the preset's 3 (dev F1 0.903 after 3 epochs, 0.913 after 6, best at epoch 5). Student: 4 of the

@@ -10,7 +10,7 @@ MatMul + Softmax, MVN (LayerNorm), Gelu, Eltwise, Subgraph, Reorder ...): the sh
 nodes per run, microseconds per run; and the run time outside the nodes. Executed precision (``exec_type``,
 e.g. ``brgemm_avx512_amx_I8`` / ``jit_avx512_vnni_I8``) is listed per type, so one sees which nodes ran in INT8.
 
-Writes ``benchmarks/results/openvino_profile_<cpu kind>.{json,md}`` with the CPU, versions and load average.
+Writes ``benchmarks/results/openvino_profile/openvino_profile_<cpu kind>.{json,md}`` with the CPU, versions and load average.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "cpu_peers")
-    ap.add_argument("--out", type=Path, default=None, help="default benchmarks/results/openvino_profile_<cpu kind>")
+    ap.add_argument("--out", type=Path, default=None, help="default benchmarks/results/openvino_profile/openvino_profile_<cpu kind>")
     args = ap.parse_args()
 
     import openvino

@@ -31,7 +31,7 @@ the same student weights over every dev question (answer text equal).
     PYTHONPATH=$PWD .venv/bin/python benchmarks/squad_qa.py            # hours on 2 idle cores
     PYTHONPATH=$PWD .venv/bin/python benchmarks/squad_qa.py --reuse    # collect finished stages
     PYTHONPATH=$PWD .venv/bin/python benchmarks/squad_qa.py --smoke    # minutes: every stage, tiny budgets
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/squad_qa.py --reference-from benchmarks/results/squad_qa_2026-11-25.json
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/squad_qa.py --reference-from benchmarks/results/squad_qa/squad_qa_2026-11-25.json
         # the transformers reference of that run (trained here, an hour on 2 cores) instead of training it again
 
 The teacher and the student train with ``--bf16`` where the CPU multiplies bfloat16 natively (``bf16_cpu``).

@@ -7,7 +7,7 @@ training windows (``edgebert.stages.distill.layer_choice``).
 
     .venv/bin/python benchmarks/squad_student_choices.py RUN_DIR... [--teacher runs/squad/teacher]
 
-Writes ``benchmarks/results/squad_student_choices.{json,md}``.
+Writes ``benchmarks/results/squad_student_choices/squad_student_choices.{json,md}``.
 """
 
 from __future__ import annotations

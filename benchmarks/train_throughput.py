@@ -7,7 +7,7 @@ timed steps alternate between the two models step by step (swapping which goes f
 a change in machine load hits both alike. The whole measurement is repeated ``--repeats``
 times; each repetition is recorded with the load average seen when it started.
 
-Writes ``benchmarks/results/train_throughput.json`` (machine, versions, threads, tokens/s of both,
+Writes ``benchmarks/results/train_throughput/train_throughput.json`` (machine, versions, threads, tokens/s of both,
 ratio edgebert/transformers) and a short ``.md`` beside it.
 
     .venv/bin/python benchmarks/train_throughput.py                 # small (+ MiniLM-sized), B16 T128

@@ -4,7 +4,7 @@ only where it was measured to pay (benchmarks/results/cpu_passes.md).
 ``unfuse_skip_layernorm``: ``SkipLayerNormalization`` becomes ``Add`` (+ bias ``Add``) +
 ``LayerNormalization`` (opset 17), the same arithmetic. onnxruntime 1.31's CPU SkipLayerNormalization
 kernel takes 168 us on a 1 x 128 x 384 tensor where the three standard ops take 58 us
-(``benchmarks/skip_layernorm_cpu.py``); on all-MiniLM-L6-v2 at 1 x 128 the pass makes the default INT8
+(``benchmarks/archive/skip_layernorm_cpu.py``); on all-MiniLM-L6-v2 at 1 x 128 the pass makes the default INT8
 graph 0.88x and the fp32 graph 0.94x as slow (AMD EPYC Zen 4, AVX-512 VNNI, 2 threads), and onnxruntime's
 own level-2 optimizer does not fuse it back. It runs after the fusion gate (which checks the optimizer's
 SkipLayerNormalization count) and keeps every tensor name the rest of the graph reads.

@@ -11,7 +11,7 @@ ORT basic graph optimizations (level 1, provider independent) run first, then th
 The CPU graph keeps a raw 2-D mask (``AttentionMaskFormat.AttentionMask``) rather than the bert default
 1-D "mask index" (sequence lengths): same speed on CPU (measured, MiniLM), and correct for any padding
 side, not only right padding. The CUDA graph (``mask="index"``) takes the 1-D mask index, with which
-CUDA fp16 Attention runs cuDNN's flash attention kernel (measured on an H100, benchmarks/results/gpu_cuda.md;
+CUDA fp16 Attention runs cuDNN's flash attention kernel (measured on an H100, benchmarks/results/gpu_check/gpu_cuda.md;
 fp32 Attention runs unfused GEMM + masked softmax; the raw-mask form was not measured on a GPU). The mask index is
 only right for right padding, which the runtime always uses (``runtime.text.pad_batch``).
 

@@ -31,6 +31,7 @@ from .job import ExportJob
 from .manifest_build import MODEL_FILES, OPENVINO_FILE, OPENVINO_WEIGHTS, build_manifest, export_host, verify_bundle, write_manifest
 from .onnx_export import TaskModel, export_onnx, prepare
 from .result import ExportResult
+from .shared_graphs import share_equal_graphs
 from .tokenizer_info import find_tokenizer, tokenizer_metadata
 from .validate import GraphValidator, Say, make_cases, torch_reference
 
@@ -107,6 +108,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
             models["fp16"] = gpu.fp16_graph(job.gpu_source, MODEL_FILES["fp16"])
         if cfg.cuda:
             models.update(gpu.cuda())
+        models = share_equal_graphs(staging, models)     # byte-equal targets: one file
 
         shutil.copyfile(tok_file, staging / tok_meta["file"])
         shutil.copyfile(cfg.model_dir / CONFIG_NAME, staging / CONFIG_NAME)

@@ -4,7 +4,7 @@ calibration text, for apps that run OpenVINO (issue 26). Not picked by default: 
 on short texts (``runtime.int8_choice.OPENVINO_SLOWER``).
 
 Recipe (measured on all-MiniLM-L6-v2, 400 SST-2 / WikiText-2 texts, cosine of mean-pooled embeddings
-against transformers fp32, on the Zen 4 EPYC; benchmarks/results/openvino_recipes_x86-vnni.md):
+against transformers fp32, on the Zen 4 EPYC; benchmarks/archive/results/openvino_recipes_x86-vnni.md):
 
 * NNCF's transformer preset (``ModelType.TRANSFORMER``: SmoothQuant, INT8 attention matmuls, fast bias
   correction) on every weight MatMul gives mean 0.99724 but **min 0.967**: one short text breaks;

@@ -13,7 +13,7 @@ differs is the weight range, which decides where the graph is exact (``edgebert.
   the runtime loads them with ``session.x64quantprecision=1`` (onnxruntime converts them to uint8,
   exact, U8U8 kernel) or refuses them.
 
-Measurements (benchmarks/results/int8_targets.md; all-MiniLM-L6-v2, sentence-embedding cosine against
+Measurements (benchmarks/results/int8_targets/int8_targets.md; all-MiniLM-L6-v2, sentence-embedding cosine against
 ``transformers.BertModel`` fp32 over SST-2 dev (872) + 200 WikiText-2 test paragraphs, texts run one
 at a time; calibration on the built-in text; AMD EPYC host, family 25 model 1 (Zen 3): AVX2, no VNNI, so
 onnxruntime's U8S8 kernel saturates; "exact" = the same graph with ``session.x64quantprecision=1``, the
@@ -40,19 +40,19 @@ Latency, measured on idle machines (issue 26; batch 1 x 128, 2 threads): the def
 0.64-0.75x the fused fp32 p50 on this AVX2-only Zen 3 host and at 0.68x on an AVX-512 VNNI Intel Xeon
 (family 6 model 207); since the CPU graph pass (``exporters.cpu_passes``: SkipLayerNormalization unfused,
 INT8 0.88x and fp32 0.94x of the graphs before it), 0.51x on an AVX-512 VNNI AMD EPYC Zen 4 (family 25
-model 17: 9.41 vs 18.45 ms, benchmarks/results/cpu_peers_x86-vnni.md). The first figures recorded here (INT8 no faster than fp32) came from a machine busy
+model 17: 9.41 vs 18.45 ms, benchmarks/results/cpu_peers/cpu_peers_x86-vnni.md). The first figures recorded here (INT8 no faster than fp32) came from a machine busy
 with other jobs and named the CPU wrongly; benchmarks/cpu_peers.py and benchmarks/int8_profile.py now
 time and profile with the load recorded. On an AVX-512 VNNI host the 8-bit per-call split recipe ran at
-0.52-0.63x fused fp32 (benchmarks/results/export_minilm*.md); on an Intel AVX2 host (issue 9) 7-bit
+0.52-0.63x fused fp32 (benchmarks/results/export_minilm/export_minilm*.md); on an Intel AVX2 host (issue 9) 7-bit
 weights ran at 0.76x and uint8 weights (U8U8, or 8-bit with the precision option) at 0.85x. Hence 7-bit int8
 weights for ``x86-avx2`` rather than U8U8, and 8-bit for VNNI/ARM, where reduce_range would only cost
-accuracy. ``arm64`` shares the VNNI arithmetic: exact on aarch64, checked under QEMU (benchmarks/results/arm64_check.md: mean cosine 0.99770 vs transformers fp32, as on an exact x86); its latency on a real board is unmeasured.
+accuracy. ``arm64`` shares the VNNI arithmetic: exact on aarch64, checked under QEMU (benchmarks/results/arm64_check/arm64_check.md: mean cosine 0.99770 vs transformers fp32, as on an exact x86); its latency on a real board is unmeasured.
 
 ``openvino`` (``ENGINE_TARGET``) is not a recipe here: it names an OpenVINO IR graph made beside the onnxruntime
 ones (``quantization.openvino_int8``, its recipe and measurements there). On the Zen 4 EPYC above, with
 EdgeSession's defaults (spinning on), 1 x 128 p50: portable 7.56, x86-vnni 7.46, openvino 7.65 ms against
-OpenVINO's own NNCF INT8 7.41 (benchmarks/results/cpu_int8_gap_x86-vnni.md); on an Intel Xeon family 6 model
-207 (VNNI + AMX), 3 runs pooled: 8.11, 7.93, 7.98 against 6.78 (benchmarks/results/cpu_peers_xeon/). So the
+OpenVINO's own NNCF INT8 7.41 (benchmarks/results/cpu_peers/cpu_int8_gap_x86-vnni.md); on an Intel Xeon family 6 model
+207 (VNNI + AMX), 3 runs pooled: 8.11, 7.93, 7.98 against 6.78 (benchmarks/results/cpu_peers/cpu_peers_xeon/). So the
 runtime loads it only when asked for (``int8_target="openvino"``).
 """
 

@@ -1,7 +1,7 @@
 """The runtime install without torch (issue 13): a fresh virtual environment gets ``pip install
 '<checkout>[cpu]'``, runs ``examples/embed_app.py`` on a bundle exported here with the full install,
 and cannot import torch. Its size against the full environment is printed (run with ``-s``);
-``benchmarks/install_size.py`` measures the same way and writes ``benchmarks/results/install_size.json``.
+``benchmarks/install_size.py`` measures the same way and writes ``benchmarks/results/install_size/install_size.json``.
 Skips, with the reason, when pip cannot reach the package index."""
 
 from __future__ import annotations

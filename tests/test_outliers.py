@@ -132,7 +132,7 @@ def test_outlier_ratio_must_be_off_or_above_one(ratio):
 
 
 def test_k_extension_rewrite_keeps_the_split_accuracy_without_its_float_matmuls(planted, calib, work):
-    """benchmarks/outlier_split_cost.py's K extension (measured and dropped: no faster on onnxruntime): the
+    """benchmarks/archive/outlier_split_cost.py's K extension (measured and dropped: no faster on onnxruntime): the
     up-projection's outlier channels enter the INT8 product as scaled copies. The rewrite must leave no float
     MatMul / Add on that MatMul and keep the split's accuracy, well clear of the graph without a split."""
     import importlib.util

@@ -26,7 +26,7 @@ On ARM64 every onnxruntime U8S8 kernel sums in int32 (exact): i8mm (``UMMLA``/``
 Apple M2+), dot product (``UDOT``, ARMv8.2+: Neoverse N1 / Graviton2, Cortex-A55/A76, Apple M1) and,
 on CPUs without the dot product (Cortex-A53/A72: Raspberry Pi 3 and 4), plain NEON widening
 multiplies: exact too, without the dot product's speed. ``HostCpu.int8_kernel`` names which one the
-flags imply; the summary line says it (checked under QEMU: ``benchmarks/results/arm64_check.md``).
+flags imply; the summary line says it (checked under QEMU: ``benchmarks/results/arm64_check/arm64_check.md``).
 """
 
 from __future__ import annotations

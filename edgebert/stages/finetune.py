@@ -155,7 +155,7 @@ FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
     # the default for SQuAD: run_qa's recipe with a third epoch and BERT's 10% warmup. On the 3.8k questions
     # of ../shared/data/squad, all-MiniLM-L6-v2 was still improving after run_qa's 2 epochs (dev F1 59.7, best
     # at the last epoch); this recipe: dev F1 55.5, 62.6, 62.9 after epochs 1-3, transformers' own run_qa
-    # fine-tuning 61.2 (benchmarks/results/squad_qa.md; 29 minutes with --bf16 on a 2-core AMD EPYC Zen 4)
+    # fine-tuning 61.2 (benchmarks/results/squad_qa/squad_qa.md; 29 minutes with --bf16 on a 2-core AMD EPYC Zen 4)
     "squad": dict(epochs=3.0, max_seq_len=384, train=dict(lr=1e-4, batch_size=16, warmup_ratio=0.1, weight_decay=0.0,
                                                           adam_eps=1e-8, log_every=20)),
     "tiny": dict(epochs=3.0, max_seq_len=32, eval_batch_size=16,

@@ -271,7 +271,7 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
                              eval_every=100)),
     # the embed recipe given ~15 minutes on 2 cores: + TinyBERT's attention term, 3,600 steps at 128 tokens.
     # all-MiniLM-L6-v2 -> 4 layers on WikiText-2 valid (paragraphs and their sentences) + SST-2/MRPC train
-    # sentences, two seeds (benchmarks/results/embed_students.md, 1,633 WikiText-2 test queries): MRPC AUC 102%,
+    # sentences, two seeds (benchmarks/results/embed_students/embed_students.md, 1,633 WikiText-2 test queries): MRPC AUC 102%,
     # SST-2 probe 100%, R@1 97-98%, R@10 99%, MRR 97-98% of the teacher, fp32 and INT8 (export --int8
     # --max-accuracy-loss 0.0006); ~14.5 minutes of distillation + export on a 2-core AMD EPYC Zen 4
     "embed-long": dict(task="embed", alpha_kd=0.0, alpha_mlm=0.0, alpha_cos=1.0, alpha_attn=1.0,
@@ -296,7 +296,7 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
     # wants more epochs and a higher rate than the teacher's), from the teacher layers closest to the teacher
     # (layer_choice). From the 62.8 teacher of the `squad` finetune recipe, dev F1 after each epoch: evenly spaced
     # layers [0, 2, 3, 5] 51.0, 53.7, 56.1, 55.7, 57.3, 58.3 (92.8%); the closest, [0, 2, 3, 4], 55.6, 57.0, 57.7,
-    # 58.5, 60.9, 61.3 (97.5%). benchmarks/results/squad_student_choices.md, also for what did not help:
+    # 58.5, 60.9, 61.3 (97.5%). benchmarks/results/squad_student_choices/squad_student_choices.md, also for what did not help:
     # TinyBERT's hidden-state and attention terms (1.8x the time per step) and edited copies of the training
     # questions (a context sentence dropped or added) at equal compute.
     # ~38 min on 2 cores with --bf16 (AVX512-BF16), about 1.5x that without

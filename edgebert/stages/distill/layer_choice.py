@@ -13,7 +13,7 @@ All ``C(L, n)`` choices are tried when there are at most ``EXHAUSTIVE`` of them 
 dropped one at a time, each time the one whose loss moves the distance least (12 -> 4: 68 students, not 495).
 
 Measured on the SQuAD span teacher of ``benchmarks/squad_qa.py`` (all-MiniLM-L6-v2 fine-tuned, 6 layers) ->
-4 layers, 2-core AMD EPYC Zen 4 (``benchmarks/results/squad_student_choices.md``): before training the
+4 layers, 2-core AMD EPYC Zen 4 (``benchmarks/results/squad_student_choices/squad_student_choices.md``): before training the
 KD term is 3.50 for [0, 2, 3, 4] (the closest) and 3.63 for the evenly spaced [0, 2, 3, 5]; after the first
 of 6 epochs the dev F1 is 55.6 against 51.0, after the sixth 61.3 against 58.3 (97.5% of the teacher's 62.8
 against 92.8%).

@@ -51,7 +51,7 @@ def pooled_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tenso
     """Mean (1 - cos) between the student's and the teacher's mean-pooled sentence vectors: the vector a
     sentence-embedding model is used through. The token-level cosine term leaves each token's length free,
     and mean pooling weighs tokens by their length; this term pins the pooled vector itself. (B, T, H).
-    Measured on all-MiniLM-L6-v2 -> 4 layers (benchmarks/results/embed_students.md): it raises the agreement
+    Measured on all-MiniLM-L6-v2 -> 4 layers (benchmarks/results/embed_students/embed_students.md): it raises the agreement
     cosine (0.942 -> 0.949) and lowers retrieval (MRR retention 96.2% -> 94.9%); off (0) by default."""
     s = mean_pool(student_hidden.float(), attention_mask)
     t = mean_pool(teacher_hidden.float(), attention_mask)

@@ -5,9 +5,9 @@ as it was before). Both bundles' fp32 and default INT8 graphs are then timed sid
 rounds (2 threads, spinning off), at batch 1 x 128 and 1 x 256, with the INT8 accuracy gate's figures and the
 largest output difference between the two graphs of each precision.
 
-    .venv/bin/python benchmarks/cpu_passes.py [--rounds 15] [--runs 10] [--work runs/cpu_passes]
+    .venv/bin/python benchmarks/cpu_pass_gain.py [--rounds 15] [--runs 10] [--work runs/cpu_passes]
 
-Writes ``benchmarks/results/cpu_passes_<cpu kind>.{json,md}`` with the CPU, versions, threads and the load
+Writes ``benchmarks/results/cpu_pass_gain/cpu_passes_<cpu kind>.{json,md}`` with the CPU, versions, threads and the load
 average before and after (the share of the CPU other programs used while timing beside it).
 """
 
@@ -139,7 +139,7 @@ def main() -> None:
               "rounds": args.rounds, "runs": args.runs, "exports": exports, "rows": rows, "other_cpu": other,
               "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
               "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "command": "python benchmarks/cpu_passes.py " + " ".join(sys.argv[1:])}
+              "command": "python benchmarks/cpu_pass_gain.py " + " ".join(sys.argv[1:])}
     report["environment"]["host_line"] = host.summary()
     stem = RESULTS / f"cpu_passes_{host.kind}"
     write_json(stem.with_suffix(".json"), report)

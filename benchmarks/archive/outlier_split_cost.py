@@ -2,7 +2,7 @@
 all-MiniLM-L6-v2 exported with the split on every weight MatMul it picks (the recipe), on the FFN
 up-projections only, on the down-projections only, and on none.
 
-    python benchmarks/outlier_split_cost.py [--threads 2] [--rounds 5] [--iters 60]
+    python benchmarks/archive/outlier_split_cost.py [--threads 2] [--rounds 5] [--iters 60]
 
 The profiler says which kernels the split adds (``benchmarks/int8_profile.py``: float MatMul, Gather, Add);
 this measures what removing them gives back, end to end, and what it costs in accuracy. Each variant is a
@@ -24,7 +24,7 @@ copies of its weight row, so every copy fits the tensor's scale and the product 
                  layer), ``Concat`` of the two uint8 tensors
   per-axis       one ``Gather`` makes the wide tensor, QuantizeLinear with per-channel scales
 
-Writes ``benchmarks/results/outlier_split_cost_<cpu kind>.{json,md}`` with the CPU, versions, load averages.
+Writes ``benchmarks/archive/results/outlier_split_cost_<cpu kind>.{json,md}`` with the CPU, versions, load averages.
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     parser.add_argument("--pause", type=float, default=60.0, help="seconds of rest before timing (the exports' load)")
     parser.add_argument("--reuse", action="store_true", help="time and score the variants already in --work")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "outlier_split_cost")
-    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/results/outlier_split_cost_<kind>")
+    parser.add_argument("--out", type=Path, default=None, help="default benchmarks/archive/results/outlier_split_cost_<kind>")
     args = parser.parse_args(argv)
     from edgebert.bench.measure import OtherCpuLoad
     from edgebert.runtime.hostcpu import detect_host
@@ -248,7 +248,7 @@ def main(argv=None) -> int:
     for v in variants.values():
         v["peer_texts"] = figures(cosines(embed_one_by_one(session(Path(v["file"]), args.threads), rows), ref), 300)
     report = {"benchmark": "outlier_split_cost", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "command": "python benchmarks/outlier_split_cost.py " + " ".join(sys.argv[1:]),
+              "command": "python benchmarks/archive/outlier_split_cost.py " + " ".join(sys.argv[1:]),
               "cpu": cpu_identity(), "host_kind": host.kind, "host": host.summary(), "versions": versions(),
               "threads": args.threads, "rounds": args.rounds, "iters": args.iters, "pause_s": args.pause}
     report["cpu_words"] = cpu_words(report["cpu"])

@@ -1,7 +1,7 @@
 """How the ``openvino`` INT8 target's recipe was chosen (issue 26): NNCF variants of all-MiniLM-L6-v2's traced
 graph, each scored like ``benchmarks/cpu_peers.py`` scores engines and timed at batch 1 x 128.
 
-    .venv-peers/bin/python benchmarks/openvino_recipes.py [--threads 2] [--rounds 3] [--out FILE]
+    .venv-peers/bin/python benchmarks/archive/openvino_recipes.py [--threads 2] [--rounds 3] [--out FILE]
 
 Variants (all NNCF ``ModelType.TRANSFORMER`` on edgebert's traced graph, calibrated on the built-in text):
   nncf-all            every weight MatMul static INT8 (what a user of NNCF gets; the peer table's recipe)
@@ -15,7 +15,7 @@ Variants (all NNCF ``ModelType.TRANSFORMER`` on edgebert's traced graph, calibra
 Accuracy: cosine of mean-pooled embeddings against transformers fp32 (eager), one text at a time, over 300
 SST-2 dev sentences + 100 WikiText-2 test paragraphs (the peer table's texts). Latency: p50 at 1 x 128, the
 variants interleaved in ``--rounds`` rounds, a pause before each block; load average and the share of the
-CPU other programs used are recorded. Writes ``benchmarks/results/openvino_recipes_<cpu kind>.{json,md}``.
+CPU other programs used are recorded. Writes ``benchmarks/archive/results/openvino_recipes_<cpu kind>.{json,md}``.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ runs after 50 warm-up runs:
 - the attention core alone, three ways: ``MultiHeadAttention`` with the mask, without it, and standard
   ops (Reshape / Transpose, MatMul, Mul, Add mask, Softmax, MatMul).
 
-    .venv/bin/python benchmarks/attention_core_cpu.py
+    .venv/bin/python benchmarks/archive/attention_core_cpu.py
 
 Prints p50 microseconds per call and the largest difference between the two full-layer forms (no file:
-the figures and the CPU go into benchmarks/results/cpu_int8_gap_x86-vnni.md).
+the figures and the CPU go into benchmarks/results/cpu_peers/cpu_int8_gap_x86-vnni.md).
 """
 
 from __future__ import annotations

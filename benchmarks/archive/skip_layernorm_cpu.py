@@ -3,7 +3,7 @@ CPU ``SkipLayerNormalization`` (com.microsoft) against the same arithmetic as st
 ``Add``) + ``LayerNormalization``, on one all-MiniLM-L6-v2-sized tensor (1 x 128 x 384), 1 and 2 threads,
 spinning off, 2,000 timed runs after 50 warm-up runs; the outputs are compared.
 
-    .venv/bin/python benchmarks/skip_layernorm_cpu.py
+    .venv/bin/python benchmarks/archive/skip_layernorm_cpu.py
 
 Prints p50 microseconds per call (no file: the figures and the CPU go into the closing note / results).
 """

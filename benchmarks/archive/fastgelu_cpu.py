@@ -2,9 +2,9 @@
 with bias) in an INT8 MiniLM graph. Times both at 1 x 128 side by side (``graphs_side_by_side``: interleaved,
 2 threads, spinning off) and measures the output difference at four lengths.
 
-    .venv/bin/python benchmarks/fastgelu_cpu.py [INT8_GRAPH]     # default: the cpu_passes benchmark's bundle
+    .venv/bin/python benchmarks/archive/fastgelu_cpu.py [INT8_GRAPH]     # default: the cpu_passes benchmark's bundle
 
-Writes ``benchmarks/results/fastgelu_cpu_<cpu kind>.{json,md}``.
+Writes ``benchmarks/archive/results/fastgelu_cpu_<cpu kind>.{json,md}``.
 """
 
 from __future__ import annotations
