@@ -11,6 +11,7 @@ from edgebert.bundle import Manifest, ModelEntry
 
 INT8_OPS = ("QAttention", "MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeMatMul", "MatMul",
             "QuantizeLinear", "DequantizeLinear", "Attention")
+OPENVINO_INT8_OPS = ("FakeQuantize", "MatMul", "ScaledDotProductAttention")   # an OpenVINO IR's ops
 
 
 @dataclass
@@ -59,23 +60,34 @@ def _profile_text(per_input) -> str:
 def _int8_line(q: ModelEntry) -> str:
     """One summary line per INT8 graph: target, recipe, ops, gate figure, batch invariance."""
     quant = q.quantization
-    counts = ", ".join(f"{k}={v}" for k, v in quant["op_counts"].items() if k in INT8_OPS)
-    if q.is_static_qdq:
-        kind = f"static {quant['format']}"
-    else:
-        kind = f"{quant['weight_type']} weights {quant['weight_range']}, {quant['activation_scales'].split(' ')[0]} scales"
+    ops = OPENVINO_INT8_OPS if q.engine == "openvino" else INT8_OPS
+    counts = ", ".join(f"{k}={v}" for k, v in (quant.get("op_counts") or {}).items() if k in ops)
+    kind = _recipe_text(q)
     acc = q.get_extra("accuracy")
     line = (f"int8 {q.file} (target {q.target}): {kind}; {counts}; {acc['metric']} mean {acc['mean']:.4f}"
             + (f" min {acc['min']:.4f}" if acc.get("min") is not None else "")
             + f" on {acc['n']} held-out texts"
             + (f" of the {acc['held_out']['source']}" if (acc.get("held_out") or {}).get("source") else "")
             + f" (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
-    if quant["excluded_nodes"]:
-        line += f"; kept float: {len(quant['excluded_nodes'])} of {quant['candidate_nodes']} node(s)"
+    if quant.get("excluded_nodes"):
+        line += f"; kept float: {len(quant['excluded_nodes'])} of {quant.get('candidate_nodes')} node(s)"
     split = quant.get("outlier_split") or {}
     if split.get("channels"):
         line += f"; {split['channels']} outlier channel(s) float in {split['nodes']} MatMul(s)"
     line += f"; batch-invariance 1-cos {q.get_extra('batch_invariance')['max_1_minus_cos']:.2g}"
-    if q.needs_exact_u8s8:
+    if q.engine == "onnxruntime" and q.needs_exact_u8s8:
         line += "; needs exact U8S8 (VNNI/ARM64, elsewhere the runtime sets session.x64quantprecision=1)"
     return line
+
+
+def _recipe_text(q: ModelEntry) -> str:
+    """How the graph was quantized, from what its entry records (each graph kind records other keys)."""
+    quant = q.quantization
+    if q.engine == "openvino":
+        weight_only = len(quant.get("weight_only_int8") or ())
+        return (f"{quant.get('format', 'OpenVINO IR')} by {quant.get('tool', 'nncf')}, static INT8"
+                + (f" + {weight_only} weight-only MatMul(s)" if weight_only else ""))
+    if q.is_static_qdq:
+        return f"static {quant.get('format', 'QDQ')}"
+    scales = str(quant.get("activation_scales") or "dynamic").split(" ")[0]
+    return f"{quant.get('weight_type', 'int8')} weights {quant.get('weight_range', '')}, {scales} scales"

@@ -200,3 +200,32 @@ def test_info_names_the_int8_engine_a_session_would_use(ov_bundle, capsys):
     line = next(ln for ln in out.splitlines() if "int8 engine here:" in ln)
     expected = "openvino" if EdgeSession(ov_bundle).engine == "openvino" else "onnxruntime"
     assert line.split("int8 engine here: ")[1].startswith(expected)
+
+
+def test_the_export_summary_describes_the_openvino_graph(ov_bundle):
+    from edgebert.exporters.result import ExportResult
+
+    lines = ExportResult(ov_bundle, read_manifest(ov_bundle), 1.0).summary_lines()
+    line = next(ln for ln in lines if "model.int8-openvino.xml" in ln)
+    assert "(target openvino): OpenVINO IR by nncf" in line and "static INT8 + 2 weight-only MatMul(s)" in line
+    assert "FakeQuantize=" in line and "cosine mean 0.99" in line and "on 200 held-out texts" in line
+    assert "U8S8" not in line                   # onnxruntime's kernels: not what runs an OpenVINO graph
+    portable = next(ln for ln in lines if "model.int8.onnx" in ln)
+    assert "(target portable): int8 weights [-64, 64] (7-bit), calibrated scales" in portable
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("archive", [None, "b.zip"])
+def test_cli_export_int8_openvino_prints_its_summary_and_writes_the_archive(tmp_path, capsys, archive):
+    from distill_helpers import run_cli
+
+    model_dir = make_model_dir(tmp_path / "model", "BertModel", seed=3)
+    extra = ["--archive", str(tmp_path / archive)] if archive else []
+    code, out, err = run_cli(capsys, "export", str(model_dir), "--out", str(tmp_path / "b"), "--int8",
+                             "--target", "openvino", *extra)
+    assert code == 0, err
+    assert "int8 model.int8-openvino.xml (target openvino): OpenVINO IR" in out and "KeyError" not in out + err
+    if archive:
+        assert f"archive: {tmp_path / archive} (" in out
+        session = EdgeSession(tmp_path / archive, int8_target="openvino")
+        assert session.engine == "openvino" and session.embed(TEXTS).shape[0] == len(TEXTS)

@@ -74,6 +74,11 @@ def export(
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda)
     result = _export_with_progress(export_bundle, cfg)
+    if archive_out is not None:          # packed before the summary: what is printed never costs the archive
+        from edgebert.runtime.archive import write_archive
+
+        with archive_out.writing() as tmp:
+            write_archive(result.bundle_dir, tmp, name=archive.name)
     for line in result.summary_lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     pooling = result.manifest.pooling
@@ -81,10 +86,6 @@ def export(
         say(f"pooling: {pooling.describe()}" if pooling else "pooling: not stated by the model (no "
             "sentence-transformers modules.json): EdgeSession.embed pools by mean")
     if archive_out is not None:
-        from edgebert.runtime.archive import write_archive
-
-        with archive_out.writing() as tmp:
-            write_archive(result.bundle_dir, tmp, name=archive.name)
         say(f"archive: {archive} ({archive.stat().st_size / 1e6:.1f} MB), one file holding the bundle")
 
 
