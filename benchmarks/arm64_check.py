@@ -232,7 +232,7 @@ def main() -> int:
     parser.add_argument("--few", type=int, default=40, help="texts for the other CPU models and the AVX2 run")
     parser.add_argument("--check-texts", type=int, default=256, help="edgebert check --max-texts (202 built in)")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "arm64_check")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "arm64_check")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "arm64_check" / "arm64_check")
     args = parser.parse_args()
     if args.worker:
         return dump(args) if args.dump else worker(args)

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
                                     "min": round(float(cos.min()), 5),
                                     "loaded": session.int8_choice.reason if session.int8_choice else ""}
         print(target, report["graphs"][target]["mean"], report["graphs"][target]["min"], flush=True)
-    out = REPO / "benchmarks" / "results" / f"avx2_openvino_check_{args.name or host.kind}.json"
+    out = REPO / "benchmarks" / "results" / "avx2_openvino_check" / f"avx2_openvino_check_{args.name or host.kind}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

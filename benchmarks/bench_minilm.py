@@ -32,7 +32,7 @@ SST2_TRAIN = SST2_DEV.with_name("train.tsv")
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=REPO / "runs" / "minilm_bundle")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "minilm")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "bench_minilm" / "minilm")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="few iterations, 200 texts (smoke run)")
     args = parser.parse_args()

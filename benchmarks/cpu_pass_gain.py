@@ -24,7 +24,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "cpu_pass_gain"
 FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
 
 

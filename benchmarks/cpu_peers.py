@@ -673,7 +673,7 @@ def main(argv=None) -> int:
 
     check_threads(args.threads)
     host = detect_host()
-    results = args.work / "smoke" if args.smoke else REPO / "benchmarks" / "results"
+    results = args.work / "smoke" if args.smoke else REPO / "benchmarks" / "results" / "cpu_peers"
     out = args.out or results / f"cpu_peers_{host.kind}"
     src = args.src or minilm_dir()
     sst, wiki = texts()

@@ -28,7 +28,7 @@ from edgebert.system.environment import describe
 from edgebert.files.atomic import write_json, write_text
 from edgebert.model import count_parameters, encoder_of
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results" / "distill_latency"
 
 
 def runnable(model: torch.nn.Module):

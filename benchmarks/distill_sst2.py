@@ -32,6 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_stages import REPO, RESULTS, SHARED, run_stage  # noqa: E402
 
+SUITE = RESULTS / "distill_sst2"
+
 DATA = SHARED / "sst2"
 
 
@@ -103,9 +105,9 @@ def main() -> None:
     md += ["", f"Retention: student / teacher accuracy = {result['retention']:.4f} (target >= 0.97)."
            + (f" Without KD: {result['nokd_retention']:.4f}." if "nokd_retention" in result else ""), "",
           "Commands:", ""] + [f"    {v['command']}" for v in done.values()] + [""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json(RESULTS / "distill_sst2.json", result)
-    write_text(RESULTS / "distill_sst2.md", "\n".join(md))
+    SUITE.mkdir(parents=True, exist_ok=True)
+    write_json(SUITE / "distill_sst2.json", result)
+    write_text(SUITE / "distill_sst2.md", "\n".join(md))
     print("\n".join(md))
 
 

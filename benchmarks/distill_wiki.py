@@ -31,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_stages import REPO, RESULTS, SHARED, run_stage  # noqa: E402
 
+SUITE = RESULTS / "distill_wiki"
+
 WIKI = SHARED / "wikitext-2-raw"
 
 
@@ -88,8 +90,8 @@ def main() -> None:
               and s["mlm_perplexity"] < z["mlm_perplexity"],
               "student_over_teacher_accuracy": s["mlm_accuracy"] / t["mlm_accuracy"],
               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "environment": describe()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json(RESULTS / "distill_wiki.json", result)
+    SUITE.mkdir(parents=True, exist_ok=True)
+    write_json(SUITE / "distill_wiki.json", result)
     names = {"teacher": f"teacher (pretrained, {args.teacher.name})",
              "wiki-student": "student, distilled (teacher init + KD/MLM/cos)",
              "wiki-scratch": "same size from scratch (random init, MLM)",
@@ -104,7 +106,7 @@ def main() -> None:
                   f"{m['mlm_accuracy']:.4f} | {m['mlm_perplexity']:.1f} | {f'{wall:.0f} s' if wall else '-'} |")
     md += ["", f"Distillation beats training from scratch: {result['distillation_beats_scratch']}.", "",
            "Commands:", ""] + [f"    {v['command']}" for v in done.values()] + [""]
-    write_text(RESULTS / "distill_wiki.md", "\n".join(md))
+    write_text(SUITE / "distill_wiki.md", "\n".join(md))
     print("\n".join(md))
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "embed_rescore"
 SHARED = REPO.parent / "shared" / "data"
 ALL_PARAGRAPHS = 100_000          # more than WikiText-2 test has: every paragraph
 RESAMPLES, SEED = 2000, 0

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "embed_students"
 SHARED = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO))
 

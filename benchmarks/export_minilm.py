@@ -93,7 +93,7 @@ def main() -> int:
     parser.add_argument("--reuse-bundle", action="store_true",
                         help="reuse --bundle if it was exported with the same budget (skip the export)")
     parser.add_argument("--bundle", type=Path, default=REPO / "runs" / "export_minilm_bundle")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "export_minilm")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "export_minilm" / "export_minilm")
     parser.add_argument("--wait-load", type=float, default=1.0)
     args = parser.parse_args()
 

@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=0.005, help="--max-accuracy-loss (1 - label agreement)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "export_sst2")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "export_sst2_int8")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "export_sst2_int8" / "export_sst2_int8")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reuse", action="store_true", help="reuse RUN/sst2_minilm if it exists (skip training)")
     parser.add_argument("--model-dir", type=Path, help="measure this classifier checkpoint (no fine-tuning)")

@@ -43,7 +43,7 @@ FALLBACK_TEXTS = ["a charming and often affecting journey", "the worst movie of 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=REPO / "runs" / "minilm_gpu_bundle")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_check")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gpu_paths" / "gpu_check")
     parser.add_argument("--quick", action="store_true", help="bench with few iterations (smoke run)")
     parser.add_argument("--texts", type=int, default=256, help="SST-2 dev sentences compared to the CPU")
     args = parser.parse_args()

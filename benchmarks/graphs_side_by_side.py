@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "graphs_side_by_side"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from int8_targets import session  # noqa: E402

@@ -92,7 +92,7 @@ def optimum_requirements(python: str | os.PathLike, spec: str = "optimum[onnxrun
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full-venv", type=Path, default=Path(sys.prefix), help="the full install to compare with")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "install_size.json")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "install_size" / "install_size.json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="edgebert-venv-") as tmp:
         t0 = time.perf_counter()

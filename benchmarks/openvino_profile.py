@@ -106,7 +106,7 @@ def main() -> None:
               "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
               "other_cpu": other.fraction(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "command": "python benchmarks/openvino_profile.py " + " ".join(sys.argv[1:])}
-    write_results(args.out or REPO / "benchmarks" / "results" / f"openvino_profile_{host.kind}", report, to_markdown)
+    write_results(args.out or REPO / "benchmarks" / "results" / "openvino_profile" / f"openvino_profile_{host.kind}", report, to_markdown)
 
 
 if __name__ == "__main__":

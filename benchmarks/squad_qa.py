@@ -52,6 +52,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distill_stages import REPO, RESULTS, SHARED, run_stage  # noqa: E402
 
+SUITE = RESULTS / "squad_qa"
+
 DATA = SHARED / "squad"
 TRAIN, DEV = DATA / "train-v1.1-first11.json", DATA / "dev-v2.0-first10.json"
 RUN_QA = dict(max_length=384, stride=128, lr=1e-4, epochs=2.0, batch=16, seed=42)   # run_qa's recipe
@@ -280,7 +282,7 @@ def main() -> None:
 
     args.runs.mkdir(parents=True, exist_ok=True)
     name = args.name + ("_smoke" if args.smoke else "")
-    bench_dir = RESULTS / f"{name}_bench"
+    bench_dir = SUITE / f"{name}_bench"
     load_at_start = os.getloadavg()
     limit = 64 if args.smoke else None
     earlier = json.loads(args.reference_from.read_text()) if args.reference_from else None
@@ -355,10 +357,10 @@ def main() -> None:
            f"{r['full_window_p50_ms']:.2f} | {r['full_window_p90_ms']:.2f} |"
            for label, r in ((labels[p], latency[p]) for p in labels if p in latency)]
     md += ["", "Commands:", "", *(f"    {v['command']}" for v in done.values()), ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    SUITE.mkdir(parents=True, exist_ok=True)
     text = "\n".join(md)
-    write_json(RESULTS / f"{name}.json", result)
-    write_text(RESULTS / f"{name}.md", text)
+    write_json(SUITE / f"{name}.json", result)
+    write_text(SUITE / f"{name}.md", text)
     print(text)
 
 

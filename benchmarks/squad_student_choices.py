@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-RESULTS = REPO / "benchmarks" / "results"
+RESULTS = REPO / "benchmarks" / "results" / "squad_student_choices"
 TRAIN = REPO.parent / "shared" / "data" / "squad" / "train-v1.1-first11.json"
 KEYS = ("layer_map", "context_edits", "alpha_hidden", "alpha_attn", "alpha_cos", "epochs", "temperature")
 

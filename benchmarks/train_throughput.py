@@ -29,7 +29,7 @@ from edgebert.system.environment import describe
 from edgebert.files.atomic import write_json, write_text
 from edgebert.model import BertForPreTraining
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent / "results" / "train_throughput"
 
 # Benchmark configs: the ``small`` preset, and one shaped like all-MiniLM-L6-v2 (6 x 384, 12 heads).
 CONFIGS = {

@@ -11,7 +11,7 @@ from conftest import REPO
 from edgebert.bench.rows import Accuracy, LatencyRow, MixRow, PathRow, Percentiles, StartupRow
 from edgebert.bench.schema import BenchReport, Calibration, Environment
 
-STORED = sorted((REPO / "benchmarks" / "results").glob("*/report.json"))
+STORED = sorted((REPO / "benchmarks" / "results").rglob("report.json"))
 
 
 @pytest.mark.parametrize("path", STORED, ids=lambda p: p.parent.name)

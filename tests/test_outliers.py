@@ -138,7 +138,7 @@ def test_k_extension_rewrite_keeps_the_split_accuracy_without_its_float_matmuls(
     import importlib.util
     import sys
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "outlier_split_cost.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "archive" / "outlier_split_cost.py"
     spec = importlib.util.spec_from_file_location("outlier_split_cost", path)
     bench = importlib.util.module_from_spec(spec)
     sys.modules["outlier_split_cost"] = bench

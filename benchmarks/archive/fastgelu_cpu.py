@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # graphs_side_by_side
 from graphs_side_by_side import REPO, random_feeds, record, session, time_graphs, write  # noqa: E402
 
 

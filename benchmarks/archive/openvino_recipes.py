@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO / "benchmarks"))   # cpu_peers, int8_targets
 
 from cpu_peers import cpu_identity, cpu_words, ort_feeds, synthetic_ids, tokenized, versions  # noqa: E402
 from int8_targets import cosines, figures, reference, texts  # noqa: E402
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         report["variants"][name]["p50_ms_1x128"] = round(float(np.median(values)) * 1e3, 2)
     report["other_cpu"] = share
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    out = args.out or REPO / "benchmarks" / "results" / f"openvino_recipes_{host.kind}"
+    out = args.out or REPO / "benchmarks" / "archive" / "results" / f"openvino_recipes_{host.kind}"
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     out.with_suffix(".md").write_text(to_markdown(report))
     print(f"wrote {out}.json and .md")

@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO / "benchmarks"))   # cpu_peers, int8_targets
 
 from cpu_peers import cpu_identity, cpu_words, minilm_dir, tokenized, versions, write_results  # noqa: E402
 from int8_targets import cosines, embed_one_by_one, figures, latency, reference, session, texts  # noqa: E402
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
     report["other_cpu"] = other.fraction()
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     report["variants"] = variants
-    return write_results(args.out or REPO / "benchmarks" / "results" / f"outlier_split_cost_{host.kind}", report,
+    return write_results(args.out or REPO / "benchmarks" / "archive" / "results" / f"outlier_split_cost_{host.kind}", report,
                          to_markdown)
 
 
