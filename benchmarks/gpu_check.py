@@ -873,7 +873,7 @@ def _edge_cpu(bundle: Path, precision: str = "fp32") -> Any:
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    from edgebert.bench.gpu_check import cosine_rows
+    from edgebert.bench.gpu_acceptance import cosine_rows
 
     c = cosine_rows(a, b)
     return {"mean": round(float(c.mean()), 7), "min": round(float(c.min()), 7)}

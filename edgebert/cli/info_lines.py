@@ -35,7 +35,7 @@ def bundle_lines(path: Path) -> list[str]:
     from edgebert.bundle import read_manifest
     from edgebert.runtime.archive import bundle_folder
     from edgebert.runtime.hostcpu import detect_host
-    from edgebert.runtime.pooling import choose_pooling
+    from edgebert.runtime.vector_pooling import choose_pooling
     from edgebert.runtime.precision import choose_precision
 
     folder = bundle_folder(path)

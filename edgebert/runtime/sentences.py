@@ -23,7 +23,7 @@ import numpy as np
 
 from ..bundle.pooling import SentencePooling
 from ..errors import DataError
-from .pooling import choose_pooling, cosine_matrix, pool, unit_rows
+from edgebert.runtime.vector_pooling import choose_pooling, cosine_matrix, pool, unit_rows
 from .text import TextEncoder, check_texts, length_sorted_batches, pad_batch
 
 

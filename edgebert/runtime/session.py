@@ -35,7 +35,7 @@ from .archive import bundle_folder
 from .attempts import SessionRequest, open_session
 from .hostcpu import detect_host
 from .numeric import nonfinite_rows, softmax
-from .pooling import CALLER_POOLINGS, choose_pooling
+from edgebert.runtime.vector_pooling import CALLER_POOLINGS, choose_pooling
 from .precision import choose_precision
 from .providers import short_name
 from .results import ClassificationResult, MaskPrediction
