@@ -15,7 +15,10 @@ reads them into a ``SentencePooling``:
 
 A model that says nothing gives ``None`` (the runtime then pools by mean, as before, and says so). A
 model whose modules edgebert cannot reproduce (a ``Dense`` layer, several pooling modes concatenated,
-``weightedmean`` ...) is a ``ConfigError`` at import / export: its vectors would silently differ.
+``weightedmean`` ...) is a ``ConfigError`` at import / export: its vectors would silently differ. So is
+one sentence-transformers would refuse or run in another order (a Pooling folder that is missing or
+outside the model folder, no Transformer first, a Normalize before the Pooling, a ``max_seq_length``
+that is not a positive integer): one line naming the file, never a silently chosen pooling.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any, Callable
 
 from edgebert.errors import BundleError, ConfigError
 
-__all__ = ["POOLING_MODES", "SentencePooling", "read_pooling", "write_pooling", "POOLING_FILES"]
+__all__ = ["POOLING_MODES", "SentencePooling", "read_pooling", "write_pooling", "carry_pooling", "POOLING_FILES"]
 
 POOLING_MODES = ("mean", "cls", "max")
 MODULES_NAME = "modules.json"
@@ -94,7 +97,9 @@ def _module_kind(entry: Any, path: Path) -> str:
 
 def read_pooling(model_dir: str | os.PathLike) -> SentencePooling | None:
     """The pooling a sentence-transformers directory states (``None``: it has no ``modules.json``).
-    ``ConfigError`` when it states one edgebert cannot reproduce."""
+    ``ConfigError`` naming the file when it states one edgebert cannot reproduce, or one that
+    sentence-transformers itself would not load or would run otherwise (``_check_order``,
+    ``_pooling_config``, ``_max_seq_length``)."""
     model_dir = Path(model_dir)
     modules_file = model_dir / MODULES_NAME
     if not modules_file.is_file():
@@ -112,14 +117,44 @@ def read_pooling(model_dir: str | os.PathLike) -> SentencePooling | None:
     if len(pooling) != 1:
         raise ConfigError(f"{modules_file} has {len(pooling)} Pooling modules; edgebert reproduces exactly one",
                           "remove modules.json to import the encoder alone")
-    config_file = model_dir / pooling[0].get("path", "") / "config.json"
-    config = _json(config_file) if config_file.is_file() else {}
+    _check_order([k for k, _ in kinds], kinds[0][1], modules_file)
+    config_file = _pooling_config(model_dir, pooling[0], modules_file)
+    config = _json(config_file)
     if not isinstance(config, dict):
         raise ConfigError(f"{config_file} must hold a JSON object", "restore the model's pooling config")
     mode = _mode(config, config_file)
     limit = _max_seq_length(model_dir / ST_CONFIG_NAME)
     return SentencePooling(mode, any(k == "Normalize" for k, _ in kinds), bool(config.get("include_prompt", True)),
                            limit, f"sentence-transformers {MODULES_NAME}")
+
+
+def _check_order(kinds: list[str], first: dict, modules_file: Path) -> None:
+    """Transformer (the model folder itself) -> Pooling -> Normalize...: the one order whose vectors
+    edgebert reproduces; sentence-transformers runs modules in the listed order, so any other order
+    (a Normalize before the Pooling, no Transformer) gives other vectors or none."""
+    if kinds[0] != "Transformer" or "Transformer" in kinds[1:] or kinds[1] != "Pooling":
+        raise ConfigError(f"{modules_file} lists {' -> '.join(kinds)}; edgebert reproduces Transformer -> Pooling "
+                          "-> optional Normalize, in that order", "restore the model's modules.json")
+    if first.get("path", "") not in ("", "."):
+        raise ConfigError(f"{modules_file} puts the Transformer in {first['path']!r}, not the model folder itself, "
+                          "which is where edgebert reads the encoder from",
+                          "give the folder that holds the Transformer's config.json and weights")
+
+
+def _pooling_config(model_dir: Path, module: dict, modules_file: Path) -> Path:
+    """The Pooling module's ``config.json``: in a sub-folder of ``model_dir`` (never outside it, never
+    the model folder itself), and present (sentence-transformers cannot build a Pooling without it)."""
+    path = module.get("path", "")
+    folder = (model_dir / path).resolve()
+    if not path or Path(path).is_absolute() or folder == model_dir.resolve() or \
+            not folder.is_relative_to(model_dir.resolve()):
+        raise ConfigError(f"{modules_file} names {path!r} as the Pooling folder; it must be a folder inside "
+                          f"{model_dir}", "restore the model's modules.json (e.g. \"path\": \"1_Pooling\")")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"{model_dir / path / 'config.json'} (the Pooling module {modules_file} names) is missing",
+                          "restore the model's pooling folder, or remove modules.json to import the encoder alone")
+    return config_file
 
 
 def _mode(config: dict[str, Any], where: Path) -> str:
@@ -135,11 +170,18 @@ def _mode(config: dict[str, Any], where: Path) -> str:
 
 
 def _max_seq_length(path: Path) -> int | None:
+    """sentence-transformers' token limit: ``None`` when unstated (no file, no key, null); a value it
+    could not truncate at (-5, "abc", 1.5, true) is a ``ConfigError`` naming the file."""
     if not path.is_file():
         return None
     value = _json(path)
-    limit = value.get("max_seq_length") if isinstance(value, dict) else None
-    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path} must hold a JSON object", "restore the model's sentence_bert_config.json")
+    limit = value.get("max_seq_length")
+    if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
+        raise ConfigError(f"{path}: max_seq_length {limit!r} is not a positive whole number of tokens",
+                          "set it to the model's token limit (e.g. 256), or remove the key")
+    return limit
 
 
 def write_pooling(folder: str | os.PathLike, pooling: SentencePooling, hidden_size: int,
@@ -166,3 +208,12 @@ def write_pooling(folder: str | os.PathLike, pooling: SentencePooling, hidden_si
         write_text(folder / ST_CONFIG_NAME, json.dumps({"max_seq_length": pooling.max_seq_length}, indent=2) + "\n")
         names.append(ST_CONFIG_NAME)
     return names
+
+
+def carry_pooling(source_dir: str | os.PathLike, folder: str | os.PathLike, hidden_size: int,
+                  write_text: Callable[[Path, str], None]) -> list[str]:
+    """Keep the sentence-transformers modules of the model in ``source_dir`` in ``folder``, a model
+    written from it (a distilled student, a fine-tuned copy): the same pooling, Normalize and token
+    limit, so that its bundle encodes as the source does. Returns the names written ([]: none stated)."""
+    pooling = read_pooling(source_dir)
+    return [] if pooling is None else write_pooling(folder, pooling, hidden_size, write_text, source_dir)

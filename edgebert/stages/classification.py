@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..bundle.pooling import carry_pooling
 from ..data.task_data import TaskData, collate
 from ..data.tokenizer import SpecialIds, save_tokenizer
-from edgebert.files.atomic import write_json
+from edgebert.files.atomic import write_json, write_text
 from ..model import IGNORE_INDEX, load_model, save_model
 from ..training import LengthGroupedBatches, TrainingTask
 from .metrics import squad_metrics, task_metrics
@@ -69,11 +70,13 @@ class BestCheckpoint:
 
 class ClassificationTask(TrainingTask):
     """Cross-entropy on a sequence or token classifier; dev figures (``task_metrics``); best checkpoint
-    kept by ``best_metric``: accuracy, or entity F1 for a token task."""
+    kept by ``best_metric``: accuracy, or entity F1 for a token task. ``source_dir``: the model folder
+    it starts from, whose sentence-transformers modules (pooling) every saved model keeps."""
 
     def __init__(self, model: nn.Module, tokenizer, data: TaskData, *, batch_size_hint: int,
-                 seed: int, eval_batch_size: int = 64, max_seq_len: int = 128):
+                 seed: int, eval_batch_size: int = 64, max_seq_len: int = 128, source_dir: Path | None = None):
         self.model, self.tokenizer, self.data = model, tokenizer, data
+        self.source_dir = source_dir
         self.pad_id = SpecialIds.of(tokenizer).pad
         self.eval_batch_size, self.max_seq_len = eval_batch_size, max_seq_len
         self.batch_size, self.seed = batch_size_hint, seed
@@ -124,3 +127,5 @@ class ClassificationTask(TrainingTask):
     def save(self, out_dir: Path) -> None:
         self.best.save(self.model, out_dir)
         save_tokenizer(self.tokenizer, out_dir, model_max_length=self.max_seq_len)
+        if self.source_dir is not None:
+            carry_pooling(self.source_dir, out_dir, self.model.config.hidden_size, write_text)

@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ..bundle.pooling import POOLING_FILES, read_pooling
 from ..data.task_data import load_task_data
 from ..qa.windows import check_window
 from ..data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS, TaskShape
@@ -52,7 +53,8 @@ from ..training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, check
 from .classification import BEST_FILE, ClassificationTask
 
 FINETUNE_CONFIG_FILE = "finetune_config.json"
-FINETUNE_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *TRAINING_OUTPUTS, BEST_FILE, FINETUNE_CONFIG_FILE)
+FINETUNE_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *POOLING_FILES, *TRAINING_OUTPUTS, BEST_FILE,
+                    FINETUNE_CONFIG_FILE)
 
 
 # =========================================================================== config
@@ -222,6 +224,7 @@ def finetune(cfg: FinetuneConfig, *, console=None, stop_at_step: int | None = No
                               "pass a directory from edgebert pretrain/distill or a Hugging Face BERT")
     out = OutputDir(cfg.out, "finetune", names=FINETUNE_OUTPUTS, resume=cfg.resume, overwrite=cfg.overwrite,
                     signature=STATE_FILE)
+    read_pooling(cfg.model)     # sentence-transformers modules every save keeps: refused now, not at the first save
     tok = load_tokenizer(cfg.model)
     data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
                           cfg.max_train_examples, cfg.max_eval_examples, cfg.train.seed,
@@ -232,7 +235,8 @@ def finetune(cfg: FinetuneConfig, *, console=None, stop_at_step: int | None = No
         freeze_word_embeddings(model)
     train_cfg = cfg.train_config(len(data.train))
     task = ClassificationTask(model, tok, data, batch_size_hint=train_cfg.batch_size, seed=train_cfg.seed,
-                              eval_batch_size=cfg.eval_batch_size, max_seq_len=cfg.max_seq_len)
+                              eval_batch_size=cfg.eval_batch_size, max_seq_len=cfg.max_seq_len,
+                              source_dir=cfg.model)
     with Trainer(train_cfg, cfg.out, resume=cfg.resume, overwrite=cfg.overwrite, console=console) as trainer, \
             out.writing(keep=lambda: checkpoint_dir(cfg.out) is not None, enabled=trainer.is_main):
         if cfg.resume:

@@ -94,8 +94,13 @@ def write_checkpoint(out_dir: Path, step: int, fill: Callable[[Path], None]) -> 
 
 
 def publish(folder: Path, out_dir: Path) -> None:
-    """The set's files (all but the training state) in ``out_dir`` too, each replaced atomically."""
+    """The set's files (all but the training state) in ``out_dir`` too, each replaced atomically; a
+    sub-folder (a sentence-transformers model's ``1_Pooling``) is published the same way."""
     for src in sorted(folder.iterdir()):
+        if src.is_dir() and not src.is_symlink():
+            (out_dir / src.name).mkdir(exist_ok=True)
+            publish(src, out_dir / src.name)
+            continue
         if src.name == STATE_FILE or not src.is_file():
             continue
         with atomic_path(out_dir / src.name) as tmp:

@@ -235,6 +235,23 @@ class DistillConfig(TaskShape):
         return self.train.for_epochs(self.epochs, num_examples, self.evals_per_epoch, self.dev_file is not None)
 
 
+def check_student_depth(cfg: DistillConfig, teacher_layers: int) -> None:
+    """A student takes ``cfg.layers`` of the teacher's ``teacher_layers`` layers (its ``layer_map`` indices
+    among them): anything else is refused in one line naming the teacher's depth and the valid values.
+    ``distill`` calls it as soon as the teacher is loaded, before any data is read (``closest`` would
+    have no choice of layers to measure)."""
+    if cfg.layers > teacher_layers:
+        how = "--layer-map closest picks" if cfg.layer_map == CLOSEST else "a student copies"
+        raise ConfigError(f"--layers {cfg.layers} is larger than the teacher's depth ({teacher_layers} layers); "
+                          f"{how} its layers among those of {cfg.teacher}",
+                          f"use --layers 1 to {teacher_layers}")
+    if isinstance(cfg.layer_map, tuple):
+        bad = [i for i in cfg.layer_map if i >= teacher_layers]
+        if bad:
+            raise ConfigError(f"--layer-map entry {bad[0]} is out of range for a {teacher_layers}-layer teacher "
+                              f"({cfg.teacher})", f"use indices 0..{teacher_layers - 1}")
+
+
 def _layer_map(value: Any) -> tuple[int, ...] | str | None:
     """``"0,2,3,5"`` / a sequence / None -> a tuple of ints (checked against the teacher later);
     ``"closest"`` stays as it is."""

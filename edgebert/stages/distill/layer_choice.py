@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...errors import ConfigError
 from ...model import make_student
 from .losses import cosine_loss, kd_loss
 from .tasks import span_logits
@@ -101,6 +102,9 @@ def closest_layer_map(teacher: nn.Module, student_layers: int, batches: Sequence
     """The teacher layers whose untrained student is closest to the teacher on ``batches``."""
     name, (outputs, distance) = measure
     depth = teacher.config.num_hidden_layers
+    if not 1 <= student_layers <= depth:
+        raise ConfigError(f"cannot pick {student_layers} of the teacher's {depth} layers",
+                          f"use 1 to {depth} student layers")
     was_training = teacher.training
     teacher.eval()
     reference = [outputs(teacher, b) for b in batches]

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...bundle.pooling import POOLING_FILES, read_pooling
 from ...data.corpus import paragraphs
 from ...data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
 from ...data.task_data import collate, encode_texts, load_task_data
@@ -29,12 +30,13 @@ from ...model import (MODEL_OUTPUTS, BertConfig, build_model, count_parameters, 
                       default_layer_map, make_student, parse_layer_map, read_state_dict)
 from edgebert.files.outdirs import OutputDir
 from ...training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
-from .config import CLOSEST, MLM_ARCHITECTURES, DistillConfig
+from .config import CLOSEST, MLM_ARCHITECTURES, DistillConfig, check_student_depth
 from .layer_choice import PROBE_EXAMPLES, closest_layer_map, hidden_distance, probe_indices, task_distance
 from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
 
 DISTILL_CONFIG_FILE = "distill_config.json"
-DISTILL_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *TRAINING_OUTPUTS, "best_checkpoint.json", DISTILL_CONFIG_FILE)
+DISTILL_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *POOLING_FILES, *TRAINING_OUTPUTS, "best_checkpoint.json",
+                   DISTILL_CONFIG_FILE)
 
 
 def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
@@ -181,6 +183,8 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
     out = OutputDir(cfg.out, "distill", names=DISTILL_OUTPUTS, resume=cfg.resume, overwrite=cfg.overwrite,
                     signature=STATE_FILE)
     teacher = load_teacher(cfg.teacher, cfg.task)
+    check_student_depth(cfg, teacher.config.num_hidden_layers)
+    read_pooling(cfg.teacher)   # the student keeps the teacher's sentence-transformers modules: refused now if bad
     if cfg.max_seq_len > teacher.config.max_position_embeddings:
         raise ConfigError(f"max_seq_len={cfg.max_seq_len} is longer than the teacher's "
                           f"max_position_embeddings={teacher.config.max_position_embeddings}")

@@ -11,7 +11,9 @@ from torch import nn
 
 from ...data.mlm import MaskingCollator
 from ...data.task_data import EncodedDataset, TaskData, collate, eval_batches
+from ...bundle.pooling import carry_pooling
 from ...data.tokenizer import SpecialIds, save_tokenizer
+from ...files.atomic import write_text
 from ...model import IGNORE_INDEX, masked_positions_logits, save_model
 from ...model.bert import MASK_VALUE
 from ...training import LengthGroupedBatches, TrainingTask
@@ -25,7 +27,8 @@ INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class _DistillationTask(TrainingTask):
-    """The student/teacher pair; the model files saved are the student's, with the teacher's tokenizer."""
+    """The student/teacher pair; the model files saved are the student's, with the teacher's tokenizer
+    and sentence-transformers modules (its pooling: the student stands in for the teacher)."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module | None, tokenizer, cfg: DistillConfig,
                  layer_map: list[int]):
@@ -47,6 +50,7 @@ class _DistillationTask(TrainingTask):
     def save(self, out_dir: Path) -> None:
         save_model(self.student, out_dir)
         save_tokenizer(self.tokenizer, out_dir, model_max_length=self.cfg.max_seq_len)
+        carry_pooling(self.cfg.teacher, out_dir, self.student.config.hidden_size, write_text)
 
 
 # =========================================================================== MLM distillation
@@ -184,7 +188,7 @@ class TaskDistillationTask(ClassificationTask):
     def __init__(self, student: nn.Module, teacher: nn.Module, tokenizer, data: TaskData,
                  cfg: DistillConfig, layer_map: list[int]):
         super().__init__(student, tokenizer, data, batch_size_hint=cfg.train.batch_size, seed=cfg.train.seed,
-                         eval_batch_size=cfg.eval_batch_size, max_seq_len=cfg.max_seq_len)
+                         eval_batch_size=cfg.eval_batch_size, max_seq_len=cfg.max_seq_len, source_dir=cfg.teacher)
         self.teacher, self.cfg, self.layer_map = teacher, cfg, layer_map
         self.teacher_metrics: dict[str, float] | None = None
         self.token_task = data.train.is_token_task
