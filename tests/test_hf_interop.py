@@ -211,8 +211,8 @@ def _no_config(src: Path) -> None:
     (src / "config.json").unlink()
 
 
-def _roberta(src: Path) -> None:
-    _edit_config(src, model_type="roberta")
+def _gpt2(src: Path) -> None:
+    _edit_config(src, model_type="gpt2")
 
 
 def _corrupt_safetensors(src: Path) -> None:
@@ -227,7 +227,7 @@ def _corrupt_bin(src: Path) -> None:
 @pytest.mark.parametrize("breakage, needle", [
     (None, "not found"),
     (_no_config, "no config.json"),
-    (_roberta, "model_type='roberta' is not a BERT"),
+    (_gpt2, "model_type='gpt2' is not a BERT"),
     (_corrupt_safetensors, "not a readable safetensors file"),
     (_corrupt_bin, "could not be loaded with weights_only=True"),
 ])

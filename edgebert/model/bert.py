@@ -3,7 +3,11 @@ masked LM, sequence and token classification, question answering spans, multiple
 
 Parameter names follow Hugging Face BERT exactly (``embeddings.word_embeddings.weight``,
 ``encoder.layer.N.attention.self.query.weight``, ``cls.predictions.transform.dense.weight`` ...), so
-checkpoints move between edgebert and ``transformers`` without renaming.
+checkpoints move between edgebert and ``transformers`` without renaming. DistilBERT and RoBERTa
+(``config.model_type``) are the same network with three flags: no token-type table (DistilBERT),
+positions counted from ``pad_token_id + 1`` over the non-pad tokens (RoBERTa's
+``create_position_ids_from_input_ids``), and the pooler's activation (DistilBERT's ``pre_classifier``
+is a ReLU); their Hugging Face parameter names are translated on load and save (``families``).
 
 Attention is written as separate Q/K/V projections -> scaled scores + additive mask -> softmax ->
 matmul, the pattern ONNX Runtime's BERT optimizer fuses into one ``Attention`` op. A faster training
@@ -91,20 +95,33 @@ class BertEmbeddings(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
-        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+        self.offset, self.pad_id = cfg.position_offset, cfg.pad_token_id
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size,
+                                                padding_idx=cfg.pad_token_id if self.offset else None)
+        self.token_type_embeddings = (nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
+                                      if cfg.model_type != "distilbert" else None)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        self.register_buffer("position_ids", torch.arange(cfg.max_position_embeddings)[None, :],
-                             persistent=False)
+        self.register_buffer("position_ids", torch.arange(cfg.max_sequence_length)[None, :], persistent=False)
+        # RoBERTa in an exported graph: positions offset + 0..T-1, the BERT pattern onnxruntime fuses; the
+        # same as counting non-pad tokens for right-padded rows without pad ids inside (what the runtime feeds)
+        self.static_positions = False
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         T = input_ids.shape[1]
-        position_ids = self.position_ids[:, :T]                          # (1, T)
-        x = (self.word_embeddings(input_ids)
-             + self.token_type_embeddings(token_type_ids)
-             + self.position_embeddings(position_ids))                   # (B, T, H)
-        return self.dropout(self.LayerNorm(x))
+        if not self.offset:
+            position = self.position_embeddings(self.position_ids[:, :T])                 # (1, T, H)
+        elif self.static_positions:
+            position = F.embedding(self.position_ids[:, :T], self.position_embeddings.weight[self.offset:])
+        else:   # transformers' create_position_ids_from_input_ids: pads keep padding_idx
+            real = (input_ids != self.pad_id).long()
+            position = self.position_embeddings(torch.cumsum(real, dim=1) * real + self.pad_id)  # (B, T, H)
+        x = self.word_embeddings(input_ids)                                               # (B, T, H)
+        if self.token_type_embeddings is not None:   # (summed in transformers' order: same rounding)
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x + position))
 
 
 class BertSelfAttention(nn.Module):
@@ -201,12 +218,15 @@ class BertEncoder(nn.Module):
 
 
 class BertPooler(nn.Module):
+    """tanh(dense([CLS])); DistilBERT's ``pre_classifier`` is the same with a ReLU."""
+
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = torch.relu if cfg.model_type == "distilbert" else torch.tanh
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(x[:, 0]))                            # [CLS] -> (B, H)
+        return self.act(self.dense(x[:, 0]))                              # [CLS] -> (B, H)
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -226,10 +246,12 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 
 class BertModel(nn.Module):
-    """The bare encoder: embeddings -> L layers -> pooler."""
+    """The bare encoder: embeddings -> L layers -> pooler (none by default for DistilBERT, which has none)."""
 
-    def __init__(self, cfg: BertConfig, add_pooling_layer: bool = True):
+    def __init__(self, cfg: BertConfig, add_pooling_layer: bool | None = None):
         super().__init__()
+        if add_pooling_layer is None:
+            add_pooling_layer = cfg.model_type != "distilbert"
         self.config = cfg
         self.embeddings = BertEmbeddings(cfg)
         self.encoder = BertEncoder(cfg)
@@ -248,8 +270,6 @@ class BertModel(nn.Module):
                 output_attentions: bool = False) -> EncoderOutput:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)                    # (B, T, H)
         # (B, T) of 1/0 -> (B, 1, 1, T) of 0/MASK_VALUE, broadcast over heads and queries
         additive_mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * MASK_VALUE
@@ -271,7 +291,8 @@ class BertPredictionHeadTransform(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.act = activation(cfg.hidden_act)
+        # RoBERTa's lm_head uses exact GELU whatever hidden_act says
+        self.act = activation("gelu" if cfg.model_type in ("roberta", "xlm-roberta") else cfg.hidden_act)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, x):

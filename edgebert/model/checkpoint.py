@@ -2,7 +2,8 @@
 
 Weights are stored under Hugging Face names, with the tied MLM decoder weight left out (it is the
 word-embedding matrix), so ``transformers.BertForPreTraining.from_pretrained(DIR)`` loads an edgebert
-checkpoint and ``load_model`` loads a Hugging Face one. Tokenizer files live beside them (see
+checkpoint and ``load_model`` loads a Hugging Face one. DistilBERT / RoBERTa checkpoints keep their
+family's names on disk (``families``: translated here, on the way in and out). Tokenizer files live beside them (see
 ``edgebert.tokenizer``). Every file is written atomically; weights are never unpickled.
 """
 
@@ -18,6 +19,7 @@ from .config import BertConfig
 from ..errors import CheckpointError
 from edgebert.files.atomic import atomic_path
 from .bert import MODEL_CLASSES, build_model
+from .families import hf_key, internal_key
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -51,8 +53,9 @@ def save_model(model: nn.Module, out_dir: str | Path, config: BertConfig | None 
     arch = type(model).__name__
     if arch not in MODEL_CLASSES:
         raise CheckpointError(f"cannot save a {arch}", "save one of the edgebert BERT classes")
+    weights = {hf_key(k, cfg.model_type, arch): v for k, v in model_state_dict(model).items()}
     with atomic_path(out_dir / WEIGHTS_NAME) as tmp:
-        save_file(model_state_dict(model), str(tmp), metadata={"format": "pt"})
+        save_file(weights, str(tmp), metadata={"format": "pt"})
     cfg.replace(architecture=arch).save(out_dir / CONFIG_NAME)
     return out_dir
 
@@ -110,8 +113,10 @@ def _normalise_keys(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def map_state_dict(sd: dict[str, torch.Tensor], model: nn.Module) -> tuple[dict[str, torch.Tensor], LoadReport]:
-    """Align checkpoint keys with ``model``: add or strip the ``bert.`` prefix as needed."""
-    sd = _normalise_keys(sd)
+    """Align checkpoint keys with ``model``: the family's names to edgebert's, add or strip the ``bert.``
+    prefix as needed."""
+    cfg = model.config
+    sd = _normalise_keys({internal_key(k, cfg.model_type, cfg.architecture): v for k, v in sd.items()})
     wanted = set(model_state_dict(model))
     model_has_prefix = any(k.startswith("bert.") for k in wanted)
     ckpt_has_prefix = any(k.startswith("bert.") for k in sd)

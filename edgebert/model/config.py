@@ -1,4 +1,6 @@
-"""Model configuration: a typed dataclass that reads and writes Hugging Face ``BertConfig`` JSON.
+"""Model configuration: a typed dataclass that reads and writes Hugging Face ``BertConfig`` JSON
+(and the config.json of the other BERT families, ``model_type`` distilbert / roberta / xlm-roberta:
+``edgebert.model.families``).
 
 Validated at construction; named presets ``tiny`` (tests), ``small``, ``base``, ``large``.
 """
@@ -14,6 +16,7 @@ from typing import Any
 
 from ..errors import CheckpointError, ConfigError
 from edgebert.files.jsonfile import read_json_object
+from . import families
 
 # Architectures we can build, in Hugging Face naming (config.json "architectures").
 ARCHITECTURES = (
@@ -45,6 +48,8 @@ class BertConfig:
     # Classification labels (sequence / token classification heads); None for other heads.
     id2label: dict[int, str] | None = None
     architecture: str = "BertForPreTraining"
+    # The family (families.MODEL_TYPES): parameter names, positions (RoBERTa), token types (not DistilBERT).
+    model_type: str = "bert"
     # Keys from a Hugging Face config.json that we do not use; written back unchanged.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -82,6 +87,14 @@ class BertConfig:
         if self.architecture not in ARCHITECTURES:
             raise ConfigError(f"unknown architecture {self.architecture!r}",
                               f"use one of {', '.join(ARCHITECTURES)}")
+        families.check_model_type(self.model_type)
+        if not families.supports(self.architecture, self.model_type):
+            raise ConfigError(f"{self.architecture} has no {self.model_type} form",
+                              f"use {self.model_type} as one of "
+                              f"{', '.join('Bert' + a for a in families.FAMILY_ARCHITECTURES[self.model_type])}")
+        if self.position_offset and self.max_position_embeddings <= self.position_offset:
+            raise ConfigError(f"max_position_embeddings={self.max_position_embeddings} leaves no position after "
+                              f"the offset {self.position_offset} (pad_token_id + 1) of {self.model_type}")
         if self.id2label is not None:
             if not isinstance(self.id2label, dict) or not self.id2label:
                 raise ConfigError(f"id2label={self.id2label!r} must be a non-empty mapping", "give at least one label")
@@ -96,6 +109,27 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def position_offset(self) -> int:
+        """First position embedding a token uses (RoBERTa: pad_token_id + 1, others 0)."""
+        return families.position_offset(self.model_type, self.pad_token_id)
+
+    @property
+    def max_sequence_length(self) -> int:
+        """Longest input the position table serves (RoBERTa: 514 rows serve 512 tokens)."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
+    def has_token_types(self) -> bool:
+        """Whether ``token_type_ids`` change the output: BERT's segments; DistilBERT has no table and
+        RoBERTa one row (its tokenizers give no segments), so edgebert feeds them zeros."""
+        return self.model_type == "bert"
+
+    @property
+    def hf_architecture(self) -> str:
+        """The transformers class name (``RobertaForQuestionAnswering``)."""
+        return families.hf_architecture(self.architecture, self.model_type)
 
     @property
     def num_labels(self) -> int:
@@ -134,7 +168,7 @@ class BertConfig:
     def to_hf_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.extra)
         d.update({
-            "architectures": [self.architecture],
+            "architectures": [self.hf_architecture],
             "model_type": "bert",
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
@@ -154,26 +188,30 @@ class BertConfig:
         if self.id2label:
             d["id2label"] = {str(k): v for k, v in self.id2label.items()}
             d["label2id"] = {v: k for k, v in self.id2label.items()}
-        return d
+        return families.family_config(d, self.model_type)
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> "BertConfig":
-        if d.get("model_type", "bert") != "bert":
-            raise ConfigError(f"model_type={d.get('model_type')!r} is not a BERT",
-                              "edgebert reads BERT checkpoints only")
+        model_type = d.get("model_type", "bert")
+        if model_type not in families.MODEL_TYPES:
+            raise ConfigError(f"model_type={model_type!r} is not a BERT",
+                              f"edgebert reads checkpoints of {', '.join(families.MODEL_TYPES)} only")
+        d = families.config_fields(d)
         if d.get("position_embedding_type", "absolute") != "absolute":
             raise ConfigError(f"position_embedding_type={d['position_embedding_type']!r} "
                               "is not supported", "only absolute position embeddings are")
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "architecture", "id2label"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "architecture", "id2label", "model_type"}
         kwargs = {k: d[k] for k in names if k in d}
         archs = d.get("architectures") or ["BertModel"]
-        arch = archs[0] if archs[0] in ARCHITECTURES else "BertModel"
+        arch, family = families.split_architecture(archs[0])
+        if arch not in ARCHITECTURES or family not in (None, model_type):
+            arch = "BertModel"
         id2label = d.get("id2label")
         if arch not in ("BertForSequenceClassification", "BertForTokenClassification"):
             id2label = None
         used = names | {"architectures", "id2label", "label2id", "model_type"}
         extra = {k: v for k, v in d.items() if k not in used}
-        return cls(**kwargs, architecture=arch, id2label=id2label, extra=extra)
+        return cls(**kwargs, architecture=arch, model_type=model_type, id2label=id2label, extra=extra)
 
     def save(self, path: str | Path) -> None:
         from edgebert.files.atomic import write_json

@@ -4,7 +4,9 @@ edgebert uses Hugging Face parameter names and config.json, so importing is most
 source weights are mapped onto the edgebert model of the same architecture (``BertModel``,
 ``BertForPreTraining``, ``BertForMaskedLM``, ``BertForSequenceClassification`` with its
 ``id2label``, ``BertForTokenClassification``, ``BertForQuestionAnswering`` (``qa_outputs``),
-``BertForMultipleChoice``); anything that would silently change the network is
+``BertForMultipleChoice``), and the same heads of DistilBERT, RoBERTa and XLM-RoBERTa (``model_type``
+distilbert / roberta / xlm-roberta: their names translated by ``edgebert.model.families``, written back
+under them); anything that would silently change the network is
 refused (missing encoder or head weights, shapes that disagree with config.json, an untied MLM
 decoder, leftover encoder weights such as extra layers), and what is dropped on purpose (buffers
 like ``position_ids``, tied copies, heads the chosen architecture has no use for) is reported. A
@@ -38,10 +40,12 @@ from edgebert.model.bert import build_model, count_parameters
 from edgebert.model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, check_weights, load_model, map_state_dict,
                          model_state_dict, read_state_dict, save_model)
 from edgebert.model.config import ARCHITECTURES, BertConfig
+from edgebert.model.families import CLASS_PREFIX, MODEL_TYPES, internal_key, split_architecture, supports
 from edgebert.files.outdirs import OutputDir
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.json", "merges.txt")   # the last two: a byte-level BPE's (RoBERTa), for transformers
 IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES, *POOLING_FILES)
 CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification")
 # Config keys that describe how the *source* was stored; edgebert always writes float32.
@@ -86,7 +90,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     raw = _read_source_config(src)
     out = _check_out_dir(src, out_dir, overwrite)
     pooling = read_pooling(src)      # sentence-transformers' modules.json: how the model pools (bundle.pooling)
-    source_arch = (raw.get("architectures") or ["BertModel"])[0]
+    source_arch = (raw.get("architectures") or [CLASS_PREFIX.get(raw.get("model_type"), "Bert") + "Model"])[0]
     try:
         cfg = BertConfig.from_hf_dict(raw)
     except (ConfigError, TypeError) as exc:
@@ -94,19 +98,21 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
         raise ConfigError(f"{src / CONFIG_NAME}: {message}",
                           getattr(exc, "hint", None)) from exc
     notes = []
-    if source_arch not in ARCHITECTURES:
-        notes.append(f"{source_arch} is not an edgebert architecture: imported as BertModel "
-                     "(encoder + pooler)")
-    arch = architecture or cfg.architecture
+    if split_architecture(source_arch)[0] not in ARCHITECTURES:
+        notes.append(f"{source_arch} is not an edgebert architecture: imported as {cfg.hf_architecture} "
+                     "(the encoder)")
+    arch = split_architecture(architecture)[0] if architecture else cfg.architecture
     if arch not in ARCHITECTURES:
         raise ConfigError(f"unknown architecture {arch!r}", f"use one of {', '.join(ARCHITECTURES)}")
+    if not supports(arch, cfg.model_type):
+        raise ConfigError(f"{arch} has no {cfg.model_type} form", "import it as one its family has, e.g. BertModel")
     weights_file = WEIGHTS_NAME if (src / WEIGHTS_NAME).exists() else "pytorch_model.bin"
     sd = _read_source_weights(src)
     cfg = _fit_config(cfg, arch, sd)
 
     model = build_model(cfg, arch)
     target_of = _source_to_target(sd, model)
-    dropped = _explain_dropped(sd, target_of, arch, src)
+    dropped = _explain_dropped(sd, target_of, arch, src, cfg.model_type)
     _check_missing_and_shapes(sd, target_of, model, src)
     check_weights({key: sd[key] for key in target_of}, src / weights_file)
     with torch.no_grad():
@@ -146,9 +152,9 @@ def _read_source_config(src: Path) -> dict:
                               "pass a Hugging Face BERT directory (config.json + model.safetensors "
                               "or pytorch_model.bin)")
     raw = read_json_object(path)
-    if "model_type" in raw and raw["model_type"] != "bert":
+    if "model_type" in raw and raw["model_type"] not in MODEL_TYPES:
         raise ConfigError(f"{path}: model_type={raw['model_type']!r} is not a BERT",
-                          "edgebert imports BERT checkpoints (model_type 'bert') only")
+                          f"edgebert imports checkpoints of {', '.join(MODEL_TYPES)} only")
     return raw
 
 
@@ -194,39 +200,42 @@ def _is_encoder(key: str) -> bool:
 
 
 def _explain_dropped(sd: dict[str, torch.Tensor], target_of: dict[str, str], arch: str,
-                     src: Path) -> dict[str, str]:
-    """Why each unused source key is unused; refuse where dropping it would change the network."""
-    word_emb = next((v for k, v in sd.items() if k.endswith("embeddings.word_embeddings.weight")), None)
-    mlm_bias = sd.get("cls.predictions.bias")
+                     src: Path, model_type: str = "bert") -> dict[str, str]:
+    """Why each unused source key is unused; refuse where dropping it would change the network.
+    Keys are judged by their edgebert names (``families.internal_key``), reported by the source's."""
+    names = {internal_key(k, model_type, arch): k for k in sd}
+    word_emb = next((sd[k] for n, k in names.items() if n.endswith("embeddings.word_embeddings.weight")), None)
+    mlm_bias = sd.get(names.get("cls.predictions.bias", ""))
     dropped: dict[str, str] = {}
     for key, value in sd.items():
         if key in target_of:
             continue
+        source_key, key = key, internal_key(key, model_type, arch)
         if key.endswith("position_ids"):
-            dropped[key] = "buffer, recomputed by the model"
+            dropped[source_key] = "buffer, recomputed by the model"
         elif key in TIED_KEYS and not arch.endswith(("PreTraining", "MaskedLM")):
-            dropped[key] = f"MLM head, not part of {arch}"
+            dropped[source_key] = f"MLM head, not part of {arch}"
         elif key == "cls.predictions.decoder.weight":
             if word_emb is not None and not torch.equal(value, word_emb):
                 raise CheckpointError(f"{src}: the MLM decoder weight differs from the word embeddings",
                                       "edgebert ties them (as BERT does); untied decoders are not "
                                       "supported")
-            dropped[key] = "tied to embeddings.word_embeddings.weight"
+            dropped[source_key] = "tied to embeddings.word_embeddings.weight"
         elif key == "cls.predictions.decoder.bias":
             if mlm_bias is not None and not torch.equal(value, mlm_bias):
                 raise CheckpointError(f"{src}: cls.predictions.decoder.bias differs from "
                                       "cls.predictions.bias", "the checkpoint is inconsistent")
-            dropped[key] = "tied to cls.predictions.bias"
+            dropped[source_key] = "tied to cls.predictions.bias"
         elif _is_encoder(key):
-            raise CheckpointError(f"{src}: encoder weight {key} has no place in the model config.json "
+            raise CheckpointError(f"{src}: encoder weight {source_key} has no place in the model config.json "
                                   f"describes (e.g. more layers than num_hidden_layers)",
                                   "the config and weights come from different models")
         elif key.removeprefix("bert.").startswith("pooler."):
-            dropped[key] = f"pooler, not part of {arch}"
+            dropped[source_key] = f"pooler, not part of {arch}"
         elif key.startswith(("cls.", "classifier.", "qa_outputs.")):
-            dropped[key] = f"head, not part of {arch}"
+            dropped[source_key] = f"head, not part of {arch}"
         else:
-            dropped[key] = "not a BERT weight edgebert knows"
+            dropped[source_key] = "not a BERT weight edgebert knows"
     return dropped
 
 

@@ -1,0 +1,95 @@
+"""DistilBERT, RoBERTa and XLM-RoBERTa on edgebert's one model: import-hf of each head gives transformers'
+outputs, and transformers' ``from_pretrained`` of what edgebert writes gives them back (no missing or
+unexpected keys). Tiny seeded models built by transformers from a config (tests/family_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from edgebert.errors import ConfigError
+from edgebert.model import BertConfig, load_model
+from edgebert.model.families import hf_key, internal_key
+from edgebert.stages.import_hf import convert_hf, output_tensors, probe_batch
+
+from family_fixtures import CLASS_PREFIX, FAMILIES, HEADS, hf_dir, hf_outputs
+
+transformers = pytest.importorskip("transformers")
+TOLERANCE = 1e-5
+
+
+def padded_batch(cfg: BertConfig) -> dict[str, torch.Tensor]:
+    """probe_batch with its padding made of the pad id, as a tokenizer pads."""
+    batch = probe_batch(cfg, batch=3, seq=12)
+    batch["input_ids"][batch["attention_mask"] == 0] = cfg.pad_token_id
+    return batch
+
+
+def max_diff(ours: dict, theirs: dict) -> float:
+    assert set(theirs) <= set(ours)
+    return max(float((ours[k] - theirs[k]).abs().max()) for k in theirs)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("head", HEADS)
+def test_import_matches_transformers_both_ways(tmp_path, family, head):
+    src, hf = hf_dir(tmp_path, family, head)
+    report = convert_hf(src, tmp_path / "out")
+    assert report.architecture == "Bert" + head and report.max_abs_diff == 0.0
+    assert not any(why.startswith(("not a BERT", "head")) for why in report.dropped.values()), report.dropped
+    model = load_model(report.out_dir)
+    assert model.config.model_type == family
+    batch = padded_batch(model.config)
+    # every position, padded ones too: RoBERTa's pads take padding_idx's position as in transformers
+    diff = max_diff(output_tensors(model, batch), hf_outputs(hf, batch))
+    assert diff < TOLERANCE, (family, head, diff)
+    config = json.loads((report.out_dir / "config.json").read_text())
+    assert config["model_type"] == family and config["architectures"] == [CLASS_PREFIX[family] + head]
+    back, info = getattr(transformers, CLASS_PREFIX[family] + head).from_pretrained(
+        str(report.out_dir), output_loading_info=True)
+    assert not any(info.values()), info
+    assert max_diff(hf_outputs(back.eval(), batch), hf_outputs(hf, batch)) == 0.0
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(report.out_dir))
+    assert tokenizer("Zoë lives in Zürich.")["input_ids"][0] == tokenizer.cls_token_id
+
+
+def test_roberta_positions_count_non_pad_tokens(tmp_path):
+    """A pad id inside the text shifts the later positions (create_position_ids_from_input_ids): edgebert
+    equals transformers there, and differs from the exported graph's numbering (offset + 0..T-1), which
+    is the same for texts without a pad id inside."""
+    src, hf = hf_dir(tmp_path, "roberta", "Model")
+    model = load_model(convert_hf(src, tmp_path / "out").out_dir)
+    embeddings = model.embeddings
+    for ids, same in ((torch.tensor([[0, 5, 6, 7, 8, 2]]), True), (torch.tensor([[0, 5, 1, 7, 8, 2]]), False)):
+        theirs = hf(input_ids=ids).last_hidden_state.detach()
+        embeddings.static_positions = False
+        assert float((output_tensors(model, {"input_ids": ids})["last_hidden_state"] - theirs).abs().max()) < TOLERANCE
+        embeddings.static_positions = True      # what an exported graph computes
+        static = float((output_tensors(model, {"input_ids": ids})["last_hidden_state"] - theirs).abs().max())
+        assert (static < TOLERANCE) == same, static
+
+
+def test_key_names_round_trip():
+    for family in FAMILIES:
+        for arch in ("BertModel", "BertForSequenceClassification", "BertForMaskedLM"):
+            for key in ("bert.encoder.layer.3.attention.output.LayerNorm.weight", "bert.pooler.dense.bias",
+                        "classifier.weight", "cls.predictions.transform.dense.weight", "encoder.layer.0.output.dense.bias"):
+                assert internal_key(hf_key(key, family, arch), family, arch) == key
+    assert hf_key("bert.encoder.layer.1.output.LayerNorm.bias", "distilbert", "BertForMaskedLM") == \
+        "distilbert.transformer.layer.1.output_layer_norm.bias"
+    assert hf_key("classifier.weight", "roberta", "BertForSequenceClassification") == "classifier.out_proj.weight"
+
+
+def test_family_config_round_trip_and_refusals():
+    cfg = BertConfig.from_hf_dict(hf_dir.__globals__["hf_config"]("distilbert", "ForSequenceClassification").to_dict())
+    assert (cfg.model_type, cfg.hidden_size, cfg.intermediate_size, cfg.architecture) == \
+        ("distilbert", 32, 64, "BertModel")
+    d = cfg.replace(architecture="BertForQuestionAnswering").to_hf_dict()
+    assert d["dim"] == 32 and "hidden_size" not in d and d["architectures"] == ["DistilBertForQuestionAnswering"]
+    assert BertConfig.from_hf_dict(d).replace(extra={}) == cfg.replace(architecture="BertForQuestionAnswering")
+    with pytest.raises(ConfigError, match="BertForPreTraining has no roberta form"):
+        BertConfig.preset("tiny", model_type="roberta", pad_token_id=1)
+    with pytest.raises(ConfigError, match="model_type='gpt2' is not a BERT"):
+        BertConfig.from_hf_dict({"model_type": "gpt2"})
