@@ -14,7 +14,7 @@ Modules, each with one job:
 * ``config``: ``Int8Config`` / ``Fp16Config``; ``targets``: the target recipes, as data;
 * ``calibration``: text sources, the calibration / held-out split, token batches; ``feeds``: what each
   task's graph calibrates and is gated on (texts, multiple-choice inputs, question windows);
-  ``span_gate``: the question-answering gate (F1 on held-out questions);
+  ``span_gate``: the question-answering gate (answers vs fp32's on held-out questions);
 * ``activations``: per-channel ranges on calibration text; ``outliers``: the outlier-channel split;
   ``scales``: calibrated activation scales;
 * ``dynamic``: CPU integer-op quantization; ``static``: QDQ S8S8 for TensorRT; ``fp16``: FP16 conversion

@@ -18,8 +18,9 @@ guess from the summed per-node distances, then doubling / bisection, measuring t
 A gate may bound the search (``max_excluded``) and accept a miss (``allow_miss``: the question-answering
 gate, whose graph then ships flagged ``within_budget: false`` instead of failing the export).
 
-Question-answering graphs are gated by F1 on held-out questions (``quantization.span_gate``), multiple-
-choice graphs by choice agreement; both feed this search like the text metrics do.
+Question-answering graphs are gated by their answers' overlap with fp32's on held-out questions
+(``quantization.span_gate``), multiple-choice graphs by choice agreement; both feed this search like
+the text metrics do.
 """
 
 from __future__ import annotations

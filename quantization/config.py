@@ -11,7 +11,7 @@ initializer are quantized; activation x activation MatMuls (QK^T, PV) stay float
 
 Calibration text defaults to the built-in English text (``edgebert.files.textfiles.builtin_texts``); the
 accuracy gate measures on held-out text the calibration did not see, against a default budget per task
-(``edgebert.runtime.fidelity.DEFAULT_BUDGETS``).
+(``GATE_BUDGETS``: those of ``edgebert check``).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.errors import ConfigError, DataError
-from edgebert.runtime.fidelity import DEFAULT_BUDGETS
+from edgebert.runtime.fidelity import CHECK_BUDGETS
 
 from .targets import ACTIVATION_SCALES, ENGINE_TARGET, Int8Recipe, resolve_targets, target_names
 
 INT8_MODES = ("dynamic", "static")
-# The gate's default budget per task: the text metrics' (``runtime.fidelity``), half an F1 point on held-out
-# questions for a span head (qa: F1 points / 100), choice agreement as label agreement (multiple-choice).
-GATE_BUDGETS = {**DEFAULT_BUDGETS, "qa": 0.005, "multiple-choice": DEFAULT_BUDGETS["cls"]}
+# The gate's default budget per task: ``edgebert check``'s (``runtime.fidelity``), choice agreement as
+# label agreement (multiple-choice).
+GATE_BUDGETS = {**CHECK_BUDGETS, "multiple-choice": CHECK_BUDGETS["cls"]}
 CALIBRATE_METHODS = ("minmax", "percentile", "entropy")
 STATIC_OP_TYPES = ("MatMul", "Gemm")
 
@@ -39,8 +39,9 @@ class Int8Config:
     """How to quantize to INT8, for which targets, and how much accuracy loss is acceptable.
 
     ``max_accuracy_loss`` is in the task metric's loss units: 1 - mean cosine (embed), 1 - label
-    agreement (cls), 1 - top-1 agreement (mlm), against the fp32 model on held-out text; F1 points lost
-    / 100 on held-out questions (qa); ``None`` takes the task's default budget (``GATE_BUDGETS``).
+    agreement (cls), 1 - top-1 agreement (mlm), against the fp32 model on held-out text; 1 - mean
+    overlap of the answers with fp32's on held-out questions (qa); ``None`` takes the task's default
+    budget (``GATE_BUDGETS``).
     """
 
     mode: str = "dynamic"
@@ -54,7 +55,7 @@ class Int8Config:
     calib_batch_size: int = 32
     calib_seq_len: int = 128                     # truncation length (static: also the fixed padding)
     calibrate_method: str = "minmax"             # static QDQ only
-    max_accuracy_loss: float | None = None       # None: DEFAULT_BUDGETS[task]
+    max_accuracy_loss: float | None = None       # None: GATE_BUDGETS[task]
     sensitivity_size: int = 64                   # texts used to rank nodes by sensitivity
     outlier_ratio: float | None = None           # None: the recipe's; 0: no outlier split
     activation_scales: str | None = None         # None: the recipe's (calibrated); or per-call

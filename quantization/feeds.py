@@ -7,16 +7,15 @@ one of these.
   (batch, choices, sequence) input, gated by choice agreement (the argmax over a row's choices: the
   ``cls`` metric on the (batch, choices) logits);
 * ``QuestionFeeds`` (qa): ``[CLS] question [SEP] context [SEP]`` windows as the bundle answers with
-  them (``edgebert.qa.windows``: 384 tokens or the model's maximum, the default stride), gated by F1 on
-  held-out questions (``quantization.span_gate``). ``--calib`` a SQuAD JSON file: its first
-  ``calib_size`` questions calibrate and the next ``gate_size`` answerable ones are held out (questions,
-  not paragraphs: a held-out question may share its context with a calibration one); fewer than
-  ``MIN_GATE_QUESTIONS`` left, the built-in questions gate. Otherwise the calibration text
-  (``--calib`` or the built-in text), as pairs of consecutive lines (the first as the question),
-  calibrates and the 62 built-in questions about the built-in held-out text gate
-  (``edgebert.qa.squad_file.builtin_questions``). ``--gate-data`` a SQuAD file: its first ``gate_size``
-  answerable questions gate instead: questions the model did not train on, so that the gate sees what
-  new questions lose (the held-out part of a training file is held out from calibration only).
+  them (``edgebert.qa.windows``: 384 tokens or the model's maximum, the default stride), gated by the
+  overlap of the answers with fp32's on held-out questions (``quantization.span_gate``: the metric and
+  budget of ``edgebert check``). The gate measures on questions the model did not train on: the 62
+  built-in questions about the built-in held-out text (``edgebert.qa.squad_file.builtin_questions``,
+  what ``check`` measures on by default), or ``--gate-data`` (a SQuAD file), less any question that
+  also calibrates. ``--calib`` a SQuAD JSON file: its first ``calib_size`` questions calibrate (the
+  rest of a training file are questions the model trained on: they never gate); otherwise the
+  calibration text (``--calib`` or the built-in text), as pairs of consecutive lines (the first as the
+  question), calibrates.
 
 Each gives ``calibration()`` (feeds for the channel ranges), ``padded_calibration(length)`` (static
 QDQ), ``probe`` (the gate), ``invariance()`` (probe feeds, long batch mates) and ``describe()``.
@@ -41,7 +40,6 @@ from .config import Int8Config
 from .span_gate import SpanProbe
 
 CHOICES = 4                  # texts per multiple-choice input
-MIN_GATE_QUESTIONS = 32      # fewer held-out questions than this: the built-in questions gate
 INVARIANCE_ROWS = 8
 Say = Callable[..., None]
 
@@ -170,41 +168,38 @@ def _line_pairs(source: TextSource, pairs: int) -> list[SquadExample]:
     return [SquadExample(f"calib-{i // 2}", lines[i], lines[i + 1]) for i in range(0, len(lines) - 1, 2)]
 
 
+def _key(e: SquadExample) -> tuple[str, str]:
+    return e.question.strip(), e.context
+
+
 def question_split(calib: Path | None, calib_size: int, gate_size: int, gate_data: Path | None = None) -> QuestionSplit:
-    """The calibration and held-out questions of a question-answering export (module docstring); with
-    ``gate_data`` (a SQuAD file), its first ``gate_size`` answerable questions gate instead, and all of
-    ``calib``'s first ``calib_size`` calibrate."""
-    if gate_data is not None:
-        split = question_split(calib, calib_size, gate_size)
-        held = [e for e in read_squad(gate_data) if e.has_answer][:gate_size]
-        if not held:
-            raise DataError(f"gate file {gate_data} has no answerable questions", "pass a SQuAD file with answers")
-        source = str(Path(gate_data).resolve())
-        return QuestionSplit(split.calibration, held, f"{len(split.calibration)} questions of "
-                                                      f"{split.sources['calibration']} calibrate; the first {len(held)} "
-                                                      f"answerable questions of {Path(gate_data).name} gate",
-                             {**split.sources, "held_out": source})
-    builtin = builtin_questions()[:gate_size]
+    """The calibration and held-out questions of a question-answering export (module docstring): the
+    first ``gate_size`` answerable questions of ``gate_data`` (else the built-in ones) that do not
+    calibrate gate; never a question that calibrates."""
     if calib is not None and Path(calib).suffix.lower() == ".json":
-        examples = read_squad(calib)
-        calibration = examples[:calib_size]
-        held = [e for e in examples[calib_size:] if e.has_answer][:gate_size]
+        calibration = read_squad(calib)[:calib_size]
         source = str(Path(calib).resolve())
-        if len(held) >= MIN_GATE_QUESTIONS:
-            return QuestionSplit(calibration, held, f"{Path(calib).name}: questions 1-{len(calibration)} calibrate, "
-                                                    f"the next {len(held)} answerable ones are held out for the gate",
-                                 {"calibration": source, "held_out": source})
-        return QuestionSplit(calibration, builtin, f"{Path(calib).name} has {len(held)} answerable questions after "
-                                                   f"the first {calib_size} (fewer than {MIN_GATE_QUESTIONS}): the "
-                                                   "gate measures on the built-in questions",
+        said = f"{Path(calib).name}: questions 1-{len(calibration)} calibrate"
+    else:
+        split = calibration_split(calib, 2 * calib_size, 1)
+        calibration = _line_pairs(split.calibration, calib_size)
+        if not calibration:
+            raise DataError(f"calibration text {calib} has fewer than two lines", "pass a SQuAD JSON file or more text")
+        source = split.calibration.describe()["source"]
+        said = "pairs of consecutive calibration lines (the first as the question) calibrate"
+    seen = {_key(e) for e in calibration}
+    if gate_data is None:
+        held = [e for e in builtin_questions() if _key(e) not in seen][:gate_size]
+        return QuestionSplit(calibration, held, f"{said}; the built-in questions about the built-in held-out text "
+                                                "gate (questions the model did not train on)",
                              {"calibration": source, "held_out": "built-in questions"})
-    split = calibration_split(calib, 2 * calib_size, 1)
-    pairs = _line_pairs(split.calibration, calib_size)
-    if not pairs:
-        raise DataError(f"calibration text {calib} has fewer than two lines", "pass a SQuAD JSON file or more text")
-    return QuestionSplit(pairs, builtin, "pairs of consecutive calibration lines (the first as the question) "
-                                         "calibrate; the built-in questions about the built-in held-out text gate",
-                         {"calibration": split.calibration.describe()["source"], "held_out": "built-in questions"})
+    held = [e for e in read_squad(gate_data) if e.has_answer and _key(e) not in seen][:gate_size]
+    if not held:
+        raise DataError(f"gate file {gate_data} has no answerable questions besides the calibration ones",
+                        "pass a SQuAD file with answers to questions the model did not train on")
+    return QuestionSplit(calibration, held, f"{said}; the first {len(held)} answerable questions of "
+                                            f"{Path(gate_data).name} that do not calibrate gate",
+                         {"calibration": source, "held_out": str(Path(gate_data).resolve())})
 
 
 class QuestionFeeds:
@@ -220,7 +215,8 @@ class QuestionFeeds:
         self.calibration_windows = maker(self.split.calibration)
         held = maker(self.split.held_out)
         say(f"fp32 reference on {len(self.split.held_out)} held-out questions ({self.split.sources['held_out']})")
-        self.probe = SpanProbe(fused, self.split.held_out, held, pad_id, qcfg.calib_batch_size)
+        cls_id = Tokenizer.from_file(str(tokenizer)).token_to_id("[CLS]")     # as the manifest records it
+        self.probe = SpanProbe(fused, self.split.held_out, held, pad_id, qcfg.calib_batch_size, cls_id)
         self.held_windows = held
 
     def _batches(self, windows: SquadWindows, pad_to: int | None = None) -> WindowBatches:

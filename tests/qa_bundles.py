@@ -1,7 +1,7 @@
 """Tiny question-answering models and bundles for the QA export / runtime tests (not a test module).
 
 ``toy_qa(root)`` fine-tunes a tiny seeded span model on the toy SQuAD task of ``squad_helpers`` (about
-6 s, 100 F1 on its dev file); ``qa_bundle(root)`` exports it (fp32 + INT8 gated on held-out toy
+6 s, 100 F1 on its dev file); ``qa_bundle(root)`` exports it (fp32 + INT8 gated on the toy dev
 questions). Both are built once per ``root`` (pass ``tmp_path_factory.getbasetemp()`` to share them
 across test modules). ``hf_pipeline(model_dir)`` is transformers' question-answering pipeline on the
 same weights and tokenizer.
@@ -34,14 +34,15 @@ def toy_qa(root: Path) -> Path:
 
 
 def qa_bundle(root: Path) -> Path:
-    """The toy teacher exported with fp32 and a portable INT8 graph calibrated and gated on toy questions."""
+    """The toy teacher exported with fp32 and a portable INT8 graph calibrated on training questions and
+    gated on the dev questions (not trained on)."""
     from edgebert.exporters import ExportConfig, export_bundle
 
     data = toy_qa(root)
     bundle = data / "bundle"
     if not (bundle / "manifest.json").is_file():
         export_bundle(ExportConfig(model_dir=data / "teacher", out_dir=bundle, int8=True, calib=data / "train.json",
-                                   calib_size=60, gate_size=100, validation_batch_sizes=(1, 3),
+                                   calib_size=60, gate_data=data / "dev.json", gate_size=100, validation_batch_sizes=(1, 3),
                                    validation_seq_lens=(7, None)))
     return bundle
 

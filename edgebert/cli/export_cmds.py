@@ -38,7 +38,8 @@ def export(
                             "--calib-size.")] = 200,
     gate_data: Annotated[Optional[Path], typer.Option(
         "--gate-data", help="Question answering: a SQuAD JSON file of questions the model did not train on; "
-                            "its first --gate-size answerable questions gate instead of --calib's.")] = None,
+                            "its first --gate-size answerable questions that do not calibrate gate instead of the built-in "
+                            "questions (a training file's questions never gate).")] = None,
     max_accuracy_loss: o.MaxAccuracyLoss = None,
     outlier_ratio: Annotated[Optional[float], typer.Option(
         "--outlier-ratio", help="Activation channels whose calibration max exceeds this x the median "

@@ -105,7 +105,7 @@ MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
     "--max-accuracy-loss", help="INT8 budget vs fp32 on held-out text: 1 - mean cosine (embed, default "
                                 f"{DEFAULT_BUDGETS['embed']}), 1 - label agreement (cls, {DEFAULT_BUDGETS['cls']}), "
                                 f"1 - top-1 agreement (mlm, {DEFAULT_BUDGETS['mlm']}), 1 - token label agreement "
-                                f"(token-cls, {DEFAULT_BUDGETS['token-cls']}), F1 points lost / 100 on held-out questions (qa, 0.005); pipeline: "
+                                f"(token-cls, {DEFAULT_BUDGETS['token-cls']}), 1 - answer overlap with fp32's on held-out questions (qa, 0.02); pipeline: "
                                 f"{PIPELINE_INT8_BUDGET} (its embedding student). export keeps the most sensitive "
                                 "nodes float until it is met; check defaults to the budget the export used.")]
 Target = Annotated[Optional[str], typer.Option(

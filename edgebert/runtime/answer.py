@@ -37,6 +37,7 @@ from .text import Encoded
 
 QA_TASK = "qa"
 SPAN_OUTPUTS = ("start_logits", "end_logits")
+MAX_ANSWER_LEN = 30             # the pipeline's default, in tokens
 
 
 @lru_cache(maxsize=8)
@@ -101,7 +102,7 @@ def span_logits(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], p
     return [x[:, 0] for x in logits], [x[:, 1] for x in logits]
 
 
-def answer_questions(session, question: Any, context: Any, top_k: int = 1, max_answer_len: int = 30,
+def answer_questions(session, question: Any, context: Any, top_k: int = 1, max_answer_len: int = MAX_ANSWER_LEN,
                      doc_stride: int = DOC_STRIDE, max_length: int = MAX_SEQ_LEN,
                      handle_impossible_answer: bool = False, batch_size: int | None = None
                      ) -> Answer | list[Answer] | list[list[Answer]]:

@@ -32,7 +32,7 @@ from typing import Any
 from ..bundle import ModelEntry, read_manifest, verify_files
 from ..errors import BundleError, EdgebertError
 from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
-from .fidelity import CHECK_BUDGETS, OUTPUT, FidelityTracker, answer_spans
+from .fidelity import CHECK_BUDGETS, METRICS, OUTPUT, FidelityTracker, answer_spans
 from .answer import QA_TASK
 from .hostcpu import PRECISION_OPTION, detect_host
 from .int8_choice import choose_openvino
@@ -172,8 +172,9 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     accuracy = choice.entry.get_extra("accuracy") or {}
     report.export_fidelity = {**{k: v for k, v in accuracy.items() if k in ("metric", "mean", "min", "n", "loss")},
                               "source": (accuracy.get("held_out") or {}).get("source")} if accuracy else None
-    # a qa bundle's export gate counted SQuAD F1 against gold answers: another metric than this check's
-    exported = accuracy.get("max_accuracy_loss") if task != QA_TASK else None
+    # the export's budget, where its gate measured this check's metric (older qa bundles: SQuAD F1 vs gold)
+    same_metric = accuracy.get("metric") == METRICS.get(task)
+    exported = accuracy.get("max_accuracy_loss") if same_metric else None
     budget = max_accuracy_loss if max_accuracy_loss is not None else exported
     report.budget = float(budget if budget is not None else CHECK_BUDGETS[task])
     try:
@@ -194,8 +195,22 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         report.reason = f"PASS: INT8 graph {choice.target!r} follows fp32 on {where} ({summary})"
     else:
         report.reason = (f"FAIL: INT8 graph {choice.target!r} drifts from fp32 on {where} ({summary}); "
-                         "re-export with a larger --calib text or --target portable, or serve fp32 here")
+                         + drift_advice(str(choice.target), accuracy, manifest.get_extra("default_precision")))
     return report
+
+
+def drift_advice(target: str, accuracy: dict[str, Any], default_precision: dict | None) -> str:
+    """What to do about an INT8 graph that misses its budget here, for the graph it is: a target other
+    than ``portable`` may be replaced by the portable one; the portable graph is already the most
+    accurate recipe, so only fp32, more calibration data or a larger budget are left."""
+    serve = ("the bundle already loads fp32 by default (its export's gate missed too)" if default_precision
+             else 'serve fp32 here (precision="fp32")')
+    if accuracy.get("within_budget") is False and not default_precision:
+        serve += "; the export's gate missed its budget too"
+    if target != "portable":
+        return f"{serve}, or re-export with --target portable"
+    return (f"{serve}; or re-export with more calibration data (--calib, --calib-size), or accept more loss "
+            "(--max-accuracy-loss)")
 
 
 def _measure(fp32, int8, task: str, texts: list) -> tuple[Any, dict[str, Any]]:

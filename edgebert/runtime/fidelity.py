@@ -11,8 +11,7 @@ Metrics per task, each against the reference's own outputs:
 * ``qa``:    overlap F1 of each question's answer with the reference's answer, on character offsets into
   the context (1 for the same span, 0 for disjoint ones; two empty answers agree), the answers as
   ``EdgeSession.answer`` gives them;                                              loss = 1 - mean.
-  (The export's INT8 gate measures SQuAD F1 against the gold answers instead, in F1 points: that needs
-  gold answers and torchmetrics, which a device need not have.)
+  The export's INT8 gate measures this too, on held-out questions (``quantization.span_gate``).
 
 Agreement moves in steps of 1/n, too coarse to rank single graph nodes on a few dozen texts, so every
 comparison also yields a continuous ``distance``: 1 - cosine (embed), total-variation distance of the
@@ -45,9 +44,9 @@ TOKEN_TASKS = ("mlm", "token-cls")      # scored per token: the result also coun
 # real tokens, half the sentence-label budget: one flipped token can split, cut or invent an entity, and
 # CoNLL-2003 has about one entity per 8 words (see TOKEN_CLS_BUDGET_NOTE).
 DEFAULT_BUDGETS = {"embed": 0.005, "cls": 0.01, "mlm": 0.02, "token-cls": 0.005}
-# ``edgebert check`` of a qa bundle (the export gates qa in SQuAD F1 against gold answers instead:
-# quantization.config.GATE_BUDGETS): the mean overlap F1 of the INT8 answers with fp32's may fall 0.02
-# (a flipped answer costs 1/n, a boundary moved by a word a fraction of that)
+# qa, in the export's gate and in ``edgebert check``: the mean overlap F1 of the INT8 answers with fp32's
+# may fall 0.02 (a flipped answer costs 1/n: about one of the 62 built-in questions, a boundary moved by a
+# word a fraction of that)
 CHECK_BUDGETS = {**DEFAULT_BUDGETS, "qa": 0.02}
 
 
