@@ -1,17 +1,12 @@
-"""Graph passes that make the fused CPU graph faster on onnxruntime's CPU provider (issue 26), each kept
-only where it was measured to pay (benchmarks/results/cpu_passes.md).
+"""Graph passes that make the fused CPU graph faster on onnxruntime's CPU provider, each kept only where it
+was measured to pay (the figures: benchmarks/results/int8_targets/decisions.md, "The CPU graph pass").
 
 ``unfuse_skip_layernorm``: ``SkipLayerNormalization`` becomes ``Add`` (+ bias ``Add``) +
-``LayerNormalization`` (opset 17), the same arithmetic. onnxruntime 1.31's CPU SkipLayerNormalization
-kernel takes 168 us on a 1 x 128 x 384 tensor where the three standard ops take 58 us
-(``benchmarks/archive/skip_layernorm_cpu.py``); on all-MiniLM-L6-v2 at 1 x 128 the pass makes the default INT8
-graph 0.88x and the fp32 graph 0.94x as slow (AMD EPYC Zen 4, AVX-512 VNNI, 2 threads), and onnxruntime's
-own level-2 optimizer does not fuse it back. It runs after the fusion gate (which checks the optimizer's
-SkipLayerNormalization count) and keeps every tensor name the rest of the graph reads.
-
-Tried and dropped: ``Attention`` split into three MatMuls + ``MultiHeadAttention`` (the projections then
-quantize as ``MatMulIntegerToFloat`` and the outlier split reaches them: INT8 cosine min 0.9945 instead of
-0.990, but 1.17x as slow: the attention core costs the same ~320 us a layer in either op).
+``LayerNormalization`` (opset 17), the same arithmetic: onnxruntime's CPU SkipLayerNormalization kernel is
+slower than the three standard ops, and its level-2 optimizer does not fuse them back. It runs after the
+fusion gate (which checks the optimizer's SkipLayerNormalization count) and keeps every tensor name the rest
+of the graph reads. (Splitting ``Attention`` into MatMuls + ``MultiHeadAttention`` was tried and dropped:
+more accurate INT8, but slower.)
 """
 
 from __future__ import annotations

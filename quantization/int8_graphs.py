@@ -32,7 +32,7 @@ from .static import STATIC_REQUIREMENTS, StaticQdqInt8Quantizer
 from .targets import Int8Recipe
 
 Say = Callable[..., None]
-# Question answering (the rule): INT8 may cost at most the budget in F1, else the bundle says so and
+# Question answering: INT8 may cost at most the budget in F1, else the bundle says so and
 # keeps fp32 as its default. Its search keeps at most a quarter of the quantizable nodes float (a graph
 # mostly float is not worth shipping as INT8); a miss beyond that marks the graph instead of failing the export.
 MAY_MISS, FLOAT_SHARE = ("qa",), 4

@@ -1,19 +1,16 @@
 """The ``openvino`` INT8 target: the traced graph as an OpenVINO IR model, quantized by NNCF on edgebert's
-calibration text, for apps that run OpenVINO (issue 26). Not picked by default: on both VNNI CPUs measured
-(a Zen 4 EPYC, an AMX Xeon) it ran no faster than the ``x86-vnni`` onnxruntime graph at 1 x 128 and slower
-on short texts (``runtime.int8_choice.OPENVINO_SLOWER``).
+calibration text, for apps that run OpenVINO. Not picked by default: on the VNNI CPUs measured it ran no
+faster than the ``x86-vnni`` onnxruntime graph and slower on short texts (``runtime.int8_choice.OPENVINO_SLOWER``).
 
-Recipe (measured on all-MiniLM-L6-v2, 400 SST-2 / WikiText-2 texts, cosine of mean-pooled embeddings
-against transformers fp32, on the Zen 4 EPYC; benchmarks/archive/results/openvino_recipes_x86-vnni.md):
+Recipe (the measurements that chose it: benchmarks/results/int8_targets/decisions.md):
 
 * NNCF's transformer preset (``ModelType.TRANSFORMER``: SmoothQuant, INT8 attention matmuls, fast bias
-  correction) on every weight MatMul gives mean 0.99724 but **min 0.967**: one short text breaks;
+  correction) on every weight MatMul breaks a few short texts;
 * the break comes from the FFN output projections (their input is the GELU output, whose few outlier
-  channels set one per-tensor scale): leaving each of them out of static INT8 raises the minimum
-  (layer 0 alone: 0.975; all six float: 0.9912, at the price of six fp32 GEMMs);
+  channels set one per-tensor scale);
 * so those projections get INT8 **weights** only (``nncf.compress_weights``) and OpenVINO quantizes their
   activations per token, in groups of ``DYNAMIC_GROUP`` channels, at run time (the graph carries
-  ``DYNAMIC_QUANTIZATION_GROUP_SIZE`` in its ``runtime_options``): mean 0.99761, min 0.9812.
+  ``DYNAMIC_QUANTIZATION_GROUP_SIZE`` in its ``runtime_options``).
 
 ``OpenVinoInt8Quantizer`` follows the gate's ``Quantizer`` protocol (``candidates`` / ``quantize``), so
 ``quantization.accuracy.quantize_with_guard`` measures it on held-out text and keeps more layers out of

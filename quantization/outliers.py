@@ -2,9 +2,8 @@
 
 Why: dynamic INT8 quantizes each MatMul's activation per tensor, per call (one uint8 scale for the
 whole ``(batch, seq, hidden)`` tensor). BERT's LayerNorm and GELU outputs carry a handful of outlier
-channels (on all-MiniLM-L6-v2: max |x| 25-30 where the median channel's is ~1.8), so one scale for
-all channels wastes most of the 8 bits on them. That, not the weights, is the INT8 error: weights-only
-INT8 gives cosine 0.9995, activations included 0.992 (measured, benchmarks/export_minilm.py).
+channels (tens of times the median channel's range), so one scale for all channels wastes most of the
+8 bits on them. That, not the weights, is the INT8 error (measured: benchmarks/results/int8_targets/decisions.md).
 
 What (LLM.int8()-style decomposition, done in the graph): for a weight MatMul ``y = x @ W`` whose
 input channels ``o`` have calibration |max| > ``ratio`` x the median channel's::

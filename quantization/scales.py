@@ -3,7 +3,7 @@
 ``quantize_dynamic`` quantizes every INT8 input with ``DynamicQuantizeLinear``: one uint8 scale per
 tensor *per call*, from that call's min and max over the whole ``(batch, seq, hidden)`` tensor. So a
 text's output depends on its batch-mates (a long paragraph in the batch widens the scale of every
-row; 1 - cos up to 0.02 measured on all-MiniLM-L6-v2, issue 9). Here each ``DynamicQuantizeLinear``
+row: measured in benchmarks/results/int8_targets/decisions.md). Here each ``DynamicQuantizeLinear``
 becomes a ``QuantizeLinear`` with a scale and zero point fixed from calibration text (min/max over
 the channels that stay INT8, real tokens only, the same formula as DynamicQuantizeLinear), and each
 ``MatMulInteger -> Cast -> Mul(scale_x * scale_w)`` chain becomes one ``MatMulIntegerToFloat``. Every

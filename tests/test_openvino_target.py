@@ -5,6 +5,7 @@ was measured faster: none yet); without openvino the bundle's onnxruntime graph 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def test_session_picks_the_openvino_graph_by_default_only_where_it_was_measured_
     note = next(n for n in default.provider_notes if "not picked by default" in n)
     assert "int8_target='openvino'" in note
     if detect_host().kind == "x86-vnni":
-        assert "7.98 vs 7.93 ms" in note           # the figures that decided it
+        assert "no faster than the x86-vnni onnxruntime graph" in note      # the reason, without figures
+        assert not re.search(r"\d\.\d|\bms\b|texts/s", note)     # figures live in benchmarks/results
     # a kind listed as faster gets it by default, when the export measured it on that kind
     import edgebert.runtime.int8_choice as int8_choice
 
@@ -108,9 +110,9 @@ def test_without_openvino_or_on_another_cpu_kind_the_onnxruntime_graph_runs(ov_b
     manifest = read_manifest(ov_bundle)
     choice, why = choose_openvino(manifest, _other_kind_host())
     assert choice is None and "int8_target='openvino'" in why
-    # never by default on an AVX2 CPU (OpenVINO's INT8 measured 1.8x slower than onnxruntime's there) ...
+    # never by default on an AVX2 CPU (OpenVINO's INT8 measured slower than onnxruntime's there) ...
     avx2 = HostCpu("x86_64", {"avx2": True}, "x86-avx2", "saturating", True)
-    assert choose_openvino(manifest, avx2)[0] is None and "1.8x slower" in choose_openvino(manifest, avx2)[1]
+    assert choose_openvino(manifest, avx2)[0] is None and "ran slower than onnxruntime's" in choose_openvino(manifest, avx2)[1]
     # ... nor, on a kind listed as faster, when the export measured it on another kind
     import edgebert.runtime.int8_choice as int8_choice
 
@@ -210,7 +212,7 @@ def test_the_export_summary_describes_the_openvino_graph(ov_bundle):
     assert "(target openvino): OpenVINO IR by nncf" in line and "static INT8 + 2 weight-only MatMul(s)" in line
     assert "FakeQuantize=" in line and "cosine mean 0.99" in line and "on 200 held-out texts" in line
     assert "U8S8" not in line                   # onnxruntime's kernels: not what runs an OpenVINO graph
-    portable = next(ln for ln in lines if "model.int8.onnx" in ln)
+    portable = next(ln for ln in lines if "model_quantized.onnx" in ln)
     assert "(target portable): int8 weights [-64, 64] (7-bit), calibrated scales" in portable
 
 

@@ -38,7 +38,7 @@ METRICS = {"embed": "cosine", "cls": "label_agreement", "mlm": "top1_agreement",
 OUTPUT = {"embed": "last_hidden_state", "cls": "logits", "mlm": "logits", "token-cls": "logits"}
 TOKEN_TASKS = ("mlm", "token-cls")      # scored per token: the result also counts the tokens
 # The accuracy gate's default budget per task, in the metric's loss units (1 - mean). Embeddings:
-# a mean cosine of 0.995 keeps nearest-neighbour rankings (issue 9's target). Labels: at most 1 in
+# a mean cosine of 0.995 keeps nearest-neighbour rankings. Labels: at most 1 in
 # 100 classifications may flip. MLM: top-1 over every token, 2 in 100 (top-1 among near-ties flips
 # more easily than a sentence label, and MLM bundles are rarely the product). Token labels (NER): 1 in 200
 # real tokens, half the sentence-label budget: one flipped token can split, cut or invent an entity, and

@@ -14,9 +14,9 @@ Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_
 
 An ``openvino`` graph (``export --target openvino``: an OpenVINO IR, run by ``openvino_graph``) is loaded
 when asked for (``int8_target="openvino"``, on any host; ``edgebert check`` measures it there). By default
-it comes first only on the CPU kinds in ``OPENVINO_DEFAULT_ON`` (none at present: on both VNNI CPUs
-measured, a Zen 4 EPYC and an AMX Xeon, it ran no faster than the bundle's ``x86-vnni`` onnxruntime graph
-at batch 1 and less accurately), where ``openvino`` is installed and the CPU is of the kind its export
+it comes first only on the CPU kinds in ``OPENVINO_DEFAULT_ON`` (none at present: on the VNNI CPUs
+measured it ran no faster than the bundle's ``x86-vnni`` onnxruntime graph at batch 1 and less accurately),
+where ``openvino`` is installed and the CPU is of the kind its export
 measured it on (``choose_openvino``); elsewhere the rules above pick an onnxruntime graph and say why the
 OpenVINO one was passed over. ``int8_target`` naming an onnxruntime target never loads it.
 """
@@ -109,14 +109,12 @@ def _exact_host_why(entry: ModelEntry, own: tuple[str, ...], n_graphs: int) -> s
 
 
 # CPU kinds where the bundle's OpenVINO graph is picked by default: where it was measured faster than the
-# bundle's onnxruntime graphs (benchmarks/cpu_peers.py). None so far; why not, per kind:
+# bundle's onnxruntime graphs. None so far; why not, per kind (the figures: benchmarks/results/int8_targets/decisions.md):
 OPENVINO_DEFAULT_ON: tuple[str, ...] = ()
-OPENVINO_SLOWER = {kind: "OpenVINO's INT8 ran 1.8x slower than onnxruntime's on an AVX2-only EPYC (Zen 3: 35.5 vs "
-                         "19.6 ms at 1 x 128, issue 26)" for kind in ("x86-avx2", "x86-avx512")}
-OPENVINO_SLOWER["x86-vnni"] = (
-    "on the VNNI CPUs measured it was no faster than the x86-vnni onnxruntime graph at 1 x 128, slower on short "
-    "texts and less accurate (Zen 4 EPYC: 7.65 vs 7.46 ms, 166 vs 274 texts/s; Xeon with AMX: 7.98 vs 7.93 ms, "
-    "242 vs 263 texts/s; worst-text cosine 0.983 vs 0.991)")
+OPENVINO_SLOWER = {kind: "OpenVINO's INT8 ran slower than onnxruntime's on an AVX2-only CPU"
+                   for kind in ("x86-avx2", "x86-avx512")}
+OPENVINO_SLOWER["x86-vnni"] = ("on the VNNI CPUs measured it was no faster than the x86-vnni onnxruntime graph, "
+                               "slower on short texts and less accurate")
 
 
 def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None) -> tuple[GraphChoice | None, str]:
