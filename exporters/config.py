@@ -60,6 +60,7 @@ class ExportConfig:
     int8_mode: str = "dynamic"                 # dynamic: CPU integer-op graphs per target | static: QDQ (TensorRT)
     int8_targets: tuple[str, ...] = ("portable",)   # quantization.targets; the first is the default graph
     per_channel: bool | None = None            # None: the target recipe's (per-channel)
+    int8_embedding_tables: bool | None = None  # None: the recipe's (int8 per row); False: tables stay fp32
     quantize_attention: bool = True            # dynamic: Attention -> QAttention
     calib: Path | None = None                  # None: the built-in English text
     calib_size: int = 256
@@ -130,7 +131,7 @@ class ExportConfig:
                           op_types=op_types, calib=self.calib, calib_size=self.calib_size, gate_size=self.gate_size,
                           gate_data=self.gate_data,
                           max_accuracy_loss=self.max_accuracy_loss, outlier_ratio=self.outlier_ratio,
-                          activation_scales=self.activation_scales)
+                          activation_scales=self.activation_scales, embedding_tables=self.int8_embedding_tables)
         if max_len is not None and qcfg.calib_seq_len > max_len:
             qcfg = qcfg.replace(calib_seq_len=max_len)
         return qcfg

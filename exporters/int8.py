@@ -84,5 +84,6 @@ def _entry(graph: Int8Graph, check: GraphValidator) -> dict:
              "accuracy": accuracy, "batch_invariance": graph.batch_invariance, "validation": validation}
     check.say(f"INT8 {graph.target} done", op_counts=quant["op_counts"],
               accuracy={k: v for k, v in accuracy.items() if k in SUMMARY},
-              excluded=quant["excluded_nodes"], batch_invariance=graph.batch_invariance["max_1_minus_cos"])
+              excluded=quant["excluded_nodes"], batch_invariance=graph.batch_invariance["max_1_minus_cos"],
+              embedding_tables={k: t["dtype"] for k, t in (quant.get("embedding_tables") or {}).items()})
     return entry

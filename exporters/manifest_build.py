@@ -54,12 +54,12 @@ def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, max_len: int,
 
 
 def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:
-    """Hash every file in ``bundle_dir`` (except the manifest, logs and hidden files) into ``files``;
-    write the manifest atomically. Returns it with the hashes."""
-    files = {p.name: sha256_file(p) for p in sorted(Path(bundle_dir).iterdir())
-             if p.is_file() and p.name != MANIFEST_NAME and not p.name.endswith(".jsonl")
-             and not p.name.startswith(".")}
-    manifest = manifest.with_files(files)
+    """Hash every file in ``bundle_dir`` (except the manifest, logs and hidden files) into ``files``, its
+    size into ``sizes`` (an archive is extracted at these sizes); write the manifest atomically. Returns
+    it with the hashes."""
+    paths = [p for p in sorted(Path(bundle_dir).iterdir()) if p.is_file() and p.name != MANIFEST_NAME
+             and not p.name.endswith(".jsonl") and not p.name.startswith(".")]
+    manifest = manifest.with_files({p.name: sha256_file(p) for p in paths}, {p.name: p.stat().st_size for p in paths})
     write_json(Path(bundle_dir) / MANIFEST_NAME, manifest.to_dict())
     return manifest
 

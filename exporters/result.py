@@ -71,6 +71,7 @@ def _int8_line(q: ModelEntry) -> str:
             + f" (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
     if quant.get("excluded_nodes"):
         line += f"; kept float: {len(quant['excluded_nodes'])} of {quant.get('candidate_nodes')} node(s)"
+    line += _tables_text(quant.get("embedding_tables") or {})
     split = quant.get("outlier_split") or {}
     if split.get("channels"):
         line += f"; {split['channels']} outlier channel(s) float in {split['nodes']} MatMul(s)"
@@ -78,6 +79,14 @@ def _int8_line(q: ModelEntry) -> str:
     if q.engine == "onnxruntime" and q.needs_exact_u8s8:
         line += "; needs exact U8S8 (VNNI/ARM64, elsewhere the runtime sets session.x64quantprecision=1)"
     return line
+
+
+def _tables_text(tables: dict[str, dict]) -> str:
+    """Which embedding tables the graph stores int8 and which stay fp32, with why."""
+    int8 = [name for name, t in tables.items() if t.get("dtype") == "int8"]
+    fp32 = [f"{name} ({t.get('why', '')})" for name, t in tables.items() if t.get("dtype") != "int8"]
+    parts = ([f"int8 per row: {', '.join(int8)}"] if int8 else []) + ([f"fp32: {'; '.join(fp32)}"] if fp32 else [])
+    return f"; embedding tables {', '.join(parts)}" if parts else ""
 
 
 def _recipe_text(q: ModelEntry) -> str:

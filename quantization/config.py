@@ -56,6 +56,7 @@ class Int8Config:
     calib_seq_len: int = 128                     # truncation length (static: also the fixed padding)
     calibrate_method: str = "minmax"             # static QDQ only
     max_accuracy_loss: float | None = None       # None: GATE_BUDGETS[task]
+    embedding_tables: bool | None = None         # None: the recipe's (int8 tables); False: tables fp32
     sensitivity_size: int = 64                   # texts used to rank nodes by sensitivity
     outlier_ratio: float | None = None           # None: the recipe's; 0: no outlier split
     activation_scales: str | None = None         # None: the recipe's (calibrated); or per-call
@@ -117,7 +118,8 @@ class Int8Config:
         recipes, notes = resolve_targets(self.targets)
         overrides = {k: v for k, v in (("per_channel", self.per_channel), ("op_types", self.op_types),
                                        ("outlier_ratio", self.outlier_ratio),
-                                       ("activation_scales", self.activation_scales)) if v is not None}
+                                       ("activation_scales", self.activation_scales),
+                                       ("embedding_tables", self.embedding_tables)) if v is not None}
         return [r.replace(**overrides) for r in recipes], notes
 
     @property

@@ -7,6 +7,8 @@ SkipLayerNormalization ...) with ONNX shape inference; ``DefaultTensorType=FLOAT
 float. ``MatMulConstBOnly`` keeps activation x activation MatMuls float (a fused graph has none).
 ``Attention`` in the op types turns the fused attention into ``QAttention``. On a graph whose
 outlier channels were split off (``quantization.outliers``) the float outlier MatMuls stay float.
+The embedding tables become int8 looked up per token (``quantization.embedding_tables``): each table is
+one more candidate of the accuracy gate, named ``<EmbedLayerNormalization node>/<table>``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from .activations import ChannelStats
 from edgebert.files.atomic import work_dir
 from edgebert.graph.ops import quiet_logging, weight_nodes
+from .embedding_tables import GATE_KEPT, RECIPE_OFF, quantize_tables, table_plan
 from .outliers import float_only_nodes
 from .scales import freeze_activation_scales
 from .targets import Int8Recipe
@@ -44,23 +47,31 @@ class DynamicInt8Quantizer:
         self.stats = stats
         self.plan = plan or {}
         self.float_only = float_only_nodes(self.source)
+        self.tables = [t.candidate for t in table_plan(self.source)[0]] if recipe.embedding_tables else []
+        self.tables_fp32_why = GATE_KEPT if recipe.embedding_tables else RECIPE_OFF
         self.last_scales: dict | None = None
+        self.last_tables: dict | None = None
 
     def candidates(self) -> list[str]:
         """Nodes this quantizer turns into INT8 (weight-bearing nodes of the op types), under the names
         ``nodes_to_exclude`` understands: the quantizer first rewrites every Gemm (the pooler) into
-        ``<name>_MatMul`` + Add and quantizes that MatMul too."""
+        ``<name>_MatMul`` + Add and quantizes that MatMul too. Then the embedding tables."""
         names = [n for n in weight_nodes(self.source, self.op_types) if n not in self.float_only]
         if "MatMul" in self.op_types:
             names += [f"{name}_MatMul" for name in weight_nodes(self.source, ("Gemm",))]
-        return names
+        return names + self.tables
 
     def quantize(self, out_path: str | Path, exclude: list[str] | tuple[str, ...] = (),
                  only: str | None = None) -> Path:
         r = self.recipe
         out_path = Path(out_path)
+        tables = [t for t in self.tables if t not in exclude and only in (None, t)]
         with work_dir("q") as tmp:
-            per_call = out_path if r.activation_scales == "per-call" else Path(tmp) / "per_call.onnx"
+            nodes = Path(tmp) / "nodes.onnx"
+            if only in self.tables:          # that table alone: no node quantized
+                self.last_tables = quantize_tables(self.source, out_path, tables, self.tables_fp32_why)
+                return out_path
+            per_call = nodes if r.activation_scales == "per-call" else Path(tmp) / "per_call.onnx"
             with quiet_logging():
                 quantize_dynamic(
                     str(self.source), str(per_call),
@@ -69,11 +80,12 @@ class DynamicInt8Quantizer:
                     reduce_range=r.reduce_range,
                     weight_type=QuantType.QInt8 if r.weight_type == "int8" else QuantType.QUInt8,
                     nodes_to_quantize=[only] if only else None,
-                    nodes_to_exclude=[*exclude, *self.float_only],
+                    nodes_to_exclude=[n for n in (*exclude, *self.float_only) if n not in self.tables],
                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True},
                 )
             if r.activation_scales == "calibrated":
-                self.last_scales = freeze_activation_scales(per_call, out_path, self.stats, self.plan)
+                self.last_scales = freeze_activation_scales(per_call, nodes, self.stats, self.plan)
+            self.last_tables = quantize_tables(nodes, out_path, tables, self.tables_fp32_why)
         return out_path
 
     def describe(self) -> dict:
@@ -86,4 +98,5 @@ class DynamicInt8Quantizer:
                 "activation_scales": r.activation_scales + (" (fixed from calibration text: batch-invariant)"
                                                             if r.activation_scales == "calibrated" else
                                                             " (from each call's min/max: batch-dependent)"),
-                "op_types": list(self.op_types)}
+                "op_types": list(self.op_types),
+                "embedding_tables": self.last_tables}

@@ -126,7 +126,7 @@ def test_int8_dynamic_quantizes_every_matmul_and_attention(embed_bundle):
     assert counts.get("MatMul", 0) == q["outlier_split"].get("nodes", 0)   # float: only the outlier columns
     assert q["op_counts"] == counts and q["mode"] == "dynamic" and q["per_channel"] is True
     assert q["target"] == "portable" and q["reduce_range"] is True and q["weight_type"] == "int8"
-    assert q["quantized_nodes"] == q["candidate_nodes"] == 4 * LAYERS + 1          # + the pooler
+    assert q["quantized_nodes"] == q["candidate_nodes"] == 4 * LAYERS + 1 + 2      # + the pooler, 2 tables
     assert q["calibrated_scales"] == {"tensors": 4 * LAYERS + 1, "fused_matmuls": 3 * LAYERS + 1}
     entry = manifest["models"]["int8"]
     assert entry["precision"] == "int8" and entry["target"] == "portable"

@@ -325,11 +325,12 @@ class Manifest(_JsonView):
         }
         return cls.from_dict(value)
 
-    def with_files(self, files: dict[str, str]) -> "Manifest":
-        """The same manifest with ``files`` (name -> sha256) replaced."""
+    def with_files(self, files: dict[str, str], sizes: dict[str, int] | None = None) -> "Manifest":
+        """The same manifest with ``files`` (name -> sha256) and ``sizes`` (name -> bytes) replaced."""
         value = self.to_dict()
         value.pop("files", None)
-        return Manifest.from_dict({**value, "files": dict(files)})
+        value.pop("sizes", None)
+        return Manifest.from_dict({**value, "files": dict(files), **({"sizes": dict(sizes)} if sizes else {})})
 
     def to_json(self) -> str:
         return json.dumps(self._json, indent=2) + "\n"
@@ -359,6 +360,12 @@ class Manifest(_JsonView):
         """The files the entries name: graphs, an OpenVINO graph's weights, the tokenizer (each must be hashed)."""
         return [*(m.file for m in self.models.values()), *(m.weights for m in self.models.values() if m.weights),
                 self.tokenizer.file]
+
+    @property
+    def file_sizes(self) -> dict[str, int]:
+        """``{name: bytes}`` of the hashed files, as exported (empty for bundles exported before sizes were
+        recorded): an archive's members are extracted at these sizes, never more."""
+        return dict(self._json.get("sizes") or {})
 
     def file_names(self) -> list[str]:
         """Every file the manifest names: ``named_files`` and the hashed files."""
@@ -409,6 +416,10 @@ def _problem(manifest: dict[str, Any]) -> str | None:
     files = manifest["files"]
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         return "files must map file names to sha256 strings"
+    sizes = manifest.get("sizes")
+    if sizes is not None and not (isinstance(sizes, dict) and all(isinstance(k, str) and _is_int(v, 0)
+                                                                  for k, v in sizes.items())):
+        return "sizes must map file names to byte counts"
     labels = manifest.get("labels")
     if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
                                    and sorted(labels, key=str) == sorted(map(str, range(len(labels))), key=str)):

@@ -103,11 +103,17 @@ def _archive_output(archive: Path | None, out: Path, overwrite: bool):
     """The ``--archive`` file as an output (``files.outfiles``), checked before the export runs."""
     if archive is None:
         return None
-    from edgebert.errors import ConfigError
+    from edgebert.errors import ConfigError, OutputError
     from edgebert.files.outfiles import OutputFile
-    from edgebert.runtime.archive import check_archive_name, is_bundle_archive
+    from edgebert.runtime.archive import check_archive_name, foreign_archive
 
     check_archive_name(archive)
     if archive.resolve().is_relative_to(out.resolve()):
         raise ConfigError(f"--archive {archive} is inside --out {out}", "write the archive beside the bundle folder")
-    return OutputFile(archive, "export", ours=is_bundle_archive, overwrite=overwrite, what="--archive")
+    if archive.is_file() and not archive.is_symlink() and archive.stat().st_size:
+        what = foreign_archive(archive)      # only exactly what `export --archive` writes is ours
+        if what is not None:
+            raise OutputError(f"--archive {archive} already exists and was not written by `edgebert export "
+                              f"--archive`: it is {what}", "name a new file; edgebert never replaces a file it "
+                                                           "did not write")
+    return OutputFile(archive, "export", ours=lambda _: True, overwrite=overwrite, what="--archive")

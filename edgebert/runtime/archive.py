@@ -1,47 +1,44 @@
 """A bundle as one file: ``.tar.gz`` / ``.tgz`` / ``.zip`` archives, written by ``edgebert export --archive``
 and opened by ``EdgeSession``, ``edgebert check`` / ``bench`` / ``info`` like a bundle folder.
 
-``write_archive`` packs a bundle folder's files under one top folder (regular files only, modes
-0644, no owner names), written atomically. ``bundle_folder(path)`` gives a folder back: a folder as
-it is, an archive extracted once into the cache (``$EDGEBERT_CACHE/bundles``, default
-``~/.cache/edgebert/bundles``) under a name made of the archive's sha256, so one archive is extracted
-once however often it is opened, and a changed archive gets a new folder.
+``write_archive`` packs the manifest and the files it names under one top folder (regular files only,
+modes 0644, no owner names) and stamps the archive (the tar's pax ``comment``, the zip's comment: the
+format, the top folder, the manifest's sha256). ``foreign_archive`` says whether a file is exactly such
+an archive, so ``export --archive --overwrite`` replaces only its own output: a user's archive holding
+some other ``manifest.json`` is never taken for it.
 
-Extraction is safe and atomic: every member must be a regular file or a folder (a symlink, hard link,
-device or FIFO is refused, naming it), its name relative and inside the archive (no ``..``, no
-absolute path, no NUL), no name twice, the total size below ``MAX_BYTES``; the members are written into
-a temp folder beside the cache entry, which is renamed into place only when complete (a process that
-loses the race uses the winner's folder). The bundle's own sha256 checks then run on the extracted
-files as on any folder. Every problem is a one-line ``BundleError``. Stdlib only.
+``bundle_folder(path)`` gives a folder back: a folder as it is, an archive extracted into the cache
+(``$EDGEBERT_CACHE/bundles``; unset or empty: ``~/.cache/edgebert/bundles``) under a name made of its
+sha256. The archive is hashed and read through one open file (``archive_read``), so the entry named
+after A's digest can only ever hold A's files. An entry is used again only while it holds exactly the
+archive's manifest, every file that manifest names at its size and sha256, and a record of the
+archive's full digest; anything else (a file lost or changed, another bundle put there, an entry of an
+older edgebert) is extracted again from the archive. Extraction writes into a temp folder beside the
+entry, published by rename when complete (a process that loses the race uses the winner's entry).
+Every problem is a one-line ``BundleError``. Stdlib only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import shutil
-import stat
 import tarfile
 import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import IO, Iterator
 
-from ..bundle import MANIFEST_NAME
+from ..bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from ..errors import BundleError, ConfigError
-from ..files.atomic import current_umask, remove_stale_temps, sha256_file, temp_prefix
+from ..files.atomic import current_umask, remove_path, remove_stale_temps, temp_prefix
+from .archive_read import ARCHIVE_SUFFIXES, LABELS, MAX_BYTES, STAMP_FORMAT, ArchiveFile, archive_kind
 
-__all__ = ["ARCHIVE_SUFFIXES", "MAX_BYTES", "archive_kind", "is_bundle_archive", "write_archive", "bundle_folder",
-           "extract_archive"]
+__all__ = ["ARCHIVE_SUFFIXES", "MAX_BYTES", "RECORD_NAME", "archive_kind", "check_archive_name", "write_archive",
+           "foreign_archive", "is_bundle_archive", "cache_root", "bundle_folder", "extract_archive"]
 
-ARCHIVE_SUFFIXES = {".tar.gz": "tar", ".tgz": "tar", ".zip": "zip"}
-MAX_BYTES = 64 << 30       # more than any BERT bundle; an archive that unpacks to more is refused (a zip bomb)
-_CHUNK = 1 << 20
-
-
-def archive_kind(path: str | os.PathLike) -> str | None:
-    """``tar`` / ``zip`` by the file name's suffix, None for anything else."""
-    name = Path(path).name.lower()
-    return next((kind for suffix, kind in ARCHIVE_SUFFIXES.items() if name.endswith(suffix)), None)
+RECORD_NAME = ".edgebert-archive.json"     # in a cache entry: the full sha256 of the archive it came from
 
 
 def _stem(path: Path) -> str:
@@ -62,39 +59,107 @@ def check_archive_name(path: str | os.PathLike) -> str:
 
 # --------------------------------------------------------------------------- writing
 def write_archive(bundle_dir: str | os.PathLike, target: str | os.PathLike, name: str | None = None) -> list[str]:
-    """Pack the regular files of ``bundle_dir`` (hidden files aside) into ``target``, an archive of the
-    kind its ``name`` (default: ``target``'s own) says, its files under one folder named after it
-    (``minilm.tar.gz``: ``minilm/``). The caller makes ``target`` safe to write (``files.outfiles``:
-    a temp file published when complete). Returns the packed names."""
+    """Pack ``bundle_dir``'s manifest and the files it names into ``target``, an archive of the kind its
+    ``name`` (default: ``target``'s own) says, under one folder named after it (``minilm.tar.gz``:
+    ``minilm/``), stamped. A manifest without ``sizes`` (an older export) gets them in the archive. The
+    caller makes ``target`` safe to write (``files.outfiles``). Returns the packed names."""
     bundle_dir, target = Path(bundle_dir), Path(target)
     kind = check_archive_name(name or target.name)
     top = _stem(Path(name or target.name))
-    files = sorted(p for p in bundle_dir.iterdir() if p.is_file() and not p.is_symlink() and not p.name.startswith("."))
+    manifest = read_manifest(bundle_dir)
+    names = sorted(dict.fromkeys(manifest.file_names()))
+    paths = {n: bundle_dir / n for n in names}
+    missing = [n for n, p in paths.items() if not p.is_file()]
+    if missing:
+        raise BundleError(f"{bundle_dir / missing[0]} is missing", "the bundle is incomplete; re-export it")
+    value = manifest.to_dict()
+    if not manifest.file_sizes:
+        value["sizes"] = {n: paths[n].stat().st_size for n in manifest.files}
+    manifest_bytes = (json.dumps(value, indent=2) + "\n").encode() if value != manifest.to_dict() \
+        else (bundle_dir / MANIFEST_NAME).read_bytes()
+    stamp = json.dumps({"format": STAMP_FORMAT, "version": 1, "top": top,
+                        "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest()})
+    mtime = (bundle_dir / MANIFEST_NAME).stat().st_mtime
     if kind == "tar":
-        with tarfile.open(target, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-            for path in files:
-                info = tar.gettarinfo(str(path), f"{top}/{path.name}")
-                info.mode, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, "", ""
+        with tarfile.open(target, "w:gz", format=tarfile.PAX_FORMAT, pax_headers={"comment": stamp}) as tar:
+            tar.addfile(_tar_info(f"{top}/{MANIFEST_NAME}", len(manifest_bytes), mtime), io.BytesIO(manifest_bytes))
+            for n, path in paths.items():
                 with open(path, "rb") as fh:
-                    tar.addfile(info, fh)
+                    tar.addfile(_tar_info(f"{top}/{n}", os.fstat(fh.fileno()).st_size, path.stat().st_mtime), fh)
     else:
         with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for path in files:
-                archive.write(path, f"{top}/{path.name}")
-    return [p.name for p in files]
+            info = zipfile.ZipInfo(f"{top}/{MANIFEST_NAME}", _zip_time(mtime))
+            info.external_attr, info.compress_type = 0o100644 << 16, zipfile.ZIP_DEFLATED
+            archive.writestr(info, manifest_bytes)
+            for n, path in paths.items():
+                archive.write(path, f"{top}/{n}")
+            archive.comment = stamp.encode()
+    return [MANIFEST_NAME, *names]
+
+
+def _tar_info(name: str, size: int, mtime: float) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, int(mtime), 0o644
+    info.uid, info.gid, info.uname, info.gname = 0, 0, "", ""
+    return info
+
+
+def _zip_time(mtime: float) -> tuple[int, ...]:
+    import time
+
+    return tuple(max(t, lo) for t, lo in zip(time.localtime(mtime)[:6], (1980, 1, 1, 0, 0, 0)))
+
+
+def foreign_archive(path: str | os.PathLike) -> str | None:
+    """None if ``path`` is exactly what ``write_archive`` writes (its stamp, one top folder holding only
+    files, the manifest the stamp names); else what it is, as a phrase for a refusal."""
+    path = Path(path)
+    label = LABELS.get(archive_kind(path) or "", "bundle")
+    try:
+        with ArchiveFile(path) as archive:
+            stamp = archive.stamp()
+            members = []
+            for member in archive.members():
+                members.append(member)
+            if stamp is None:
+                return f"a {label} archive without edgebert's stamp, holding {_some(members)}"
+            top = PurePosixPath(str(stamp.get("top") or "?"))
+            manifest = next((m for m in members if m.path == top / MANIFEST_NAME and not m.is_dir), None)
+            changed = f"a {label} archive with edgebert's stamp, changed since it was written"
+            if manifest is None or len(top.parts) != 1:
+                return f"{changed} (it holds no {top}/{MANIFEST_NAME})"
+            data = archive.read(manifest)
+            if hashlib.sha256(data).hexdigest() != stamp.get("manifest_sha256"):
+                return f"{changed} (another {MANIFEST_NAME})"
+            wanted = {manifest.path, *(top.joinpath(*PurePosixPath(n).parts) for n in archive.manifest(data).file_names())}
+            odd = [m for m in members if m.is_dir or m.path not in wanted]
+            if odd or len(members) != len(wanted):
+                return f"{changed} (it holds {_some(odd) if odd else 'fewer files than its manifest names'} beside the bundle)"
+    except BundleError as exc:
+        text = exc.message.removeprefix(str(path)).strip(" :").removeprefix("is ")
+        return text if text.startswith("not a") else f"not a bundle archive edgebert can read ({text})"
+    return None
 
 
 def is_bundle_archive(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is an archive holding a bundle manifest (what ``export --archive`` wrote)."""
-    try:
-        return any(PurePosixPath(name).name == MANIFEST_NAME for name, _, _ in _members(Path(path)))
-    except BundleError:
-        return False
+    """Whether ``path`` is an archive ``edgebert export --archive`` wrote (``foreign_archive``)."""
+    return foreign_archive(path) is None
+
+
+def _some(members: list) -> str:
+    """'3 entries, among them 'webapp/public/manifest.json'' (manifests named first: why it may look like a bundle)."""
+    if not members:
+        return "nothing"
+    named = sorted(members, key=lambda m: (m.path.name != MANIFEST_NAME, m.name))[:2]
+    count = f"{len(members)} entr{'y' if len(members) == 1 else 'ies'}"
+    return f"{count}, among them {', '.join(repr(m.name) for m in named)}"
 
 
 # --------------------------------------------------------------------------- reading
 def cache_root() -> Path:
-    return Path(os.environ.get("EDGEBERT_CACHE", Path.home() / ".cache" / "edgebert")) / "bundles"
+    """``$EDGEBERT_CACHE/bundles``; unset or empty: ``~/.cache/edgebert/bundles`` (never the current folder)."""
+    value = os.environ.get("EDGEBERT_CACHE", "").strip()
+    return Path(value or Path.home() / ".cache" / "edgebert") / "bundles"
 
 
 def bundle_folder(path: str | os.PathLike, cache: str | os.PathLike | None = None) -> Path:
@@ -110,125 +175,69 @@ def bundle_folder(path: str | os.PathLike, cache: str | os.PathLike | None = Non
 
 
 def extract_archive(archive: str | os.PathLike, cache: str | os.PathLike | None = None) -> Path:
-    """The bundle folder of ``archive``, extracted once into ``cache`` (see the module docstring)."""
+    """The bundle folder of ``archive``: its cache entry, checked, or extracted (see the module docstring)."""
     archive = Path(archive)
     root = Path(cache) if cache is not None else cache_root()
-    digest = sha256_file(archive)[:20]
-    target = root / f"{_stem(archive)}-{digest}"
-    if (target / MANIFEST_NAME).is_file() and not target.is_symlink():
-        return target
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        remove_stale_temps(root)
-        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=root))
-    except OSError as exc:
-        raise BundleError(f"cannot extract {archive} into {root} ({exc.strerror or exc})",
-                          "set EDGEBERT_CACHE to a folder you can write to") from exc
-    try:
-        folder = _unpack(archive, tmp)
-        os.chmod(folder, 0o777 & ~current_umask())
-        if target.is_dir() and not (target / MANIFEST_NAME).is_file() and not target.is_symlink():
-            shutil.rmtree(target)                        # a cache entry someone emptied: extract it again
+    with ArchiveFile(archive) as packed:
+        target = root / f"{_stem(archive)}-{packed.digest[:20]}"
+        first = packed.first_manifest()
+        if first is not None and _entry_holds(target, packed.digest, packed.read(first)):
+            return target
+        listing = packed.listing()
+        manifest_bytes = packed.read(listing.manifest)
         try:
-            os.rename(folder, target)
-        except OSError:
-            if not (target / MANIFEST_NAME).is_file():   # not another process's finished extraction
-                raise
-        return target
-    except OSError as exc:
-        raise BundleError(f"cannot extract {archive} into {root} ({exc.strerror or exc})",
-                          "free space there, or set EDGEBERT_CACHE to another folder") from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            root.mkdir(parents=True, exist_ok=True)
+            remove_stale_temps(root)
+            tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=".tmp", dir=root))
+        except OSError as exc:
+            raise BundleError(f"cannot extract {archive} into {root} ({exc.strerror or exc})",
+                              "set EDGEBERT_CACHE to a folder you can write to") from exc
+        try:
+            packed.extract(listing, manifest_bytes, tmp)
+            if not packed.unchanged():
+                raise BundleError(f"{archive} changed while it was being read", "open it again once it is complete")
+            (tmp / RECORD_NAME).write_text(json.dumps({"archive_sha256": packed.digest, "archive": str(archive)}))
+            os.chmod(tmp, 0o777 & ~current_umask())
+            _publish(tmp, target, lambda: _entry_holds(target, packed.digest, manifest_bytes))
+            return target
+        except OSError as exc:
+            raise BundleError(f"cannot extract {archive} into {root} ({exc.strerror or exc})",
+                              "free space there, or set EDGEBERT_CACHE to another folder") from exc
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _unpack(archive: Path, tmp: Path) -> Path:
-    """Write every member into ``tmp``; returns the folder that holds the manifest."""
-    seen: set[PurePosixPath] = set()
-    total = 0
-    umask = current_umask()
-    for name, size, opener in _members(archive):
-        path = _safe_name(archive, name)
-        if path in seen:
-            raise BundleError(f"{archive} holds {name!r} twice",
-                              "re-create the archive with `edgebert export --archive`")
-        seen.add(path)
-        total += size
-        if total > MAX_BYTES:
-            raise BundleError(f"{archive} unpacks to more than {MAX_BYTES >> 30} GiB", "this is no bundle archive")
-        out = tmp.joinpath(*path.parts)
-        if opener is None:
-            out.mkdir(parents=True, exist_ok=True)
-            continue
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with opener() as src, open(out, "xb") as dst:
-            _copy(src, dst, size, archive, name)
-        os.chmod(out, 0o666 & ~umask)
-    manifests = [p for p in seen if p.name == MANIFEST_NAME and len(p.parts) <= 2]
-    if len(manifests) != 1:
-        raise BundleError(f"{archive} holds {len(manifests) or 'no'} {MANIFEST_NAME} at its top or in one top folder",
-                          "pass an archive written by `edgebert export --archive`")
-    return tmp.joinpath(*manifests[0].parent.parts) if manifests[0].parent.parts else tmp
-
-
-def _copy(src: IO[bytes], dst: IO[bytes], size: int, archive: Path, name: str) -> None:
-    written = 0
-    for block in iter(lambda: src.read(_CHUNK), b""):
-        written += len(block)
-        if written > size:
-            raise BundleError(f"{archive}: {name!r} holds more bytes than its header says", "the archive is corrupt")
-        dst.write(block)
-
-
-def _safe_name(archive: Path, name: str) -> PurePosixPath:
-    path = PurePosixPath(name.replace("\\", "/"))
-    if not name or "\x00" in name or path.is_absolute() or ".." in path.parts or not path.parts \
-            or (len(name) > 1 and name[1] == ":"):
-        raise BundleError(f"{archive} holds {name!r}, a path outside the archive's folder",
-                          "refused: extract nothing from an archive that writes outside itself")
-    return PurePosixPath(*[p for p in path.parts if p != "."])
-
-
-def _members(archive: Path) -> Iterator[tuple[str, int, object]]:
-    """(name, size, opener or None for a folder) of every member; ``BundleError`` for a member that is
-    not a regular file or folder, or an archive that cannot be read."""
-    kind = archive_kind(archive)
+def _entry_holds(entry: Path, digest: str, manifest_bytes: bytes) -> bool:
+    """Whether the cache entry holds exactly the archive's bundle: the record of its digest, its manifest,
+    every file that manifest names at its size and sha256."""
     try:
-        if kind == "tar":
-            with tarfile.open(archive, "r:*") as tar:
-                for member in tar:
-                    if member.isdir():
-                        yield member.name, 0, None
-                    elif member.isreg():
-                        yield member.name, member.size, lambda m=member: tar.extractfile(m)
-                    else:
-                        raise BundleError(f"{archive} holds {member.name!r}, a {_tar_kind(member)}",
-                                          "refused: a bundle archive holds regular files only")
-        elif kind == "zip":
-            with zipfile.ZipFile(archive) as zf:
-                for info in zf.infolist():
-                    mode = info.external_attr >> 16             # 0 or no file-type bits: a plain file
-                    if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
-                        raise BundleError(f"{archive} holds {info.filename!r}, a "
-                                          f"{'symlink' if stat.S_ISLNK(mode) else 'special file'}",
-                                          "refused: a bundle archive holds regular files only")
-                    if info.is_dir():
-                        yield info.filename, 0, None
-                    else:
-                        yield info.filename, info.file_size, lambda i=info: zf.open(i)
-        else:
-            raise BundleError(f"{archive} is not a bundle archive ({', '.join(ARCHIVE_SUFFIXES)})")
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, ValueError) as exc:
-        raise BundleError(f"{archive} is not a readable {kind} archive ({' '.join(str(exc).split())[:200]})",
-                          "re-create it with `edgebert export --archive`") from exc
-    except OSError as exc:
-        raise BundleError(f"{archive} cannot be read ({exc.strerror or exc})") from exc
+        if entry.is_symlink() or not entry.is_dir():
+            return False
+        record = json.loads((entry / RECORD_NAME).read_text(encoding="utf-8"))
+        manifest_path = entry / MANIFEST_NAME
+        if not isinstance(record, dict) or record.get("archive_sha256") != digest or manifest_path.is_symlink() \
+                or manifest_path.read_bytes() != manifest_bytes:
+            return False
+        manifest = Manifest.from_dict(json.loads(manifest_bytes.decode("utf-8")))
+        if any((entry / name).is_symlink() for name in manifest.file_names()):
+            return False
+        verify_files(entry, manifest)
+        return all((entry / name).is_file() for name in manifest.file_names())
+    except (OSError, ValueError, BundleError):
+        return False
 
 
-def _tar_kind(member: tarfile.TarInfo) -> str:
-    if member.issym():
-        return f"symlink to {member.linkname!r}"
-    if member.islnk():
-        return f"hard link to {member.linkname!r}"
-    return "device or FIFO"
-
+def _publish(folder: Path, target: Path, holds) -> None:
+    """Rename ``folder`` to ``target``; a stale entry there is set aside and removed first. If another
+    process published a good entry meanwhile, that one is kept."""
+    if target.exists() or target.is_symlink():
+        if holds():
+            return
+        aside = target.with_name(f"{temp_prefix(target)}stale.tmp")
+        os.rename(target, aside)
+        remove_path(aside)
+    try:
+        os.rename(folder, target)
+    except OSError:
+        if not holds():                          # not another process's finished extraction
+            raise
