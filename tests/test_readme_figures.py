@@ -110,3 +110,15 @@ def test_a_changed_figure_fails():
     changed = first[:-1] + str((int(first[-1]) + 1) % 10)
     assert quoted(first, source_numbers(files), percent)
     assert not quoted(changed, source_numbers(files), percent)
+
+
+def test_the_benchmark_index_lists_every_script_and_its_links_exist():
+    """benchmarks/README.md: every script (suites and archive) has a row, every link resolves."""
+    bench = REPO / "benchmarks"
+    index = (bench / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`((?:archive/)?[a-z0-9_]+\.(?:py|sh))`", index))
+    scripts = {str(p.relative_to(bench)) for p in [*bench.glob("*.py"), *bench.glob("*.sh"), *bench.glob("archive/*.py")]}
+    assert scripts - listed == set()
+    assert [link for link in re.findall(r"\]\(([^)#]+)\)", index) if not (bench / link).exists()] == []
+    # every suite writes into its own folder: no result file left at the top of results/ but the write-ups
+    assert sorted(p.name for p in (bench / "results").iterdir() if p.is_file()) == ["README_figures.md", "demo_screens.md"]
