@@ -33,7 +33,7 @@ from ..qa.answers import Answer, check_answer_options, pipeline_answers
 from ..qa.squad_file import SquadExample
 from ..qa.windows import DOC_STRIDE, MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
 from .tagging import batched_logits
-from .text import Encoded
+from .text import Encoded, check_text
 
 QA_TASK = "qa"
 SPAN_OUTPUTS = ("start_logits", "end_logits")
@@ -56,8 +56,7 @@ def _texts(value: Any, what: str) -> tuple[list[str], bool]:
     texts = [value] if single else list(value)
     for i, text in enumerate(texts):
         where = what if single else f"{what}[{i}]"
-        if not isinstance(text, str):
-            raise DataError(f"{where} is a {type(text).__name__}, expected str")
+        check_text(text, where)
         if not text.strip():
             raise DataError(f"{where} is empty", f"pass a non-empty {what}")
     return texts, single

@@ -41,7 +41,7 @@ from .providers import short_name
 from .results import ClassificationResult, MaskPrediction
 from .sentences import SentenceMethods
 from .tagging import Entity, Tagger, batched_logits, tag_texts
-from .text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_batch
+from .text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
 from .trt_profile import TrtProfile
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
@@ -341,6 +341,7 @@ class EdgeSession(SentenceMethods):
         self._require("mlm", "fill_mask")
         if not isinstance(text, str):
             raise DataError(f"fill_mask() takes one str, not {type(text).__name__}")
+        check_text(text, "text")
         if not isinstance(top_k, int) or top_k < 1:
             raise ConfigError(f"top_k={top_k!r} must be a positive integer")
         if self.mask_id is None:

@@ -64,9 +64,9 @@ def check_texts(texts: Any, *, allow_pairs: bool = False, what: str = "texts") -
     (it encodes to ``[CLS] [SEP]``); anything that is not a str is a ``DataError`` naming its index.
     """
     if isinstance(texts, str):
-        return [_utf8(texts, what)], False
+        return [check_text(texts, what)], False
     if allow_pairs and isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(t, str) for t in texts):
-        return [tuple(_utf8(t, what) for t in texts)], True
+        return [tuple(check_text(t, what) for t in texts)], True
     if isinstance(texts, (bytes, bytearray)):
         raise DataError(f"{what} is bytes, expected str or a list of str", "decode it first (text.decode('utf-8'))")
     if isinstance(texts, dict) or not hasattr(texts, "__iter__"):
@@ -84,20 +84,25 @@ def check_texts(texts: Any, *, allow_pairs: bool = False, what: str = "texts") -
         elif isinstance(item, (tuple, list)):
             raise DataError(f"{what}[{i}] is a {type(item).__name__} (a text pair?), expected str",
                             "text pairs are only accepted by classify()")
-        elif not isinstance(item, str):
-            raise DataError(f"{what}[{i}] is {_describe(item)}, expected str", "convert it to str first")
         for text in (item if pairs else (item,)):
-            _utf8(text, f"{what}[{i}]")
+            check_text(text, f"{what}[{i}]")
     return ([tuple(p) for p in items] if pairs else items), pairs
 
 
-def _utf8(text: str, what: str) -> str:
-    """``text`` if it is valid Unicode; a lone surrogate (e.g. from a bad decode) is a ``DataError``."""
+def check_text(text: Any, what: str) -> str:
+    """``text`` if it is a str the tokenizer can take; else a ``DataError`` naming ``what``: not a str, or
+    a lone surrogate (half a UTF-16 pair, or a byte that was not UTF-8 and that Python kept as
+    ``\\udc80``..``\\udcff``, as it does in command-line arguments), which the tokenizer refuses with a
+    raw ``TypeError``. Every text entry point of the runtime checks its texts here."""
+    if not isinstance(text, str):
+        raise DataError(f"{what} is {_describe(text)}, expected str", "convert it to str first")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        byte = f"; the byte 0x{code - 0xDC00:02x}, which is not UTF-8" if 0xDC80 <= code <= 0xDCFF else ""
         raise DataError(f"{what} holds an invalid character {text[exc.start]!r} at position {exc.start} "
-                        f"({exc.reason})", "decode the input with errors='replace' first") from None
+                        f"(a lone surrogate{byte})", "pass UTF-8 text (decode bytes with errors='replace')") from None
     return text
 
 
