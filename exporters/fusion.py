@@ -127,7 +127,7 @@ def fused_entry(job: ExportJob, check: GraphValidator, out: Path, mask: str = "r
     validation = check.check(out, kind.label)
     check.say(kind.done, fused_ops=counts, **({"cpu_passes": passes} if passes else {}),
               max_abs_diff=validation["max_abs_diff"])
-    return {"file": out.name, "precision": "fp32", "graph": kind.graph, "providers": list(kind.providers),
+    return {"file": job.name_of(out), "precision": "fp32", "graph": kind.graph, "providers": list(kind.providers),
             "attention_mask": MASK_FORMATS[mask], "fused_ops": counts, **({"cpu_passes": passes} if passes else {}),
             "validation": validation}
 

@@ -31,8 +31,8 @@ from .fusion import fused_entry
 from .job import ExportJob
 from .validate import GraphValidator
 
-GPU_FILES = {"fp32-trt": "model.trt.onnx", "int8-trt": "model.int8.trt.onnx", "fp32-cuda": "model.cuda.onnx",
-             "fp16-cuda": "model.fp16.cuda.onnx"}
+GPU_FILES = {"fp32-trt": "onnx/model.trt.onnx", "int8-trt": "onnx/model.int8.trt.onnx",
+             "fp32-cuda": "onnx/model.cuda.onnx", "fp16-cuda": "onnx/model.fp16.cuda.onnx"}
 STANDARD_DOMAINS = ("ai.onnx",)
 
 
@@ -64,7 +64,7 @@ class GpuGraphs:
         fields = tensorrt_fields(out, profile, "tensorrt fp32")
         validation = self.check.check(out, "tensorrt fp32")
         self.check.say("TensorRT graph (standard ops) validated", max_abs_diff=validation["max_abs_diff"])
-        return {"file": out.name, "precision": "fp32", **fields, "serves": ["fp32", "fp16"],
+        return {"file": self.job.name_of(out), "precision": "fp32", **fields, "serves": ["fp32", "fp16"],
                 "validation": validation}
 
     def cuda(self) -> dict[str, dict[str, Any]]:

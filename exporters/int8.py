@@ -9,8 +9,6 @@ and writes each graph's manifest entry, with what a host needs to run it exactly
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.quantization.config import Int8Config
 from edgebert.quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
@@ -40,14 +38,14 @@ def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
                 splits[recipe.outlier_ratio] = _validated(maker.outlier_split(recipe), check)
             out = job.staging / int8_file(recipe.target, default=i == 0)
             graph = maker.target_graph(recipe, splits[recipe.outlier_ratio], out)
-            entries["int8" if i == 0 else f"int8-{recipe.target}"] = {**_entry(graph, check), "providers": ["cpu"]}
+            entries["int8" if i == 0 else f"int8-{recipe.target}"] = {**_entry(graph, check, job), "providers": ["cpu"]}
         if qcfg.openvino:
             graph = maker.openvino_graph(job.raw, job.staging / OPENVINO_FILE, export_host()["kind"])
-            entries["int8-openvino"] = {**_entry(graph, check), "engine": "openvino", "providers": ["openvino"],
+            entries["int8-openvino"] = {**_entry(graph, check, job), "engine": "openvino", "providers": ["openvino"],
                                         "weights": OPENVINO_WEIGHTS}
     if tensorrt is not None:
         graph = maker.static_graph(job.raw, job.staging / GPU_FILES["int8-trt"])
-        entries["int8-trt"] = {**_entry(graph, check), **tensorrt_fields(graph.path, tensorrt, "int8 tensorrt")}
+        entries["int8-trt"] = {**_entry(graph, check, job), **tensorrt_fields(graph.path, tensorrt, "int8 tensorrt")}
     return entries
 
 
@@ -75,11 +73,11 @@ def _validated(split: OutlierSplit, check: GraphValidator) -> OutlierSplit:
     return split
 
 
-def _entry(graph: Int8Graph, check: GraphValidator) -> dict:
+def _entry(graph: Int8Graph, check: GraphValidator, job: ExportJob) -> dict:
     """``graph``'s manifest entry, with its outputs compared with PyTorch (reported, not gated: INT8)."""
     validation = check.measure(graph.path, f"int8 {graph.target}")
     quant, accuracy = graph.quantization, graph.accuracy
-    entry = {"file": Path(graph.path).name, "precision": "int8", "target": graph.target, "requires": graph.requires,
+    entry = {"file": job.name_of(graph.path), "precision": "int8", "target": graph.target, "requires": graph.requires,
              "recipe": graph.recipe, "graph": quant["graph"], "quantization": quant,
              "accuracy": accuracy, "batch_invariance": graph.batch_invariance, "validation": validation}
     check.say(f"INT8 {graph.target} done", op_counts=quant["op_counts"],

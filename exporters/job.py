@@ -22,6 +22,10 @@ class ExportJob:
     pad_id: int
     max_len: int | None = None   # the bundle's longest input (question windows for INT8 are cut to it)
 
+    def name_of(self, path: Path) -> str:
+        """``path``'s name in the bundle (a manifest entry's ``file``): relative to the staging folder."""
+        return Path(path).relative_to(self.staging).as_posix()
+
     @property
     def gpu_source(self) -> Path:
         """The optimizer's fused graph before the CPU passes (``exporters.cpu_passes``): what the fp16

@@ -22,13 +22,16 @@ from edgebert.system.environment import versions
 
 __all__ = ["MODEL_FILES", "OPENVINO_FILE", "OPENVINO_WEIGHTS", "int8_file", "build_manifest", "write_manifest", "verify_bundle", "export_host"]
 
-MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx", "fp16": "model.fp16.onnx"}
+# the graphs sit under onnx/ with the names Hugging Face's loaders look for (exporters.hf_folder): fp32
+# model.onnx, the default INT8 model_quantized.onnx (transformers.js dtype "q8"), fp16 model_fp16.onnx
+MODEL_FILES = {"fp32": "onnx/model.onnx", "int8": "onnx/model_quantized.onnx", "fp16": "onnx/model_fp16.onnx"}
 OPENVINO_FILE, OPENVINO_WEIGHTS = "model.int8-openvino.xml", "model.int8-openvino.bin"   # the IR and its weights
 
 
 def int8_file(target: str, default: bool) -> str:
-    """``model.int8.onnx`` for the bundle's default INT8 graph, ``model.int8-<target>.onnx`` for others."""
-    return MODEL_FILES["int8"] if default else f"model.int8-{target}.onnx"
+    """``onnx/model_quantized.onnx`` for the bundle's default INT8 graph, ``onnx/model_qint8_<target>.onnx``
+    for others."""
+    return MODEL_FILES["int8"] if default else f"onnx/model_qint8_{target}.onnx"
 
 
 def export_host() -> dict:
@@ -57,11 +60,20 @@ def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:
     """Hash every file in ``bundle_dir`` (except the manifest, logs and hidden files) into ``files``, its
     size into ``sizes`` (an archive is extracted at these sizes); write the manifest atomically. Returns
     it with the hashes."""
-    paths = [p for p in sorted(Path(bundle_dir).iterdir()) if p.is_file() and p.name != MANIFEST_NAME
-             and not p.name.endswith(".jsonl") and not p.name.startswith(".")]
-    manifest = manifest.with_files({p.name: sha256_file(p) for p in paths}, {p.name: p.stat().st_size for p in paths})
+    paths = bundle_paths(bundle_dir)
+    manifest = manifest.with_files({n: sha256_file(p) for n, p in paths.items()},
+                                   {n: p.stat().st_size for n, p in paths.items()})
     write_json(Path(bundle_dir) / MANIFEST_NAME, manifest.to_dict())
     return manifest
+
+
+def bundle_paths(bundle_dir: Path) -> dict[str, Path]:
+    """``{name: path}`` of the files a manifest hashes: every file under ``bundle_dir`` (sub-folders such as
+    ``onnx/`` and ``1_Pooling/`` too, named by their posix path) except the manifest, logs and hidden ones."""
+    root = Path(bundle_dir)
+    found = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+    return {n: p for n, p in found.items() if n != MANIFEST_NAME and not n.endswith(".jsonl")
+            and not any(part.startswith(".") for part in n.split("/"))}
 
 
 def verify_bundle(bundle_dir: str | Path) -> Manifest:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
 from edgebert.bundle import MANIFEST_NAME, TASK_OUTPUTS
-from edgebert.bundle.pooling import read_pooling
+from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_dir, write_text
 from edgebert.files.outdirs import OutputDir
@@ -26,6 +25,7 @@ from edgebert.model import CONFIG_NAME, BertConfig, load_model
 from .config import TASK_ARCHITECTURES, ExportConfig, default_task
 from .fusion import fused_entry
 from .gpu_graphs import GpuGraphs
+from .hf_folder import GRAPH_DIR, HF_FILES, loaders_note, write_hf_folder
 from .int8 import default_precision, export_int8
 from .job import ExportJob
 from .manifest_build import MODEL_FILES, OPENVINO_FILE, OPENVINO_WEIGHTS, build_manifest, export_host, verify_bundle, write_manifest
@@ -41,7 +41,8 @@ LOG_NAME = "export_log.jsonl"
 # what a bundle folder may hold (an --overwrite replaces nothing else): manifest, graphs (with external
 # data; the OpenVINO IR), tokenizer, config, log
 BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", OPENVINO_FILE, OPENVINO_WEIGHTS,
-                  "tokenizer.json", "vocab.txt", CONFIG_NAME, LOG_NAME)
+                  "tokenizer.json", "vocab.txt", CONFIG_NAME, LOG_NAME, GRAPH_DIR, *HF_FILES, *POOLING_FILES,
+                  "2_Normalize")
 
 
 class _Steps:
@@ -89,6 +90,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
                               f"{model_cfg.vocab_size}", "the tokenizer belongs to another model")
     wrapped = prepare(model, task)
     with work_dir("export") as scratch, out.staged() as staging:
+        (staging / GRAPH_DIR).mkdir()
         job = ExportJob(task, model_cfg, Path(scratch), staging, Path(scratch) / "model.raw.onnx",
                         staging / MODEL_FILES["fp32"], tok_file, tok_meta["pad_id"], max_len)
         say(f"tracing to ONNX (opset {cfg.opset}, task {task})")
@@ -110,13 +112,14 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
             models.update(gpu.cuda())
         models = share_equal_graphs(staging, models)     # byte-equal targets: one file
 
-        shutil.copyfile(tok_file, staging / tok_meta["file"])
-        shutil.copyfile(cfg.model_dir / CONFIG_NAME, staging / CONFIG_NAME)
+        write_hf_folder(staging, task=task, cfg=model_cfg, num_labels=model_cfg.num_labels, tok_file=tok_file,
+                        tok_meta=tok_meta, max_len=max_len, pooling=pooling, source_dir=cfg.model_dir)
         manifest = build_manifest(task=task, cfg=model_cfg, model_dir=cfg.model_dir, max_len=max_len,
                                   tokenizer=tok_meta, opset=cfg.opset, models=models, trt_profile=profile,
                                   extra={"attention_mask": "raw 2-D mask (any padding side)",
                                          "export_host": export_host(),
                                          **({"pooling": pooling.as_dict()} if pooling else {}),
+                                         "loaders": loaders_note(task, models),
                                          **default_precision(models)})
         manifest = write_manifest(staging, manifest)
         verify_bundle(staging)
@@ -138,5 +141,5 @@ def _make_readable(folder: Path) -> None:
     """Temp files and folders are created private (0600/0700); a bundle is meant to be shipped."""
     umask = current_umask()
     os.chmod(folder, 0o777 & ~umask)
-    for path in folder.iterdir():
-        os.chmod(path, 0o666 & ~umask)
+    for path in folder.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)

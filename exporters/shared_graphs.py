@@ -25,7 +25,7 @@ def share_equal_graphs(folder: Path, models: dict[str, dict]) -> dict[str, dict]
     for key, entry in out.items():
         path = Path(folder) / entry["file"]
         if path.suffix != ".onnx" or entry.get("weights") or not path.is_file() \
-                or any(Path(folder).glob(f"{path.name}.*")):         # external data beside it: keep as is
+                or any(path.parent.glob(f"{path.name}.*")):         # external data beside it: keep as is
             continue
         digest = sha256_file(path)
         first = kept.setdefault(digest, entry["file"])

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgebert.bundle import model_path
 from edgebert.runtime import EdgeSession, pad_batch
 from edgebert.runtime.hostcpu import PRECISION_OPTION
 
@@ -175,8 +176,8 @@ def _x86(bundle: Path, feeds, precision: str) -> np.ndarray:
 
     so = ort.SessionOptions()
     so.add_session_config_entry(PRECISION_OPTION, "1")
-    name = "model.int8-arm64.onnx" if precision == "int8" else "model.onnx"
-    session = ort.InferenceSession(str(bundle / name), so, providers=["CPUExecutionProvider"])
+    path = model_path(bundle, precision, key="int8-arm64" if precision == "int8" else None)
+    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return session.run(["last_hidden_state"], feeds)[0]
 
 

@@ -16,6 +16,7 @@ from edgebert.cli import main
 from edgebert.errors import BundleError, ConfigError, DataError, RuntimeFault
 from edgebert.files.atomic import sha256_file
 from edgebert.runtime import EdgeSession
+from edgebert.bundle import model_path
 from runtime_fixtures import tiny_bundle
 
 
@@ -212,14 +213,14 @@ def _nan_rows_bundle(src: Path, dst: Path, tokens: tuple[str, ...]) -> Path:
 
     path = _copy(src, dst)
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
-    model = onnx.load(str(path / "model.onnx"))
+    model = onnx.load(str(model_path(path)))
     table = next(t for t in model.graph.initializer if t.name.endswith("word_embeddings.weight"))
     weights = numpy_helper.to_array(table).copy()
     weights[[vocab[t] for t in tokens]] = np.nan
     table.CopyFrom(numpy_helper.from_array(weights, table.name))
-    onnx.save(model, str(path / "model.onnx"))
+    onnx.save(model, str(model_path(path)))
     m = json.loads((path / "manifest.json").read_text())
-    m["files"]["model.onnx"] = sha256_file(path / "model.onnx")
+    m["files"][m["models"]["fp32"]["file"]] = sha256_file(model_path(path))
     (path / "manifest.json").write_text(json.dumps(m))
     return path
 

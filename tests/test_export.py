@@ -20,6 +20,7 @@ from edgebert.exporters.fusion import check_fusion, fusion_shortfalls
 from edgebert.exporters.onnx_export import export_onnx, prepare
 from edgebert.exporters.validate import make_cases, torch_reference, validate_graph
 from edgebert.graph.ops import op_type_counts
+from edgebert.bundle import model_path
 
 from export_fixtures import make_calib_text, make_model_dir
 
@@ -59,7 +60,7 @@ def _feeds(batch: int, seq: int, vocab: int, seed: int = 1) -> dict[str, np.ndar
 # --------------------------------------------------------------------------- graph properties
 def test_fused_graph_holds_attention_gelu_and_embedlayernorm_and_fast_cpu_layernorms(embed_bundle):
     _, bundle, manifest = embed_bundle
-    counts = op_type_counts(bundle / "model.onnx")
+    counts = op_type_counts(model_path(bundle))
     assert counts["Attention"] == LAYERS
     assert counts.get("BiasGelu", 0) + counts.get("Gelu", 0) == LAYERS
     assert counts["EmbedLayerNormalization"] == 1
@@ -76,7 +77,7 @@ def test_fused_graph_holds_attention_gelu_and_embedlayernorm_and_fast_cpu_layern
 
 def test_axes_are_dynamic_and_untraced_shapes_match_pytorch(embed_bundle):
     model_dir, bundle, manifest = embed_bundle
-    graph = onnx.load(str(bundle / "model.onnx")).graph
+    graph = onnx.load(str(model_path(bundle))).graph
     for value in list(graph.input):
         assert [d.dim_param for d in value.type.tensor_type.shape.dim] == ["batch", "sequence"]
     out_dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.output}
@@ -84,7 +85,7 @@ def test_axes_are_dynamic_and_untraced_shapes_match_pytorch(embed_bundle):
     from edgebert.model import load_model
 
     model = prepare(load_model(model_dir, "BertModel"), "embed")
-    sess = _ort(bundle / "model.onnx")
+    sess = _ort(model_path(bundle))
     for batch, seq in ((5, 11), (2, 100), (1, 128)):   # traced at (2, 16)
         feeds = _feeds(batch, seq, manifest["config"]["vocab_size"])
         hidden, pooled = sess.run(None, feeds)
@@ -116,7 +117,7 @@ def test_export_validation_figures_cover_required_shapes(embed_bundle):
 
 def test_int8_dynamic_quantizes_every_matmul_and_attention(embed_bundle):
     _, bundle, manifest = embed_bundle
-    counts = op_type_counts(bundle / "model.int8.onnx")
+    counts = op_type_counts(model_path(bundle, "int8"))
     assert counts["QAttention"] == LAYERS
     # calibrated scales: every weight MatMul is one MatMulIntegerToFloat fed by a fixed-scale QuantizeLinear
     assert counts.get("MatMulIntegerToFloat", 0) == 3 * LAYERS + 1      # 3 per layer + pooler Gemm->MatMul
@@ -143,7 +144,7 @@ def test_fp16_weights_are_half_and_io_stays_float(embed_bundle):
     assert entry["structure"]["ok"] and entry["structure"]["fp16_weight_matrices"] >= 4 * LAYERS
     assert entry["validation"]["mode"] == "cpu"
     assert entry["validation"]["max_abs_diff"] <= 2e-2
-    out = _ort(bundle / "model.fp16.onnx").run(None, _feeds(2, 9, manifest["config"]["vocab_size"]))
+    out = _ort(model_path(bundle, "fp16")).run(None, _feeds(2, 9, manifest["config"]["vocab_size"]))
     assert out[0].dtype == np.float32
 
 
@@ -161,11 +162,15 @@ def test_manifest_schema_and_hashes(embed_bundle):
     assert [i["name"] for i in manifest["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
     assert manifest["outputs"][0] == {"name": "last_hidden_state", "dtype": "float32",
                                       "shape": ["batch", "sequence", 64]}
-    assert set(manifest["files"]) == {"model.onnx", "model.int8.onnx", "model.fp16.onnx", "tokenizer.json",
-                                      "config.json"}
+    # a Hugging Face model folder: graphs under onnx/ with the names its loaders look for (exporters.hf_folder)
+    assert set(manifest["files"]) == {"onnx/model.onnx", "onnx/model_quantized.onnx", "onnx/model_fp16.onnx",
+                                      "tokenizer.json", "config.json", "tokenizer_config.json",
+                                      "special_tokens_map.json", "modules.json", "1_Pooling/config.json",
+                                      "sentence_bert_config.json"}
     assert manifest["tensorrt_profile"] == {"min": [1, 1], "opt": [8, 128], "max": [32, 128]}
     assert manifest["labels"] is None and manifest["opset"] == 17
-    assert (bundle / "tokenizer.json").read_bytes() == (model_dir / "tokenizer.json").read_bytes()
+    saved, source = (json.loads((d / "tokenizer.json").read_text()) for d in (bundle, model_dir))
+    assert saved["padding"] is None and saved["truncation"] is None and saved["model"] == source["model"]
 
 
 def test_result_manifest_is_the_typed_manifest_written_to_disk(embed_bundle):
@@ -178,18 +183,18 @@ def test_result_manifest_is_the_typed_manifest_written_to_disk(embed_bundle):
     assert manifest.get_extra("versions") == versions()
     assert list(versions()) == ["onnxruntime", "onnx", "torch", "edgebert", "tokenizers"]
     # the graph's I/O is the manifest's declared I/O (one definition: io_spec)
-    graph = onnx.load(str(bundle / "model.onnx")).graph
+    graph = onnx.load(str(model_path(bundle))).graph
     assert [v.name for v in graph.input] == manifest.input_names
     assert [v.name for v in graph.output] == manifest.output_names
-    assert [manifest.models["int8"].target, manifest.models["int8"].file] == ["portable", "model.int8.onnx"]
+    assert [manifest.models["int8"].target, manifest.models["int8"].file] == ["portable", "onnx/model_quantized.onnx"]
 
 
 def test_tampered_or_missing_file_fails_verification(embed_bundle, tmp_path):
     copy = tmp_path / "bundle"
     shutil.copytree(embed_bundle[1], copy)
-    data = bytearray((copy / "model.onnx").read_bytes())
+    data = bytearray(model_path(copy).read_bytes())
     data[len(data) // 2] ^= 0x01
-    (copy / "model.onnx").write_bytes(bytes(data))
+    model_path(copy).write_bytes(bytes(data))
     with pytest.raises(BundleError, match="model.onnx does not match its manifest hash"):
         verify_bundle(copy)
     shutil.copytree(embed_bundle[1], tmp_path / "b2")

@@ -17,6 +17,7 @@ from edgebert.graph.ops import quantized_biases
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.exporters import ExportConfig
+from edgebert.bundle import model_path
 from runtime_fixtures import GPU_PROFILE, tiny_gpu_bundle
 
 GPU_KEYS = {"fp32-trt": "model.trt.onnx", "int8-trt": "model.int8.trt.onnx", "fp32-cuda": "model.cuda.onnx",
@@ -70,19 +71,19 @@ def test_manifest_lists_every_gpu_graph_with_its_kind_and_providers(bundle):
 def test_tensorrt_graph_holds_only_standard_ops_and_matches_pytorch(bundle):
     model_dir, bundle_dir, manifest = bundle
     entry = manifest["models"]["fp32-trt"]
-    graph = onnx.load(str(bundle_dir / "model.trt.onnx")).graph
+    graph = onnx.load(str(model_path(bundle_dir, key="fp32-trt"))).graph
     assert {n.domain for n in graph.node} <= {"", "ai.onnx"}               # no com.microsoft op
     assert not {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"} & {n.op_type for n in graph.node}
     assert entry["op_domains"] == ["ai.onnx"]
     assert entry["validation"]["tolerance"] == 1e-4 and entry["validation"]["max_abs_diff"] <= 1e-4
     feeds = _padded_feeds(5, 11, manifest["config"]["vocab_size"])
-    diff = np.abs(_run(bundle_dir / "model.trt.onnx", feeds) - _torch_hidden(model_dir, feeds))
+    diff = np.abs(_run(model_path(bundle_dir, key="fp32-trt"), feeds) - _torch_hidden(model_dir, feeds))
     assert diff[feeds["attention_mask"].astype(bool)].max() <= 1e-4
 
 
 def test_tensorrt_int8_graph_is_qdq_s8s8_with_float_biases(bundle):
     _, bundle_dir, manifest = bundle
-    path = bundle_dir / "model.int8.trt.onnx"
+    path = model_path(bundle_dir, key="int8-trt")
     model = onnx.load(str(path))
     graph = model.graph
     assert {n.domain for n in graph.node} <= {"", "ai.onnx"}
@@ -119,15 +120,15 @@ def test_cuda_graph_takes_the_one_dimensional_mask_index(bundle):
         eln = next(n for n in graph.node if n.op_type == "EmbedLayerNormalization")
         return eln, [n.input[3] for n in graph.node if n.op_type == "Attention"]
 
-    eln, masks = mask_inputs(bundle_dir / "model.cuda.onnx")
+    eln, masks = mask_inputs(model_path(bundle_dir, key="fp32-cuda"))
     assert len(masks) == 2 and set(masks) == {eln.output[1]}             # EmbedLayerNorm's mask index (1-D)
-    cpu_eln, cpu_masks = mask_inputs(bundle_dir / "model.onnx")
+    cpu_eln, cpu_masks = mask_inputs(model_path(bundle_dir))
     assert cpu_eln.output[1] not in cpu_masks                             # the CPU graph keeps the raw 2-D mask
     entry = manifest["models"]["fp32-cuda"]
     assert entry["validation"]["max_abs_diff"] <= 1e-4 and entry["fused_ops"]["Attention"] == 2
     assert "1-D mask index" in entry["attention_mask"]
     feeds = _padded_feeds(4, 13, manifest["config"]["vocab_size"])       # right padding: what the runtime sends
-    diff = np.abs(_run(bundle_dir / "model.cuda.onnx", feeds) - _torch_hidden(model_dir, feeds))
+    diff = np.abs(_run(model_path(bundle_dir, key="fp32-cuda"), feeds) - _torch_hidden(model_dir, feeds))
     assert diff[feeds["attention_mask"].astype(bool)].max() <= 1e-4
     fp16 = manifest["models"]["fp16-cuda"]
     assert fp16["structure"]["ok"] and fp16["keep_io_types"] and fp16["graph"] == "fused-gpu"
@@ -138,7 +139,7 @@ def test_cpu_int8_choice_is_unchanged_by_the_tensorrt_graph(bundle):
     _, bundle_dir, manifest = bundle
     assert list(int8_graphs(manifest)) == ["int8"]                       # int8-trt is not a CPU graph
     session = EdgeSession(bundle_dir, provider="cpu", precision="int8", threads=1)
-    assert session.model_file.name == "model.int8.onnx" and session.int8_choice.target == "portable"
+    assert session.model_file.name == "model_quantized.onnx" and session.int8_choice.target == "portable"
     fp32 = EdgeSession(bundle_dir, provider="cpu", precision="fp32", threads=1)
     assert fp32.model_file.name == "model.onnx"
     texts = ["a charming and moving film", "the worst movie of the year"]

@@ -21,6 +21,7 @@ from edgebert.runtime.placement import RECORD_CONFIG
 from edgebert.runtime.providers import provider_options, trt_cache_dirs
 from edgebert.runtime.text import pad_batch
 from edgebert.runtime.trt_profile import TrtProfile
+from edgebert.bundle import model_path
 from runtime_fixtures import tiny_bundle, tiny_gpu_bundle
 
 NAMES = ["input_ids", "attention_mask", "token_type_ids"]
@@ -60,7 +61,7 @@ def test_provider_options_per_precision(tmp_path):
 
 
 def test_engine_cache_folder_per_model_precision_and_profile(gpu_bundle, tmp_path):
-    model = gpu_bundle / "model.trt.onnx"
+    model = model_path(gpu_bundle, key="fp32-trt")
     a = TrtProfile.parse("min=1x1,opt=8x64,max=32x128")
     b = TrtProfile.parse("min=1x1,opt=8x64,max=64x128")
     engines = {trt_cache_dirs(model, p, prof, tmp_path)[0] for p in ("fp32", "fp16") for prof in (a, b)}
@@ -376,5 +377,5 @@ def test_tensorrt_gets_only_standard_op_graphs(gpu_bundle, cpu_bundle, gpus_prob
     # the plain bundle has no TensorRT graph: auto says why and takes CUDA, never handing TensorRT the fused graph
     calls.clear()
     session = EdgeSession(cpu_bundle, provider="auto", precision="int8", trt_cache_dir=tmp_path)
-    assert session.provider == "cuda" and [c["file"] for c in calls] == ["model.int8.onnx"]
+    assert session.provider == "cuda" and [c["file"] for c in calls] == ["model_quantized.onnx"]
     assert session.attempts[0].kind == "no graph" and "not TensorRT layers" in session.attempts[0].message

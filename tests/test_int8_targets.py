@@ -27,6 +27,7 @@ from edgebert.runtime.hostcpu import (PRECISION_OPTION, PROBE_EXACT, PROBE_FILE,
 from edgebert.runtime.int8_choice import choose_int8
 from edgebert.exporters import ExportConfig, export_bundle
 from edgebert.quantization.targets import TARGETS, resolve_targets
+from edgebert.bundle import model_path
 
 from conftest import REPO
 from distill_helpers import run_cli
@@ -149,7 +150,7 @@ def test_edge_session_on_this_host_runs_the_vnni_graph_exactly(vnni_bundle):
         assert any(PRECISION_OPTION in n for n in d["provider_notes"])
     else:                                   # VNNI / ARM64: exact kernels, nothing to set
         assert d["int8"]["session_config"] == {}
-    exact = _exact_session(vnni_bundle / "model.int8.onnx")
+    exact = _exact_session(model_path(vnni_bundle, "int8"))
     feeds = session.run(_feeds(session, SHORT))
     want = exact.run(["last_hidden_state"], _feeds(session, SHORT))[0]
     assert np.abs(feeds["last_hidden_state"] - want).max() < 1e-5      # what a VNNI CPU computes
@@ -184,11 +185,11 @@ def test_check_passes_on_this_host_and_names_the_reason_when_it_fails(fleet_bund
     assert "> budget 0" in report["reason"] and report["fidelity"]["n"] == 202    # the built-in held-out text
     tampered = tmp_path / "tampered"
     shutil.copytree(fleet_bundle, tampered)
-    data = bytearray((tampered / "model.int8.onnx").read_bytes())
+    data = bytearray(model_path(tampered, "int8").read_bytes())
     data[len(data) // 2] ^= 1
-    (tampered / "model.int8.onnx").write_bytes(bytes(data))
+    model_path(tampered, "int8").write_bytes(bytes(data))
     code, out, _ = run_cli(capsys, "check", tampered)
-    assert code == 1 and "FAIL: bundle files do not match the manifest" in out and "model.int8.onnx" in out
+    assert code == 1 and "FAIL: bundle files do not match the manifest" in out and "model_quantized.onnx" in out
     code, _, err = run_cli(capsys, "check", tmp_path / "nothing")
     assert code == 2 and err.startswith("error: ") and "not found" in err
 
@@ -228,7 +229,7 @@ def test_vnni_bundle_on_an_emulated_avx2_host_is_run_exactly_not_silently_wrong(
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["host"]["u8s8"] == "saturating" and got["host"]["precise_fix"] is True
     assert got["int8"]["target"] == "x86-vnni" and got["int8"]["session_config"] == {PRECISION_OPTION: "1"}
-    want = _exact_session(vnni_bundle / "model.int8.onnx").run(["last_hidden_state"], feeds)[0]
+    want = _exact_session(model_path(vnni_bundle, "int8")).run(["last_hidden_state"], feeds)[0]
     guarded, naive = np.asarray(got["guarded"]), np.asarray(got["naive"])
     assert np.abs(guarded - want).max() < 1e-5                         # the VNNI result, on AVX2
     assert np.abs(naive - want).max() > 100 * max(np.abs(guarded - want).max(), 1e-6)   # saturated

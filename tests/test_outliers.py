@@ -17,6 +17,7 @@ from edgebert.exporters import ExportConfig, export_bundle
 from edgebert.quantization import (OUTLIER_SUFFIX, TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,
                           float_only_nodes, op_type_counts, outlier_channels, prepared_tokenizer, split_outliers)
 from edgebert.quantization.accuracy import cpu_session
+from edgebert.bundle import model_path
 
 from export_fixtures import make_calib_text, make_model_dir
 
@@ -60,7 +61,7 @@ def test_outlier_channels_are_those_far_above_the_median():
 
 
 def test_split_is_exact_in_fp32_and_finds_the_planted_channel(planted, calib, work):
-    fused = planted / "model.onnx"
+    fused = model_path(planted)
     split = work / "split.onnx"
     plan = split_outliers(fused, split, _batches(planted, calib), 6.0)
     ffn_in = "/model/layer.0/intermediate/dense/MatMul"
@@ -81,7 +82,7 @@ def test_split_is_exact_in_fp32_and_finds_the_planted_channel(planted, calib, wo
 
 
 def test_split_keeps_outlier_matmuls_float_and_cuts_int8_error(planted, calib, work):
-    fused = planted / "model.onnx"
+    fused = model_path(planted)
     split = work / "split2.onnx"
     split_outliers(fused, split, _batches(planted, calib), 6.0)
     # 8-bit weights, per-call scales: the recipe whose error the outlier channels dominate (the gate's
@@ -152,20 +153,20 @@ def test_k_extension_rewrite_keeps_the_split_accuracy_without_its_float_matmuls(
     split_dir, plain_dir = work / "kext-split", work / "kext-plain"
     export_bundle(ExportConfig(out_dir=split_dir, outlier_ratio=6.0, **common))
     export_bundle(ExportConfig(out_dir=plain_dir, outlier_ratio=0, **common))
-    split = split_dir / "model.int8.onnx"
+    split = model_path(split_dir, "int8")
     inputs = bench.k_extension_inputs(split)
     assert inputs, "the planted channel must be split off layer 0's up-projection"
     stats = bench.calibration_ranges(split_dir, split, Int8Config(calib=calib, calib_size=48))
-    made = bench.k_extended(split, split_dir / "model.onnx", stats, "float-concat", work / "kext.onnx")
+    made = bench.k_extended(split, model_path(split_dir), stats, "float-concat", work / "kext.onnx")
     ffn_in = "/model/layer.0/intermediate/dense/MatMul"
     reps = made["copies"][ffn_in.replace("/model/", "")]
     assert len(reps) >= 1 and max(reps) >= 4                         # the 40x channel needs several copies
     nodes = {n.name: n for n in onnx.load(made["file"]).graph.node}
     assert f"{ffn_in}/outlier_Add" not in nodes and f"{ffn_in}/outlier_float_MatMul" not in nodes
     assert f"{ffn_in}/kext_Concat" in nodes
-    probe = AccuracyProbe("embed", planted / "model.onnx", _batches(planted, calib))
+    probe = AccuracyProbe("embed", model_path(planted), _batches(planted, calib))
     loss_split, loss_kext = probe.measure(split).loss, probe.measure(Path(made["file"])).loss
-    loss_plain = probe.measure(plain_dir / "model.int8.onnx").loss
+    loss_plain = probe.measure(model_path(plain_dir, "int8")).loss
     # measured: 1 - cosine 1.07e-7 (split), 1.21e-7 (K extension), 3.28e-7 (no split), 29 copies
     assert loss_kext <= 1.5 * loss_split, (loss_split, loss_kext)
     assert loss_kext < 0.5 * loss_plain, (loss_plain, loss_kext)

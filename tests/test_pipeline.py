@@ -40,8 +40,8 @@ def run(corpus, tmp_path_factory):
 def test_every_stage_runs_and_lands_in_one_report(run):
     result, lines = run
     out = result.out
-    for path in ("teacher/model.safetensors", "student/model.safetensors", "calib.txt", "bundle/model.onnx",
-                 "bundle/model.int8.onnx", "bundle/manifest.json", "report/report.json", "report/latency.png",
+    for path in ("teacher/model.safetensors", "student/model.safetensors", "calib.txt", "bundle/onnx/model.onnx",
+                 "bundle/onnx/model_quantized.onnx", "bundle/manifest.json", "report/report.json", "report/latency.png",
                  "pipeline.json", "pipeline.md", "pipeline.jsonl"):
         assert (out / path).is_file(), path
     summary = json.loads((out / "pipeline.json").read_text())

@@ -15,6 +15,7 @@ from edgebert.exporters import ExportConfig, export_bundle
 from edgebert.runtime.fidelity import Fidelity
 from edgebert.quantization import (TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches, iter_sentences,
                           op_type_counts, prepared_tokenizer, quantize_with_guard)
+from edgebert.bundle import model_path
 
 from export_fixtures import make_calib_text, make_model_dir
 
@@ -113,7 +114,7 @@ def test_static_int8_is_symmetric_s8s8_qdq_on_standard_ops(work, calib):
 
 # --------------------------------------------------------------------------- accuracy guard
 def test_guard_keeps_the_most_sensitive_nodes_float_until_the_budget_is_met(fp32_bundle, calib, tmp_path):
-    fused = fp32_bundle / "model.onnx"
+    fused = model_path(fp32_bundle)
     tok = prepared_tokenizer(fp32_bundle / "tokenizer.json", 64)
     probe = AccuracyProbe("embed", fused, TextBatches(calib, tok, 40, 16, 64))
     # per-tensor weights and per-call scales: INT8 error large enough to rank single nodes
@@ -225,7 +226,7 @@ def test_quantization_never_imports_exporters():
 def test_fp16_structure_check_rejects_a_graph_left_in_fp32(fp32_bundle, tmp_path):
     from edgebert.quantization import Fp16Config, make_fp16
 
-    fused = fp32_bundle / "model.onnx"
+    fused = model_path(fp32_bundle)
     facts = make_fp16(fused, tmp_path / "ok.onnx")
     assert facts["ok"] and facts["fp16_weight_matrices"] == facts["weight_matrices"] >= 4 * LAYERS
     blocked = Fp16Config(op_block_list=("MatMul", "Gemm", "Attention"))      # every weight op stays fp32

@@ -16,6 +16,7 @@ from edgebert.bundle import sha256_file
 from edgebert.errors import BundleError, ConfigError, DataError, ProviderUnavailable
 from edgebert.runtime import EdgeSession, probe
 from edgebert.runtime.text import longest_first
+from edgebert.bundle import model_path
 from runtime_fixtures import tiny_bundle
 
 TEXTS = ["the film was good", "a bad movie .", "the story is great and the actors are good but the end is a mess",
@@ -124,12 +125,12 @@ def test_runtime_never_imports_torch(embed_bundle):
 def test_tampered_or_incomplete_bundle_rejected(embed_bundle, tmp_path):
     bad = tmp_path / "bundle"
     shutil.copytree(embed_bundle[1], bad)
-    data = bytearray((bad / "model.int8.onnx").read_bytes())
+    data = bytearray(model_path(bad, "int8").read_bytes())
     data[len(data) // 2] ^= 0xFF
-    (bad / "model.int8.onnx").write_bytes(bytes(data))
+    model_path(bad, "int8").write_bytes(bytes(data))
     with pytest.raises(BundleError, match="does not match its manifest hash"):
         EdgeSession(bad, provider="cpu", precision="int8")
-    shutil.copy(embed_bundle[1] / "model.int8.onnx", bad / "model.int8.onnx")
+    shutil.copy(model_path(embed_bundle[1], "int8"), model_path(bad, "int8"))
     EdgeSession(bad, provider="cpu", precision="int8")                  # restored: loads again
     (bad / "tokenizer.json").unlink()
     with pytest.raises(BundleError, match="tokenizer.json is missing"):

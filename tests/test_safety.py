@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from edgebert.bundle import model_path
 from edgebert.cli import main
 from edgebert.errors import BundleError, CheckpointError, ConfigError, DataError, OutputError
 from edgebert.files.atomic import current_umask, remove_stale_temps, remove_stale_work_dirs
@@ -316,9 +317,10 @@ def test_symlink_that_leaves_the_bundle_is_refused(material, tmp_path):
     """Defect 5: a graph swapped for a symlink to a file outside the bundle, hashes not checked."""
     bundle = _bundle_copy(material["bundle"], tmp_path / "b")
     outside = tmp_path / "outside.onnx"
-    shutil.copy(bundle / "model.onnx", outside)
-    (bundle / "model.onnx").unlink()
-    (bundle / "model.onnx").symlink_to(outside)
+    graph = model_path(bundle)
+    shutil.copy(graph, outside)
+    graph.unlink()
+    graph.symlink_to(outside)
     with pytest.raises(BundleError, match="is a symlink that leaves the bundle"):
         _session(bundle, verify=False)
 
@@ -493,7 +495,7 @@ def test_bench_measures_only_the_files_it_checked(material, tmp_path):
     session = _session(bundle, precision="fp32")
     manifest = read_manifest(bundle)
     _same_as_checked(session, manifest)                       # unchanged: fine
-    with open(bundle / "model.onnx", "ab") as fh:
+    with open(model_path(bundle), "ab") as fh:
         fh.write(b"\0")
     with pytest.raises(BundleError, match="changed after its hash was checked"):
         _same_as_checked(session, manifest)

@@ -246,7 +246,7 @@ def same_as_checked(session, manifest: Manifest) -> None:
     it opened the bundle: bench measures exactly the files it hash-checked, or refuses."""
     from ..bundle import sha256_file
 
-    name = session.model_file.name
+    name = manifest.models[session.model_key].file       # its name in the manifest (onnx/... in a bundle)
     if sha256_file(session.model_file) != manifest.files.get(name):
         raise BundleError(f"{session.model_file} changed after its hash was checked",
                           "do not modify a bundle while it is benchmarked")

@@ -1,0 +1,165 @@
+"""An exported bundle is a Hugging Face model folder: sentence-transformers (backend="onnx") and Optimum's
+ORTModelFor... open it as it is and give EdgeSession's outputs (fp32 to 1e-5; the INT8 file to the same
+graph's outputs, and within the export gate's budget of fp32). Tiny seeded bundles; MiniLM in the slow test.
+An old bundle (graphs at the root, no Hugging Face files) still opens in EdgeSession."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgebert.bundle import read_manifest
+from edgebert.runtime import EdgeSession
+from hf_loader_bundles import NER_LABELS, QUESTION, TEXTS, int8_budget, loader_bundles
+
+FP32_TOL = 1e-5
+SAME_GRAPH_TOL = 1e-4       # the INT8 file in another onnxruntime session: the same kernels, any order of sums
+ORT_CLASSES = {"embed": "ORTModelForFeatureExtraction", "cls": "ORTModelForSequenceClassification",
+               "token-cls": "ORTModelForTokenClassification", "qa": "ORTModelForQuestionAnswering"}
+CPU_ONLY = {"provider": "CPUExecutionProvider"}     # onnxruntime-gpu would try TensorRT first and print why not
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory) -> dict[str, Path]:
+    return loader_bundles(tmp_path_factory.getbasetemp())
+
+
+def _session(bundle: Path, precision: str) -> EdgeSession:
+    return EdgeSession(bundle, provider="cpu", precision=precision, threads=1)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+# --------------------------------------------------------------------------- the folder itself
+def test_bundle_is_a_hugging_face_model_folder(bundles):
+    from transformers import AutoConfig, AutoTokenizer
+
+    for task, bundle in bundles.items():
+        manifest = read_manifest(bundle)
+        assert {m.file for m in manifest.models.values()} <= {"onnx/model.onnx", "onnx/model_quantized.onnx"}
+        config = AutoConfig.from_pretrained(bundle)
+        assert config.architectures == [{"embed": "BertModel", "cls": "BertForSequenceClassification",
+                                         "token-cls": "BertForTokenClassification",
+                                         "qa": "BertForQuestionAnswering"}[task]]
+        if task == "token-cls":
+            assert config.id2label == NER_LABELS
+        tok = json.loads((bundle / "tokenizer.json").read_text())
+        assert tok["padding"] is None and tok["truncation"] is None      # no stored padding to 128
+        hf = AutoTokenizer.from_pretrained(bundle)
+        assert hf.model_max_length == manifest.max_length and hf.cls_token == "[CLS]"
+        session = _session(bundle, "fp32")
+        assert [list(e.ids) for e in session.tokenize(TEXTS)] == hf(TEXTS)["input_ids"]
+        has_modules = (bundle / "modules.json").is_file()
+        assert has_modules == (task == "embed")
+    st_config = json.loads((bundles["embed"] / "sentence_bert_config.json").read_text())
+    assert st_config["max_seq_length"] == read_manifest(bundles["embed"]).max_length
+
+
+# --------------------------------------------------------------------------- sentence-transformers
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_sentence_transformers_onnx_backend_gives_edgesessions_vectors(bundles, precision):
+    st = pytest.importorskip("sentence_transformers")
+    bundle = bundles["embed"]
+    kwargs = read_manifest(bundle).get_extra("loaders")["sentence-transformers"][precision]
+    model = st.SentenceTransformer(str(bundle), device="cpu", backend=kwargs["backend"],
+                                   model_kwargs={**kwargs.get("model_kwargs", {}), **CPU_ONLY})
+    assert Path(model[0].auto_model.model_path).name == Path(read_manifest(bundle).models[precision].file).name
+    got = model.encode(TEXTS)
+    want = _session(bundle, precision).embed(TEXTS)
+    diff = float(np.abs(got - want).max())
+    assert diff <= (FP32_TOL if precision == "fp32" else SAME_GRAPH_TOL), diff
+    if precision == "int8":
+        metric, budget = int8_budget(bundle)
+        loss = float(1 - _cosine(got, _session(bundle, "fp32").embed(TEXTS)).mean())
+        assert "cosine" in metric and loss <= budget, (loss, budget)
+
+
+# --------------------------------------------------------------------------- Optimum
+def _inputs(task: str):
+    return ([QUESTION[0]], [QUESTION[1]]) if task == "qa" else (TEXTS,)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("task", list(ORT_CLASSES))
+def test_optimum_ortmodel_gives_edgesessions_outputs(bundles, task, precision):
+    onnxruntime_optimum = pytest.importorskip("optimum.onnxruntime")
+    from transformers import AutoTokenizer
+
+    bundle = bundles[task]
+    where = read_manifest(bundle).get_extra("loaders")["optimum"][precision]
+    model = getattr(onnxruntime_optimum, ORT_CLASSES[task]).from_pretrained(bundle, **where, **CPU_ONLY)
+    enc = AutoTokenizer.from_pretrained(bundle)(*_inputs(task), padding=True, return_tensors="np")
+    session = _session(bundle, precision)
+    want = session.run({k: enc[k] for k in session.input_names})
+    got = model(**enc)
+    given = [n for n in want if getattr(got, n, None) is not None]     # Optimum gives no pooler_output
+    assert given[0] == session.output_names[0] and len(given) == (2 if task == "qa" else 1)
+    for name in given:
+        diff = float(np.abs(np.asarray(getattr(got, name)) - want[name]).max())
+        assert diff <= (FP32_TOL if precision == "fp32" else SAME_GRAPH_TOL), (name, diff)
+    if precision == "int8" and task != "qa":     # the QA gate is answer F1: checked in the transformers.js test
+        fp32 = _session(bundle, "fp32").run({k: enc[k] for k in session.input_names})
+        metric, budget = int8_budget(bundle)
+        name = session.output_names[0]
+        mask = enc["attention_mask"].astype(bool)
+        if task == "embed":
+            loss = float(1 - _cosine(np.asarray(getattr(got, name))[mask], fp32[name][mask]).mean())
+        else:
+            picked = np.asarray(getattr(got, name)).argmax(-1)
+            ref = fp32[name].argmax(-1)
+            loss = float(1 - (picked == ref)[mask if task == "token-cls" else slice(None)].mean())
+        assert loss <= budget, (metric, loss, budget)
+
+
+# --------------------------------------------------------------------------- old bundles
+def test_a_bundle_laid_out_the_old_way_still_opens(bundles, tmp_path):
+    """Graphs at the root under their old names, no Hugging Face files: EdgeSession reads the manifest's names."""
+    from edgebert.files.atomic import sha256_file
+
+    old = tmp_path / "old"
+    shutil.copytree(bundles["embed"], old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    for key, name in (("fp32", "model.onnx"), ("int8", "model.int8.onnx")):
+        (old / manifest["models"][key]["file"]).rename(old / name)
+        manifest["models"][key]["file"] = name
+    shutil.rmtree(old / "onnx")
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "modules.json", "sentence_bert_config.json"):
+        (old / name).unlink()
+    shutil.rmtree(old / "1_Pooling")
+    manifest.pop("loaders")
+    manifest.pop("sizes", None)
+    manifest["files"] = {n: sha256_file(old / n) for n in ("model.onnx", "model.int8.onnx", "tokenizer.json",
+                                                            "config.json")}
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    for precision in ("fp32", "int8"):
+        got = EdgeSession(old, provider="cpu", precision=precision, threads=1)
+        assert got.model_file == old / {"fp32": "model.onnx", "int8": "model.int8.onnx"}[precision]
+        assert np.array_equal(got.embed(TEXTS), _session(bundles["embed"], precision).embed(TEXTS))
+
+
+# --------------------------------------------------------------------------- the real model
+@pytest.mark.slow
+def test_minilm_bundle_in_sentence_transformers_and_optimum(minilm_dir, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    from edgebert.exporters import ExportConfig, export_bundle
+
+    bundle = export_bundle(ExportConfig(model_dir=minilm_dir, out_dir=tmp_path / "minilm", int8=True)).bundle_dir
+    texts = ["A man is playing a guitar.", "The new movie is awesome, I loved every minute of it.",
+             "Stocks fell sharply on Monday after the central bank raised interest rates.", "hello"]
+    fp32 = _session(bundle, "fp32").embed(texts)
+    for precision, extra in (("fp32", {}), ("int8", {"file_name": "model_quantized.onnx"})):
+        model = st.SentenceTransformer(str(bundle), device="cpu", backend="onnx", model_kwargs={**extra, **CPU_ONLY})
+        got = model.encode(texts)
+        want = _session(bundle, precision).embed(texts)
+        assert float(np.abs(got - want).max()) <= (FP32_TOL if precision == "fp32" else SAME_GRAPH_TOL)
+        if precision == "int8":
+            assert float(1 - _cosine(got, fp32).mean()) <= int8_budget(bundle)[1]
+    reference = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts)
+    assert float(_cosine(fp32, reference).min()) > 0.99999
