@@ -180,11 +180,14 @@ class ArchiveFile:
                     raise BundleError(f"{self.path} holds {member.name!r} twice", _RECREATE)
                 seen.add(member.path)
                 total += member.size
-                if count > MAX_MEMBERS or total > allowance:
+                if total > allowance:
                     raise BundleError(
-                        f"{self.path} would expand to more than {allowance >> 20} MiB ({self.size} bytes packed, "
-                        f"{count} members so far), out of proportion for a bundle",
+                        f"{self.path} would expand to more than {allowance >> 20} MiB ({self.size / 1e6:.1f} MB "
+                        f"packed, {count} members so far), out of proportion for a bundle",
                         "refused before extracting anything; " + _RECREATE)
+                if count > MAX_MEMBERS:
+                    raise BundleError(f"{self.path} holds more than {MAX_MEMBERS} members, far more than a bundle",
+                                      "refused before extracting anything; " + _RECREATE)
                 yield member
             if isinstance(archive, tarfile.TarFile):        # the end of the compressed stream is there too
                 while archive.fileobj.read(_CHUNK):
