@@ -6,8 +6,12 @@ reused through a marker file under pytest's base temp dir, so the runtime and be
 
 from __future__ import annotations
 
+import os
 import string
+import sys
 from pathlib import Path
+
+READY_BUNDLES = "EDGEBERT_TEST_BUNDLES"
 
 # Words the tiny WordPiece vocabulary knows whole; anything else falls back to characters.
 WORDS = """the a an and or but not no is are was were be been it its this that these those i you he
@@ -52,8 +56,11 @@ def make_tiny_tokenizer(path: str | Path) -> Path:
 
 def make_tiny_model_dir(out_dir: str | Path, architecture: str = "BertModel", seed: int = 0,
                         **overrides) -> Path:
-    """A seeded tiny BERT (hidden 64, 2 layers) saved with ``save_model`` + a tiny tokenizer.json."""
-    import torch
+    """A seeded tiny BERT (hidden 64, 2 layers) saved with ``save_model`` + a tiny tokenizer.json; the test
+    is skipped in a torch-free install (the runtime tests there use ready-made bundles)."""
+    import pytest
+
+    torch = pytest.importorskip("torch", reason="the tiny model is made with torch (not installed here)")
 
     from edgebert.model import save_model
     from edgebert.model import BertConfig
@@ -75,7 +82,12 @@ TASK_ARCHITECTURE = {"embed": "BertModel", "mlm": "BertForMaskedLM", "cls": "Ber
 
 def tiny_bundle(root: Path, task: str = "embed") -> tuple[Path, Path]:
     """(model_dir, bundle_dir) of a tiny seeded model of ``task`` with fp32 + int8, built once per
-    ``root`` (pass ``tmp_path_factory.getbasetemp()`` to share it across test modules)."""
+    ``root`` (pass ``tmp_path_factory.getbasetemp()`` to share it across test modules). In a torch-free
+    install (``make test-runtime``) the bundles come ready-made from ``$EDGEBERT_TEST_BUNDLES`` (this
+    file run as a script, by an install that has torch)."""
+    ready = os.environ.get(READY_BUNDLES)
+    if ready and (Path(ready) / f"tiny_{task}_bundle" / "manifest.json").is_file():
+        root = Path(ready)
     model_dir = Path(root) / f"tiny_{task}_model"
     bundle_dir = Path(root) / f"tiny_{task}_bundle"
     if not (bundle_dir / "manifest.json").is_file():
@@ -112,3 +124,11 @@ def tiny_gpu_bundle(root: Path) -> tuple[Path, Path]:
                                    calib=calib, calib_size=40, gate_size=40, trt_profile=GPU_PROFILE,
                                    validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
     return model_dir, bundle_dir
+
+
+if __name__ == "__main__":
+    # python tests/runtime_fixtures.py DIR: the tiny bundles, made here (torch) for a torch-free test run
+    out = Path(sys.argv[1])
+    for name in TASK_ARCHITECTURE:
+        tiny_bundle(out, name)
+    print(f"tiny bundles in {out}: {', '.join(TASK_ARCHITECTURE)}")

@@ -34,8 +34,8 @@ def fp32(embed_bundle):
 
 
 def torch_outputs(model_dir, rows, architecture="BertModel"):
-    """The PyTorch model on the runtime's own padded token ids."""
-    import torch
+    """The PyTorch model on the runtime's own padded token ids (skipped in a torch-free install)."""
+    torch = pytest.importorskip("torch")
 
     from edgebert.model import load_model
     from edgebert.runtime import pad_batch
