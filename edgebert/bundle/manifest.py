@@ -326,11 +326,12 @@ class Manifest(_JsonView):
         return cls.from_dict(value)
 
     def with_files(self, files: dict[str, str], sizes: dict[str, int] | None = None) -> "Manifest":
-        """The same manifest with ``files`` (name -> sha256) and ``sizes`` (name -> bytes) replaced."""
+        """The same manifest with ``files`` (name -> sha256) and, if given, ``sizes`` (name -> bytes) replaced."""
         value = self.to_dict()
         value.pop("files", None)
-        value.pop("sizes", None)
-        return Manifest.from_dict({**value, "files": dict(files), **({"sizes": dict(sizes)} if sizes else {})})
+        kept = value.pop("sizes", None)
+        sizes = dict(sizes) if sizes is not None else kept
+        return Manifest.from_dict({**value, "files": dict(files), **({"sizes": sizes} if sizes is not None else {})})
 
     def to_json(self) -> str:
         return json.dumps(self._json, indent=2) + "\n"
