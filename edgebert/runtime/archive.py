@@ -27,6 +27,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -105,8 +106,6 @@ def _tar_info(name: str, size: int, mtime: float) -> tarfile.TarInfo:
 
 
 def _zip_time(mtime: float) -> tuple[int, ...]:
-    import time
-
     return tuple(max(t, lo) for t, lo in zip(time.localtime(mtime)[:6], (1980, 1, 1, 0, 0, 0)))
 
 
@@ -131,10 +130,13 @@ def foreign_archive(path: str | os.PathLike) -> str | None:
             data = archive.read(manifest)
             if hashlib.sha256(data).hexdigest() != stamp.get("manifest_sha256"):
                 return f"{changed} (another {MANIFEST_NAME})"
-            wanted = {manifest.path, *(top.joinpath(*PurePosixPath(n).parts) for n in archive.manifest(data).file_names())}
+            names = archive.manifest(data).file_names()
+            wanted = {manifest.path, *(top.joinpath(*PurePosixPath(n).parts) for n in names)}
             odd = [m for m in members if m.is_dir or m.path not in wanted]
-            if odd or len(members) != len(wanted):
-                return f"{changed} (it holds {_some(odd) if odd else 'fewer files than its manifest names'} beside the bundle)"
+            if odd:
+                return f"{changed} (it holds {_some(odd)} beside the bundle)"
+            if len(members) != len(wanted):
+                return f"{changed} (it holds fewer files than its {MANIFEST_NAME} names)"
     except BundleError as exc:
         text = exc.message.removeprefix(str(path)).strip(" :").removeprefix("is ")
         return text if text.startswith("not a") else f"not a bundle archive edgebert can read ({text})"

@@ -45,7 +45,8 @@ MIN_ALLOWANCE = 256 << 20     # a small archive may expand to this much whatever
 MAX_MEMBERS = 10_000
 MAX_MANIFEST = 16 << 20
 _CHUNK = 1 << 20
-_RETRY = "the file is damaged or incomplete: copy or download it again, or re-create it with `edgebert export --archive`"
+_RETRY = ("the file is damaged or incomplete: copy or download it again, or re-create it with "
+          "`edgebert export --archive`")
 _RECREATE = "pass an archive written by `edgebert export --archive`"
 
 
