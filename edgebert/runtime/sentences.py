@@ -94,14 +94,16 @@ class SentenceMethods:
 
 
 def _matrix(value: Any, name: str) -> np.ndarray:
-    try:
-        array = np.asarray(value, dtype=np.float32)
+    try:       # float64: a float64 vector past float32's range keeps its direction
+        array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise DataError(f"similarity(): {name} is not a vector or a list of vectors ({exc})") from None
     if array.ndim == 1:
         array = array[None, :]
     if array.ndim != 2 or not array.shape[1]:
         raise DataError(f"similarity(): {name} has shape {array.shape}; expected (hidden,) or (N, hidden)")
+    if not np.isfinite(array).all():
+        raise DataError(f"similarity(): {name} holds NaN or infinite values", "compare finite embeddings")
     return array
 
 

@@ -50,8 +50,16 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str, skip: int = 0) -> np.n
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """Each row scaled to unit L2 norm (a zero row stays zero)."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    """Each row scaled to unit L2 norm (a zero row stays zero), at least float32. Each row is first
+    divided by its largest magnitude (in float64), so that its norm neither overflows (rows near 1e30,
+    float16 rows past 256) nor underflows (rows near 1e-30) on the way."""
+    rows = np.asarray(vectors)
+    scaled = rows.astype(np.float64)
+    if scaled.size:
+        peak = np.abs(scaled).max(axis=1, keepdims=True)
+        scaled /= np.where(peak > 0, peak, 1.0)
+    norm = np.linalg.norm(scaled, axis=1, keepdims=True)
+    return (scaled / np.where(norm > 0, norm, 1.0)).astype(np.promote_types(rows.dtype, np.float32))
 
 
 def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
