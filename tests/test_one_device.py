@@ -43,15 +43,18 @@ def _copy(bundle: Path, to: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- one file per distinct graph
+def _files(bundle: Path) -> dict[str, str]:
+    return {k: m["file"] for k, m in json.loads((bundle / "manifest.json").read_text())["models"].items()}
+
+
 def test_equal_graphs_share_one_file_and_every_target_opens(fleet):
     manifest = json.loads((fleet / "manifest.json").read_text())
-    graphs = sorted(fleet.rglob("*.onnx"))
+    files = _files(fleet)
+    graphs = sorted(p for p in fleet.rglob("*.onnx"))
     digests = [_sha(p) for p in graphs]
     assert len(set(digests)) == len(digests) == 3          # fp32, portable, and one for x86-vnni + arm64
-    files = {k: m["file"] for k, m in manifest["models"].items()}
-    assert files["int8-arm64"] == files["int8-x86-vnni"] and "x86-vnni" in files["int8-x86-vnni"]
+    assert files["int8-arm64"] == files["int8-x86-vnni"] != files["int8"]
     assert manifest["models"]["int8-arm64"]["same_graph_as"] == ["int8-x86-vnni"]
-    assert not [p for p in graphs if "arm64" in p.name]
     for target in TARGETS:
         session = EdgeSession(fleet, "cpu", int8_target=target)
         assert session.int8_choice.target == target
@@ -62,13 +65,57 @@ def test_equal_graphs_share_one_file_and_every_target_opens(fleet):
 def test_an_old_bundle_with_one_file_per_target_still_opens(fleet, tmp_path):
     old = _copy(fleet, tmp_path / "old")
     manifest = json.loads((old / "manifest.json").read_text())
-    shutil.copyfile(old / manifest["models"]["int8-x86-vnni"]["file"], old / "model.int8-arm64.onnx")
-    entry = manifest["models"]["int8-arm64"]
-    entry["file"] = "model.int8-arm64.onnx"
+    shared = manifest["models"]["int8-x86-vnni"]["file"]
+    own = str(Path(shared).with_name("model.int8-arm64-own.onnx"))
+    shutil.copyfile(old / shared, old / own)
+    manifest["models"]["int8-arm64"]["file"] = own
     for key in ("int8-arm64", "int8-x86-vnni"):
         manifest["models"][key].pop("same_graph_as")
-    manifest["files"]["model.int8-arm64.onnx"] = _sha(old / "model.int8-arm64.onnx")
+    manifest["files"][own] = _sha(old / own)
     (old / "manifest.json").write_text(json.dumps(manifest))
     session = EdgeSession(old, "cpu", int8_target="arm64")
-    assert session.model_file.name == "model.int8-arm64.onnx"
+    assert session.model_file == old / own
     assert check_bundle(old, int8_target="arm64", max_texts=24).passed
+
+
+# --------------------------------------------------------------------------- what a session reads
+def test_a_session_hashes_only_the_files_it_loads(fleet, tmp_path, monkeypatch):
+    """A corrupted graph the session does not load costs it nothing; the session that loads it, and
+    `edgebert check`, refuse it."""
+    import edgebert.bundle.reader as reader
+    from edgebert.errors import BundleError
+
+    bundle = _copy(fleet, tmp_path / "b")
+    files = _files(bundle)
+    fp32 = bundle / files["fp32"]
+    data = bytearray(fp32.read_bytes())
+    data[-10] ^= 0xFF                                      # inside the last initializer's bytes
+    fp32.write_bytes(bytes(data))
+    hashed = []
+    real = reader.sha256_file
+    monkeypatch.setattr(reader, "sha256_file", lambda p, *a: hashed.append(Path(p).relative_to(bundle).as_posix())
+                        or real(p, *a))
+    session = EdgeSession(bundle, "cpu", "int8", int8_target="portable")
+    assert session.embed(["a charming film"]).shape == (1, 64)
+    assert sorted(hashed) == sorted([json.loads((bundle / "manifest.json").read_text())["tokenizer"]["file"],
+                                     files["int8"]])
+    with pytest.raises(BundleError, match="does not match its manifest hash"):
+        EdgeSession(bundle, "cpu", "fp32")
+    report = check_bundle(bundle, max_texts=8)
+    assert not report.passed and "bundle files do not match the manifest" in report.reason
+    assert files["fp32"] in report.reason
+
+
+def test_the_runtime_imports_no_heavy_module(fleet):
+    """`import edgebert.runtime` + a session + a result, in a fresh interpreter: no torch, no onnx python
+    package, no transformers."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom edgebert.runtime import EdgeSession\n"
+            f"EdgeSession({str(fleet)!r}).embed(['a charming film'])\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'onnx', 'transformers', "
+            "'sentence_transformers', 'optimum', 'openvino', 'scipy', 'pandas'})\nprint('heavy:', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "heavy: []"

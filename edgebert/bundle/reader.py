@@ -54,7 +54,7 @@ from edgebert.bundle.manifest import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
            "INPUT_NAMES", "LEGACY_INT8", "Manifest", "ModelEntry", "sha256_file", "read_manifest",
            "int8_graphs", "verify_files", "model_path", "tokenizer_path", "open_bundle", "check_graph_io",
-           "check_tables", "bundle_file", "EMBEDDING_TABLES"]
+           "check_tables", "bundle_file", "EMBEDDING_TABLES", "verify_entry", "entry_files"]
 
 # initializer name endings of a BERT graph's embedding tables (every graph edgebert exports) -> what the
 # rows count; a graph without one is not checked for it
@@ -188,8 +188,10 @@ def check_tables(where: str, initializers: dict[str, tuple[int, ...]], manifest:
                                                  "re-export the bundle")
 
 
-def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None) -> dict[str, str]:
-    """Re-hash every file listed in ``manifest.files``; ``BundleError`` on a missing or changed file.
+def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None,
+                 names: list[str] | None = None) -> dict[str, str]:
+    """Re-hash every file listed in ``manifest.files`` (or only ``names``: the files a session loads);
+    ``BundleError`` on a missing or changed file.
 
     Also checks that every model file and the tokenizer named in the manifest is listed.
     Returns the verified ``{name: sha256}``.
@@ -197,10 +199,12 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
     bundle_dir = Path(bundle_dir)
     manifest = manifest if manifest is not None else read_manifest(bundle_dir)
     files = dict(manifest.files)
-    unlisted = [n for n in manifest.named_files() if n not in files]
+    unlisted = [n for n in (names if names is not None else manifest.named_files()) if n not in files]
     if unlisted:
         raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} has no hash for {', '.join(unlisted)}",
                           "re-export the bundle")
+    if names is not None:
+        files = {n: files[n] for n in dict.fromkeys(names)}
     for name, expected in files.items():
         path = bundle_file(bundle_dir, name)
         if not path.is_file():
@@ -211,6 +215,22 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
                               f"(sha256 {actual[:12]}..., expected {expected[:12]}...)",
                               "the file was changed or corrupted; re-export the bundle")
     return dict(files)
+
+
+def entry_files(manifest: Manifest, key: str) -> list[str]:
+    """The files a session of ``models[key]`` reads: its graph (and an IR's weights, a graph's external data)."""
+    entry = manifest.models[key]
+    data = [n for n in manifest.files if n.startswith(f"{entry.file}.")]      # model.onnx.data
+    return [entry.file, *([entry.weights] if entry.weights else []), *data]
+
+
+def verify_entry(bundle_dir: str | os.PathLike, manifest: Manifest, key: str, hashes: bool = True) -> None:
+    """What a session checks of the one graph it loads, just before loading it: its files' hashes
+    (``hashes``) and its inputs, outputs and tables against the manifest (``check_graph_io``). The
+    bundle's other graphs are left unread (``edgebert check`` verifies every file)."""
+    if hashes:
+        verify_files(bundle_dir, manifest, entry_files(manifest, key))
+    check_graph_io(bundle_dir, manifest, key)
 
 
 def int8_graphs(manifest: Manifest) -> dict[str, ModelEntry]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..bundle import Manifest, bundle_file
+from ..bundle import Manifest, bundle_file, verify_entry
 from ..errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
 from .graphs import ModelChoice, choose_model
 from .hostcpu import HostCpu
@@ -109,6 +109,7 @@ class SessionRequest:
     trt_profile: TrtProfile | None = None
     trt_cache_dir: Path | None = None
     threads: int | None = None             # intra-op threads (None: the engine's default)
+    verify: bool = True                    # hash the graph's files before loading it
 
 
 def trt_profile_for(request: SessionRequest, choice: ModelChoice) -> TrtProfile:
@@ -187,6 +188,10 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
     if not model_file.is_file():
         error = BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
         raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error)
+    try:
+        verify_entry(request.bundle_dir, request.manifest, choice.key, request.verify)
+    except BundleError as error:
+        raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error) from error
     if choice.entry.engine == ENGINE:
         return _openvino_attempt(request, plan, choice, model_file, attempts)
     input_names = request.manifest.input_names

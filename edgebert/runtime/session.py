@@ -6,9 +6,9 @@ ships a bundle does not need torch. One session is safe to share between threads
 
 Failures are typed, never onnxruntime's own:
 
-* opening: the bundle's parts must agree (``bundle.open_bundle``: manifest vs each graph's inputs,
-  outputs and embedding tables; ``TextEncoder.check_ids``: the tokenizer's ids vs the embedding table),
-  else ``BundleError``; a bad argument is a ``ConfigError``;
+* opening: the bundle's parts must agree (``bundle.verify_entry``: the hashes of the files it loads,
+  the manifest vs the loaded graph's inputs, outputs and embedding tables; ``TextEncoder.check_ids``:
+  the tokenizer's ids vs the embedding table), else ``BundleError``; a bad argument is a ``ConfigError``;
 * ``run`` (and every task method, which all go through it): inputs the graph cannot take (ids outside
   the vocabulary, more tokens than positions, inputs of different shapes) are a ``DataError`` naming the
   input; anything onnxruntime still refuses is a ``RuntimeFault`` naming the bundle, graph and input
@@ -28,7 +28,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..bundle import PRECISIONS, open_bundle, tokenizer_path
+from ..bundle import PRECISIONS, read_manifest, tokenizer_path, verify_files
+from ..bundle.task_registry import bundle_task, task_serving
 from edgebert.system.environment import check_threads
 from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
 from .archive import bundle_folder
@@ -104,7 +105,12 @@ class EdgeSession(SentenceMethods):
         self.ort_log_level = _ort_log_level(ort_log_level)
         self.source = Path(bundle_dir)                       # as given: a folder or an archive
         self.bundle_dir = bundle_folder(self.source)
-        self.manifest = open_bundle(self.bundle_dir, verify=verify)
+        # only what this session reads is hashed: the manifest's names here, the tokenizer now, the graph it
+        # loads just before loading it (``attempts``); ``edgebert check`` verifies every file
+        self.manifest = read_manifest(self.bundle_dir)
+        self.verify = bool(verify)
+        if self.verify:
+            verify_files(self.bundle_dir, self.manifest, [self.manifest.tokenizer.file])
         self.task: str = self.manifest.task
         self.threads = threads
         self.allow_spinning = bool(allow_spinning)
@@ -124,9 +130,10 @@ class EdgeSession(SentenceMethods):
         self.pad_id = tok.pad_id
         self.mask_id = tok.mask_id
         self.encoder = TextEncoder(tokenizer_path(self.bundle_dir, self.manifest), self.max_length, self.pad_id)
-        self.encoder.check_ids(self.manifest.config.vocab_size, {n: getattr(tok, n) for n in SPECIAL_IDS})
         self.label_names = self.manifest.label_names
         self._session, self.providers, self.provider_notes = self._create(provider, trt_cache_dir, trt_profile)
+        # after the graph's own check (its tables), which names the graph when the manifest claims too much
+        self.encoder.check_ids(self.manifest.config.vocab_size, {n: getattr(tok, n) for n in SPECIAL_IDS})
         # an OpenVINO graph runs on the CPU too; ``engine`` says which library runs it
         self.provider = short_name(self.providers[0]) if self.engine == "onnxruntime" else "cpu"
         self.input_names = [i.name for i in self._session.get_inputs()]
@@ -140,7 +147,7 @@ class EdgeSession(SentenceMethods):
         profile = TrtProfile.parse(trt_profile) if isinstance(trt_profile, str) else trt_profile
         request = SessionRequest(self.bundle_dir, self.manifest, requested, self.precision, self.host,
                                  self.batch_size, self.max_length, self.int8_target, profile,
-                                 Path(trt_cache_dir) if trt_cache_dir else None, self.threads)
+                                 Path(trt_cache_dir) if trt_cache_dir else None, self.threads, self.verify)
         opened = open_session(request, self._session_options)
         self.model_file, self.model_key = opened.model_file, opened.choice.key
         self.engine = opened.choice.entry.engine            # onnxruntime | openvino
@@ -171,7 +178,7 @@ class EdgeSession(SentenceMethods):
         """What runs: for logs and reports."""
         return {"bundle": str(self.bundle_dir), "source": str(self.source), "task": self.task,
                 "precision": self.precision, "precision_reason": self.precision_reason,
-                "pooling": self.pooling.as_dict() if self.task == "embed" else None,
+                "pooling": self.pooling.as_dict() if bundle_task(self.task).has_pooling else None,
                 "model_file": self.model_file.name, "model_bytes": self.model_file.stat().st_size,
                 "model": self.model_key, "engine": self.engine, "provider": self.provider,
                 "providers": list(self.providers),
@@ -274,7 +281,9 @@ class EdgeSession(SentenceMethods):
             feeds = pad_batch([rows[i] for i in idx], self.pad_id)
             yield idx, feeds, self.run(feeds, outputs)
 
-    def _require(self, task: str, method: str) -> None:
+    def _require(self, method: str) -> None:
+        """``ConfigError`` unless this bundle's task is the one ``method`` serves (``task_registry``)."""
+        task = task_serving(method).name
         if self.task != task:
             raise ConfigError(f"{method}() needs a '{task}' bundle; {self.bundle_dir} is a "
                               f"'{self.task}' bundle", f"export the model with task '{task}'")
@@ -291,14 +300,14 @@ class EdgeSession(SentenceMethods):
         norm (a dot product is then the cosine). A text with no tokens (``""``, only spaces) gets the
         zero vector. An empty list gives shape (0, hidden). ``encode`` is sentence-transformers' form.
         """
-        self._require("embed", "embed")
+        self._require("embed")
         chosen = choose_pooling(pooling, self.manifest.pooling)
         items, _ = check_texts(texts)
         return self._vectors(items, chosen, bool(normalize), batch_size, self._truncate(truncate))
 
     def logits(self, texts: Any, batch_size: int | None = None, truncate: bool | None = None) -> np.ndarray:
         """Raw ``logits`` of a ``cls`` bundle, (N, C) float32 in input order (texts or pairs)."""
-        self._require("cls", "classify")
+        self._require("classify")
         rows = self.tokenize(texts, truncate)
         result = np.zeros((len(rows), len(self.label_names) or 2), dtype=np.float32)
         for idx, _, out in self._batches(rows, ["logits"], batch_size):
@@ -326,7 +335,7 @@ class EdgeSession(SentenceMethods):
         text). ``aggregation``: ``simple`` | ``first`` | ``none``. A text longer than ``max_length`` is
         tagged in windows overlapping by ``stride`` sub-tokens (default: a quarter of a window), never
         truncated."""
-        self._require("token-cls", "tag")
+        self._require("tag")
         items, _ = check_texts(texts)
         width = int(self.manifest.outputs[0].shape[-1])     # labels of a manifest that names none
         labels = tuple(self.label_names) or tuple(f"LABEL_{i}" for i in range(width))
@@ -338,7 +347,7 @@ class EdgeSession(SentenceMethods):
 
     def fill_mask(self, text: str, top_k: int = 5, truncate: bool | None = None) -> list[MaskPrediction]:
         """Top-k tokens for every mask token in ``text`` (one ``MaskPrediction`` per mask, in order)."""
-        self._require("mlm", "fill_mask")
+        self._require("fill_mask")
         if not isinstance(text, str):
             raise DataError(f"fill_mask() takes one str, not {type(text).__name__}")
         check_text(text, "text")
