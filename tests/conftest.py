@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -9,6 +10,29 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO.parent / "shared" / "data").resolve()
+# The runtime's tests (marker ``runtime``): they run in the full install and, in `make test-runtime`, in a
+# torch-free ``[cpu]`` install, where only these files are collected (their torch-made bundles ready-made).
+RUNTIME_TESTS = ("test_runtime.py", "test_archive_trust.py", "test_bundle_faults.py", "test_encode.py",
+                 "test_encode_archive.py", "test_manifest.py", "test_tokenizer.py", "test_textfiles.py",
+                 "test_bench_schema.py", "test_hostcpu_arm64.py", "test_openvino_target.py")
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """Without torch, only the runtime's test files are collected (the others import torch)."""
+    if not HAS_TORCH and collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return collection_path.name not in RUNTIME_TESTS
+    return None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.path.name in RUNTIME_TESTS:
+            item.add_marker(pytest.mark.runtime)
+
+
+def pytest_report_header(config) -> str | None:
+    return None if HAS_TORCH else "torch is not installed: only the runtime tests are collected"
 
 
 def shared_file(*parts: str) -> Path:
