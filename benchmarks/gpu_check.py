@@ -424,8 +424,9 @@ def time_torch_paths(rec: Record, model_dir: Path, loads: list[Any], device: str
         for w in loads:
             for mode in ("device", "host"):
                 run_timing(rec, f"torch eager {precision} {mode}",
-                           lambda w=w, mode=mode: time_torch(model, w, mode, device, label=f"torch eager {precision}",
-                                                             **limits_for(w, limits)), "minilm")
+                           lambda w=w, mode=mode, model=model: time_torch(model, w, mode, device,
+                                                                          label=f"torch eager {precision}",
+                                                                          **limits_for(w, limits)), "minilm")
         if compile_ and precision == "fp16":
             time_compiled(rec, model, loads, device, limits, compile_budget)
         del model

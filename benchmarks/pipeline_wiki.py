@@ -46,7 +46,7 @@ def main() -> int:
                                 eval_corpus=(wiki / "wiki.test.raw",), teacher=args.teacher,
                                 from_scratch=args.teacher is None,
                                 lengths_from=DATA / "sst2" / "dev.tsv", threads=args.threads)
-    result = run_pipeline(cfg, say=print)
+    run_pipeline(cfg, say=print)
     copy_results(args.out, args.results)
     print(f"wrote {args.results}")
     return 0
