@@ -14,6 +14,12 @@ from edgebert.quantization.config import INT8_MODES, Fp16Config, Int8Config
 from edgebert.quantization.targets import target_names
 
 MIN_OPSET, MAX_OPSET = 14, 20   # 14: Trilu/etc.; 17: native LayerNormalization; 20: TorchScript max
+# the settings that shape only the INT8 graphs (field -> its flag): refused without --int8, never ignored
+INT8_SETTINGS = {"int8_mode": "--int8-mode", "int8_targets": "--target", "per_channel": "--per-channel/--per-tensor",
+                 "quantize_attention": "quantize_attention", "calib": "--calib", "calib_size": "--calib-size",
+                 "gate_size": "--gate-size", "gate_data": "--gate-data", "max_accuracy_loss": "--max-accuracy-loss",
+                 "outlier_ratio": "--outlier-ratio", "activation_scales": "--activation-scales",
+                 "int8_embedding_tables": "int8_embedding_tables"}
 # Default task of each architecture (config.json "architectures").
 ARCHITECTURE_TASKS = {
     "BertModel": "embed",
@@ -94,10 +100,7 @@ class ExportConfig:
             raise ConfigError(f"unknown INT8 mode {self.int8_mode!r}", f"use one of {', '.join(INT8_MODES)}")
         object.__setattr__(self, "int8_targets", target_names(self.int8_targets))
         if not self.int8:
-            if (self.int8_mode != "dynamic" or self.calib is not None or self.max_accuracy_loss is not None
-                    or self.int8_targets != ("portable",)):
-                raise ConfigError("--int8-mode, --target, --calib and --max-accuracy-loss need --int8",
-                                  "add --int8")
+            self._check_no_int8_settings()
         if self.int8 and self.int8_mode == "static":
             object.__setattr__(self, "tensorrt", True)       # static QDQ INT8 is TensorRT's graph
         if isinstance(self.trt_profile, str):
@@ -121,6 +124,15 @@ class ExportConfig:
             self.int8_config()   # validates the INT8 combination (static needs --calib, ...)
         if self.fp16:
             self.fp16_config()
+
+    def _check_no_int8_settings(self) -> None:
+        """Without ``int8`` no INT8 setting may differ from its default: it would be silently unused."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in INT8_SETTINGS}
+        given = [flag for name, flag in INT8_SETTINGS.items() if getattr(self, name) != defaults[name]]
+        if given:
+            listed = ", ".join(given)
+            raise ConfigError(f"{listed} {'is an INT8 setting' if len(given) == 1 else 'are INT8 settings'}, and "
+                              "INT8 settings need --int8", f"add --int8, or drop {listed}")
 
     def int8_config(self, max_len: int | None = None) -> Int8Config:
         """The INT8 settings; with ``max_len``, calibration and gate texts are cut to fit the model's positions."""

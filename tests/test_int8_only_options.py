@@ -1,0 +1,46 @@
+"""Every setting that shapes only the INT8 graphs is refused without ``--int8`` (one line naming it, nothing
+written), never silently unused: ``--gate-data`` as ``--calib`` always was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distill_helpers import assert_one_line_error, run_cli
+from edgebert.errors import ConfigError
+from edgebert.exporters import ExportConfig
+from runtime_fixtures import make_tiny_model_dir
+
+OPTIONS = {   # CLI options -> the flag the message names
+    "gate_data": (["--gate-data", "{squad}"], "--gate-data"),
+    "gate_size": (["--gate-size", "50"], "--gate-size"),
+    "calib_size": (["--calib-size", "64"], "--calib-size"),
+    "per_tensor": (["--per-tensor"], "--per-channel/--per-tensor"),
+    "outlier_ratio": (["--outlier-ratio", "0"], "--outlier-ratio"),
+    "activation_scales": (["--activation-scales", "per-call"], "--activation-scales"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPTIONS))
+def test_int8_only_option_without_int8_is_refused_in_one_line(case, tmp_path, capsys):
+    model = make_tiny_model_dir(tmp_path / "model", "BertModel")
+    squad = tmp_path / "dev.json"
+    squad.write_text(json.dumps({"version": "1.1", "data": []}))
+    argv, flag = OPTIONS[case]
+    code, _, err = run_cli(capsys, "export", model, "--out", tmp_path / "bundle",
+                           *[a.format(squad=squad) for a in argv])
+    assert_one_line_error(code, err, f"{flag} is an INT8 setting, and INT8 settings need --int8",
+                          f"(add --int8, or drop {flag})")
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_the_library_config_names_every_int8_setting_given(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--calib, --gate-data are INT8 settings, and INT8 settings need --int8$"):
+        ExportConfig(model_dir=tmp_path / "m", out_dir=tmp_path / "o", calib=tmp_path / "c.txt",
+                     gate_data=tmp_path / "dev.json")
+    with pytest.raises(ConfigError, match="^int8_embedding_tables is an INT8 setting"):
+        ExportConfig(model_dir=tmp_path / "m", out_dir=tmp_path / "o", int8_embedding_tables=False)
+    # with --int8 they are taken; the defaults without it are no settings at all
+    assert ExportConfig(model_dir=tmp_path / "m", out_dir=tmp_path / "o", int8=True, gate_size=50).gate_size == 50
+    assert not ExportConfig(model_dir=tmp_path / "m", out_dir=tmp_path / "o").int8
