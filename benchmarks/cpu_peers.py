@@ -190,8 +190,8 @@ def edgebert_bundle(src: Path, work: Path, rebuild: bool = False, log: Callable[
     graph without openvino / nncf) into ``work``/bundle; an earlier bundle that still verifies and has those
     graphs is reused unless ``rebuild``. ``portable`` stays the default graph (``export --int8``'s)."""
     from edgebert.errors import EdgebertError
-    from edgebert.stages.import_hf import convert_hf
     from edgebert.exporters import ExportConfig, export_bundle, verify_bundle
+    from edgebert.stages.import_hf import convert_hf
 
     bundle, model_dir = work / "bundle", work / "minilm"
     targets = ("portable", "x86-vnni", "openvino") if openvino_installed() else ("portable", "x86-vnni")

@@ -23,10 +23,9 @@ from pathlib import Path
 
 import torch
 
-from edgebert.model import load_model
-from edgebert.system.environment import describe
 from edgebert.files.atomic import write_json, write_text
-from edgebert.model import count_parameters, encoder_of
+from edgebert.model import count_parameters, encoder_of, load_model
+from edgebert.system.environment import describe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distill_latency"
 

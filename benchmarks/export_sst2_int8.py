@@ -52,9 +52,9 @@ def main() -> int:
     import torch
     from rich.progress import Progress
 
-    from edgebert.model import load_model, save_model
-    from edgebert.files.atomic import write_json
     from edgebert.data.tasks import read_task_tsv
+    from edgebert.files.atomic import write_json
+    from edgebert.model import load_model, save_model
     from edgebert.quantization import encode_batch, prepared_tokenizer
 
     torch.manual_seed(args.seed)
@@ -125,11 +125,11 @@ def evaluate(args, model, ckpt: Path, training: dict | None, dev) -> int:
     import onnxruntime as ort
     import torch
 
-    from edgebert.system.environment import describe
-    from edgebert.files.atomic import write_json, write_text
-    from edgebert.stages.metrics import accuracy
     from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.files.atomic import write_json, write_text
     from edgebert.quantization import DynamicInt8Quantizer, Int8Config, encode_batch, prepared_tokenizer
+    from edgebert.stages.metrics import accuracy
+    from edgebert.system.environment import describe
 
     if training is None:
         training = json.loads((args.run / "training.json").read_text())

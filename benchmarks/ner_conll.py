@@ -110,11 +110,11 @@ def main() -> None:
     ap.add_argument("--teacher-epochs", type=float, default=6.0)
     ap.add_argument("--student-epochs", type=float, default=6.0)
     args = ap.parse_args()
-    from edgebert.system.environment import describe
     from edgebert.files.atomic import write_json, write_text
     from edgebert.model import count_parameters, load_model
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.stages.evaluate import evaluate
+    from edgebert.system.environment import describe
 
     args.runs.mkdir(parents=True, exist_ok=True)
     bench_dir = SUITE / f"{args.name}_bench"

@@ -24,10 +24,9 @@ from pathlib import Path
 
 import torch
 
-from edgebert.model import BertConfig
-from edgebert.system.environment import describe
 from edgebert.files.atomic import write_json, write_text
-from edgebert.model import BertForPreTraining
+from edgebert.model import BertConfig, BertForPreTraining
+from edgebert.system.environment import describe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_throughput"
 

@@ -19,11 +19,10 @@ Modules, each with one job:
 """
 
 from edgebert.bundle import model_path, read_manifest, tokenizer_path, verify_files
-
-from .config import EXPORT_PRESETS, MAX_OPSET, MIN_OPSET, ExportConfig, default_task
-from .manifest_build import MODEL_FILES, verify_bundle
-from .pipeline import export_bundle
-from .result import ExportResult
+from edgebert.exporters.config import EXPORT_PRESETS, MAX_OPSET, MIN_OPSET, ExportConfig, default_task
+from edgebert.exporters.manifest_build import MODEL_FILES, verify_bundle
+from edgebert.exporters.pipeline import export_bundle
+from edgebert.exporters.result import ExportResult
 
 __all__ = ["ExportConfig", "ExportResult", "export_bundle", "read_manifest", "verify_bundle",
            "verify_files", "model_path", "tokenizer_path", "default_task", "EXPORT_PRESETS",

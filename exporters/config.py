@@ -9,9 +9,9 @@ from typing import Any
 
 from edgebert.bundle import TASKS
 from edgebert.errors import ConfigError
-from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.quantization.config import INT8_MODES, Fp16Config, Int8Config
 from edgebert.quantization.targets import target_names
+from edgebert.runtime.trt_profile import TrtProfile
 
 MIN_OPSET, MAX_OPSET = 14, 20   # 14: Trilu/etc.; 17: native LayerNormalization; 20: TorchScript max
 # the settings that shape only the INT8 graphs (field -> its flag): refused without --int8, never ignored

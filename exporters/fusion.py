@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from edgebert.errors import ValidationError
+from edgebert.exporters.job import ExportJob
+from edgebert.exporters.validate import GraphValidator
 from edgebert.graph.ops import op_type_counts, quiet_logging
 from edgebert.model import BertConfig
-
-from .job import ExportJob
-from .validate import GraphValidator
 
 GELU_OPS = ("BiasGelu", "Gelu", "FastGelu")
 SKIP_LN_OPS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
@@ -137,7 +136,7 @@ def cpu_graph_passes(path: Path) -> dict[str, int]:
     ``fused_ops`` keeps the optimizer's counts (what the fusion gate checked); this says what changed after."""
     import onnx
 
-    from .cpu_passes import unfuse_skip_layernorm
+    from edgebert.exporters.cpu_passes import unfuse_skip_layernorm
 
     model = onnx.load(str(path))
     done = unfuse_skip_layernorm(model)

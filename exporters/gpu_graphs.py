@@ -21,15 +21,14 @@ from typing import Any
 
 from edgebert.bundle import INPUT_NAMES
 from edgebert.errors import ValidationError
+from edgebert.exporters.fusion import fused_entry
+from edgebert.exporters.job import ExportJob
+from edgebert.exporters.validate import GraphValidator
 from edgebert.graph.ops import op_domains
-from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.quantization.accuracy import cpu_session
 from edgebert.quantization.config import Fp16Config
 from edgebert.quantization.fp16 import make_fp16
-
-from .fusion import fused_entry
-from .job import ExportJob
-from .validate import GraphValidator
+from edgebert.runtime.trt_profile import TrtProfile
 
 GPU_FILES = {"fp32-trt": "onnx/model.trt.onnx", "int8-trt": "onnx/model.int8.trt.onnx",
              "fp32-cuda": "onnx/model.cuda.onnx", "fp16-cuda": "onnx/model.fp16.cuda.onnx"}

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle.pooling import ST_CONFIG_NAME, SentencePooling, write_pooling
+from edgebert.exporters.config import TASK_ARCHITECTURES
 from edgebert.files.atomic import write_json, write_text
 from edgebert.model import CONFIG_NAME, BertConfig
-
-from .config import TASK_ARCHITECTURES
 
 __all__ = ["GRAPH_DIR", "HF_FILES", "write_hf_folder", "clean_tokenizer", "loaders_note"]
 

@@ -9,14 +9,13 @@ and writes each graph's manifest entry, with what a host needs to run it exactly
 
 from __future__ import annotations
 
-from edgebert.runtime.trt_profile import TrtProfile
+from edgebert.exporters.gpu_graphs import GPU_FILES, tensorrt_fields
+from edgebert.exporters.job import ExportJob
+from edgebert.exporters.manifest_build import OPENVINO_FILE, OPENVINO_WEIGHTS, export_host, int8_file
+from edgebert.exporters.validate import GraphValidator
 from edgebert.quantization.config import Int8Config
 from edgebert.quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
-
-from .gpu_graphs import GPU_FILES, tensorrt_fields
-from .job import ExportJob
-from .manifest_build import OPENVINO_FILE, OPENVINO_WEIGHTS, export_host, int8_file
-from .validate import GraphValidator
+from edgebert.runtime.trt_profile import TrtProfile
 
 SUMMARY = ("metric", "mean", "min", "n", "loss", "f1", "fp32_f1", "within_budget")   # the progress line's figures
 

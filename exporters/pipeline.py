@@ -18,22 +18,29 @@ from typing import Callable
 from edgebert.bundle import MANIFEST_NAME, TASK_OUTPUTS
 from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.errors import CheckpointError, ConfigError
+from edgebert.exporters.config import TASK_ARCHITECTURES, ExportConfig, default_task
+from edgebert.exporters.fusion import fused_entry
+from edgebert.exporters.gpu_graphs import GpuGraphs
+from edgebert.exporters.hf_folder import GRAPH_DIR, HF_FILES, loaders_note, write_hf_folder
+from edgebert.exporters.int8 import default_precision, export_int8
+from edgebert.exporters.job import ExportJob
+from edgebert.exporters.manifest_build import (
+    MODEL_FILES,
+    OPENVINO_FILE,
+    OPENVINO_WEIGHTS,
+    build_manifest,
+    export_host,
+    verify_bundle,
+    write_manifest,
+)
+from edgebert.exporters.onnx_export import TaskModel, export_onnx, prepare
+from edgebert.exporters.result import ExportResult
+from edgebert.exporters.shared_graphs import share_equal_graphs
+from edgebert.exporters.tokenizer_info import find_tokenizer, tokenizer_metadata
+from edgebert.exporters.validate import GraphValidator, Say, make_cases, torch_reference
 from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_dir, write_text
 from edgebert.files.outdirs import OutputDir
 from edgebert.model import CONFIG_NAME, BertConfig, load_model
-
-from .config import TASK_ARCHITECTURES, ExportConfig, default_task
-from .fusion import fused_entry
-from .gpu_graphs import GpuGraphs
-from .hf_folder import GRAPH_DIR, HF_FILES, loaders_note, write_hf_folder
-from .int8 import default_precision, export_int8
-from .job import ExportJob
-from .manifest_build import MODEL_FILES, OPENVINO_FILE, OPENVINO_WEIGHTS, build_manifest, export_host, verify_bundle, write_manifest
-from .onnx_export import TaskModel, export_onnx, prepare
-from .result import ExportResult
-from .shared_graphs import share_equal_graphs
-from .tokenizer_info import find_tokenizer, tokenizer_metadata
-from .validate import GraphValidator, Say, make_cases, torch_reference
 
 __all__ = ["ExportResult", "export_bundle", "LOG_NAME", "BUNDLE_OUTPUTS"]
 

@@ -25,19 +25,32 @@ Modules, each with one job:
 """
 
 from edgebert.graph.ops import op_type_counts
-
-from .accuracy import AccuracyProbe, GuardResult, batch_invariance, cpu_session, quantize_with_guard
-from .activations import ChannelStats
-from .calibration import (CalibrationSplit, TextBatches, TextCalibrationReader, TextSource, calibration_split,
-                          encode_batch, iter_sentences, prepared_tokenizer)
-from .config import INT8_MODES, INT8_PRESETS, Fp16Config, Int8Config
-from .dynamic import DynamicInt8Quantizer
-from .fp16 import check_fp16_structure, convert_to_fp16, fp16_structure, make_fp16
-from .int8_graphs import Int8Graph, Int8Maker, OutlierSplit
-from .outliers import OUTLIER_SUFFIX, float_only_nodes, outlier_channels, split_outliers
-from .scales import freeze_activation_scales
-from .static import StaticQdqInt8Quantizer
-from .targets import TARGET_NAMES, TARGETS, Int8Recipe, resolve_targets
+from edgebert.quantization.accuracy import (
+                          AccuracyProbe,
+                          GuardResult,
+                          batch_invariance,
+                          cpu_session,
+                          quantize_with_guard,
+)
+from edgebert.quantization.activations import ChannelStats
+from edgebert.quantization.calibration import (
+                          CalibrationSplit,
+                          TextBatches,
+                          TextCalibrationReader,
+                          TextSource,
+                          calibration_split,
+                          encode_batch,
+                          iter_sentences,
+                          prepared_tokenizer,
+)
+from edgebert.quantization.config import INT8_MODES, INT8_PRESETS, Fp16Config, Int8Config
+from edgebert.quantization.dynamic import DynamicInt8Quantizer
+from edgebert.quantization.fp16 import check_fp16_structure, convert_to_fp16, fp16_structure, make_fp16
+from edgebert.quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
+from edgebert.quantization.outliers import OUTLIER_SUFFIX, float_only_nodes, outlier_channels, split_outliers
+from edgebert.quantization.scales import freeze_activation_scales
+from edgebert.quantization.static import StaticQdqInt8Quantizer
+from edgebert.quantization.targets import TARGET_NAMES, TARGETS, Int8Recipe, resolve_targets
 
 __all__ = [
     "AccuracyProbe", "GuardResult", "batch_invariance", "cpu_session", "quantize_with_guard", "ChannelStats",

@@ -37,9 +37,8 @@ from edgebert.files.atomic import work_dir
 from edgebert.runtime.fidelity import METRICS, OUTPUT, Fidelity, FidelityTracker, summarize
 
 GATE_OUTPUT = {**OUTPUT, "qa": "start_logits", "multiple-choice": "logits"}   # batch invariance compares these
+from edgebert.quantization.calibration import TextBatches
 from edgebert.runtime.hostcpu import PRECISION_OPTION
-
-from .calibration import TextBatches
 
 
 class Quantizer(Protocol):

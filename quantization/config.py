@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.errors import ConfigError, DataError
+from edgebert.quantization.targets import ACTIVATION_SCALES, ENGINE_TARGET, Int8Recipe, resolve_targets, target_names
 from edgebert.runtime.fidelity import CHECK_BUDGETS
-
-from .targets import ACTIVATION_SCALES, ENGINE_TARGET, Int8Recipe, resolve_targets, target_names
 
 INT8_MODES = ("dynamic", "static")
 # The gate's default budget per task: ``edgebert check``'s (``runtime.fidelity``), choice agreement as
@@ -74,7 +73,7 @@ class Int8Config:
             raise ConfigError("--target openvino is a CPU INT8 graph; static QDQ INT8 is one graph for TensorRT",
                               "drop --target, or use --int8-mode dynamic")
         if ENGINE_TARGET in self.targets:        # fail before any graph is made, not after the others
-            from .openvino_int8 import require_openvino
+            from edgebert.quantization.openvino_int8 import require_openvino
 
             require_openvino()
         if self.mode == "static" and self.targets != ("portable",):

@@ -18,13 +18,13 @@ from pathlib import Path
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from .activations import ChannelStats
 from edgebert.files.atomic import work_dir
 from edgebert.graph.ops import quiet_logging, weight_nodes
-from .embedding_tables import GATE_KEPT, RECIPE_OFF, quantize_tables, table_plan
-from .outliers import float_only_nodes
-from .scales import freeze_activation_scales
-from .targets import Int8Recipe
+from edgebert.quantization.activations import ChannelStats
+from edgebert.quantization.embedding_tables import GATE_KEPT, RECIPE_OFF, quantize_tables, table_plan
+from edgebert.quantization.outliers import float_only_nodes
+from edgebert.quantization.scales import freeze_activation_scales
+from edgebert.quantization.targets import Int8Recipe
 
 
 class DynamicInt8Quantizer:

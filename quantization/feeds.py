@@ -32,12 +32,18 @@ import numpy as np
 from edgebert.errors import ConfigError, DataError
 from edgebert.qa.squad_file import SquadExample, builtin_questions, read_squad
 from edgebert.qa.windows import MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from edgebert.quantization.accuracy import AccuracyProbe
+from edgebert.quantization.calibration import (
+    Feeds,
+    TextBatches,
+    TextSource,
+    calibration_split,
+    encode_batch,
+    prepared_tokenizer,
+)
+from edgebert.quantization.config import Int8Config
+from edgebert.quantization.span_gate import SpanProbe
 from edgebert.runtime.text import Encoded, pad_batch
-
-from .accuracy import AccuracyProbe
-from .calibration import Feeds, TextBatches, TextSource, calibration_split, encode_batch, prepared_tokenizer
-from .config import Int8Config
-from .span_gate import SpanProbe
 
 CHOICES = 4                  # texts per multiple-choice input
 INVARIANCE_ROWS = 8

@@ -14,8 +14,7 @@ import onnx
 
 from edgebert.errors import ValidationError
 from edgebert.graph.ops import quiet_logging
-
-from .config import Fp16Config
+from edgebert.quantization.config import Fp16Config
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Attention")
 

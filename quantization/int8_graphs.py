@@ -21,15 +21,14 @@ from typing import Any, Callable
 from edgebert.errors import ValidationError
 from edgebert.graph.ir_graph import read_ir
 from edgebert.graph.ops import op_type_counts, quantized_biases, weight_node_inputs
-
-from .accuracy import GuardResult, batch_invariance, quantize_with_guard
-from .activations import ChannelStats
-from .config import Int8Config
-from .feeds import task_feeds
-from .dynamic import DynamicInt8Quantizer
-from .outliers import split_outliers
-from .static import STATIC_REQUIREMENTS, StaticQdqInt8Quantizer
-from .targets import Int8Recipe
+from edgebert.quantization.accuracy import GuardResult, batch_invariance, quantize_with_guard
+from edgebert.quantization.activations import ChannelStats
+from edgebert.quantization.config import Int8Config
+from edgebert.quantization.dynamic import DynamicInt8Quantizer
+from edgebert.quantization.feeds import task_feeds
+from edgebert.quantization.outliers import split_outliers
+from edgebert.quantization.static import STATIC_REQUIREMENTS, StaticQdqInt8Quantizer
+from edgebert.quantization.targets import Int8Recipe
 
 Say = Callable[..., None]
 # Question answering: INT8 may cost at most the budget in F1, else the bundle says so and
@@ -119,7 +118,7 @@ class Int8Maker:
     def openvino_graph(self, raw: Path, out: Path, host_kind: str) -> Int8Graph:
         """The ``openvino`` target of the traced graph ``raw`` (``quantization.openvino_int8``), gated
         like the onnxruntime targets; ``host_kind``: the export host's CPU kind, where it was measured."""
-        from .openvino_int8 import REQUIREMENTS, TARGET, OpenVinoInt8Quantizer
+        from edgebert.quantization.openvino_int8 import REQUIREMENTS, TARGET, OpenVinoInt8Quantizer
 
         quantizer = OpenVinoInt8Quantizer(raw, self.feeds.calibration())
         self.say(f"quantizing INT8 for {TARGET} (NNCF, {len(quantizer.candidates())} nodes static, "

@@ -28,9 +28,8 @@ import numpy as np
 import onnx
 
 from edgebert.errors import ConfigError
+from edgebert.quantization.outliers import split_candidates
 from edgebert.runtime.openvino_graph import INSTALL_HINT, RUNTIME_OPTIONS
-
-from .outliers import split_candidates
 
 DYNAMIC_GROUP = 32          # channels per activation scale of the weight-only INT8 layers (per token)
 TARGET = "openvino"

@@ -26,8 +26,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .activations import ChannelStats
 from edgebert.graph.ops import drop_unused_initializers, load
+from edgebert.quantization.activations import ChannelStats
 
 OUTLIER_SUFFIX = "/outlier_float_MatMul"
 MASK_SUFFIX = "/outlier_Mul"      # the Mul that zeroes the outlier channels of the INT8 input

@@ -24,9 +24,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .activations import ChannelStats
 from edgebert.graph.ops import drop_unused_initializers, load
-from .outliers import MASK_SUFFIX
+from edgebert.quantization.activations import ChannelStats
+from edgebert.quantization.outliers import MASK_SUFFIX
 
 MS_DOMAIN = "com.microsoft"
 

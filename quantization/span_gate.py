@@ -100,7 +100,7 @@ class SpanProbe:
         self.sentences = len(self.examples)
 
     def _logits(self, path: str | Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        from .accuracy import cpu_session
+        from edgebert.quantization.accuracy import cpu_session
 
         sess = cpu_session(path)
         names = list(SPAN_OUTPUTS)

@@ -15,9 +15,9 @@ from pathlib import Path
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from .calibration import TextBatches, TextCalibrationReader
-from .config import Int8Config
 from edgebert.graph.ops import activation_matmuls, quiet_logging, weight_nodes
+from edgebert.quantization.calibration import TextBatches, TextCalibrationReader
+from edgebert.quantization.config import Int8Config
 
 _METHODS = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
             "entropy": CalibrationMethod.Entropy}

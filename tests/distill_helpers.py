@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-
 POSITIVE = ("good", "great", "lovely", "superb", "fine")
 NEGATIVE = ("bad", "awful", "poor", "dull", "boring")
 FILLERS = ("the", "film", "movie", "was", "plot", "actor", "story", "a", "very", "really", "and", "it",
@@ -91,10 +90,8 @@ def make_model_dir(out_dir: Path, architecture: str = "BertForPreTraining", laye
     """A tiny seeded BERT (+ the toy tokenizer) saved as an edgebert model directory."""
     import torch
 
-    from edgebert.model import save_model
-    from edgebert.model import BertConfig
-    from edgebert.model import build_model
     from edgebert.data.tokenizer import save_tokenizer
+    from edgebert.model import BertConfig, build_model, save_model
 
     tok = toy_tokenizer()
     cfg = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), num_hidden_layers=layers,

@@ -62,9 +62,7 @@ def make_tiny_model_dir(out_dir: str | Path, architecture: str = "BertModel", se
 
     torch = pytest.importorskip("torch", reason="the tiny model is made with torch (not installed here)")
 
-    from edgebert.model import save_model
-    from edgebert.model import BertConfig
-    from edgebert.model import build_model
+    from edgebert.model import BertConfig, build_model, save_model
 
     extra = {"id2label": {0: "negative", 1: "positive"}} if architecture == "BertForSequenceClassification" else {}
     cfg = BertConfig.preset("tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from distill_helpers import run_cli
 from edgebert.errors import BundleError
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.archive import bundle_folder, foreign_archive, write_archive
-from distill_helpers import run_cli
 from runtime_fixtures import make_tiny_model_dir, tiny_bundle
 
 TEXTS = ["the film is good", "a dull movie"]

@@ -31,11 +31,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import REPO
 from edgebert.bundle import model_path
 from edgebert.runtime import EdgeSession, pad_batch
 from edgebert.runtime.hostcpu import PRECISION_OPTION
-
-from conftest import REPO
 
 ARM64_PYTHON = REPO.parent / "shared" / "tools" / "arm64-python"
 CPU_MODELS = {"max": "i8mm", "neoverse-n1": "dotprod", "cortex-a72": "neon"}

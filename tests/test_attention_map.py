@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from edgebert.stages.attention import attention_map, plot_attention
-from edgebert.model import load_model
 from edgebert.cli import main
 from edgebert.errors import ConfigError
+from edgebert.model import load_model
+from edgebert.stages.attention import attention_map, plot_attention
 from runtime_fixtures import make_tiny_model_dir
 
 

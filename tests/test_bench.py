@@ -160,8 +160,7 @@ def test_matmul_flops_equal_torch_flop_counter(task, arch):
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from edgebert.model import BertConfig
-    from edgebert.model import build_model, encoder_of
+    from edgebert.model import BertConfig, build_model, encoder_of
 
     cfg = BertConfig.preset("tiny", id2label={0: "a", 1: "b", 2: "c"} if task == "cls" else None)
     model = build_model(cfg, arch).eval()

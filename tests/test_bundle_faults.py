@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgebert.bundle import model_path
 from edgebert.cli import main
 from edgebert.errors import BundleError, ConfigError, DataError, RuntimeFault
 from edgebert.files.atomic import sha256_file
 from edgebert.runtime import EdgeSession
-from edgebert.bundle import model_path
 from runtime_fixtures import tiny_bundle
 
 

@@ -85,10 +85,10 @@ def test_every_command_has_an_example_in_the_readme():
 
 
 def test_the_defaults_the_help_states_are_the_codes(capsys):
+    from edgebert.exporters.config import ExportConfig
     from edgebert.files.textfiles import builtin_texts
     from edgebert.pipeline.config import PipelineConfig
     from edgebert.runtime.fidelity import DEFAULT_BUDGETS
-    from edgebert.exporters.config import ExportConfig
 
     pipeline = _flat(_help(capsys, "pipeline"))
     assert f"pipeline: {PipelineConfig.max_accuracy_loss}" in pipeline

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from edgebert.data.corpus import (builtin_corpus, detect_format, detokenize_wikitext, parse_plain,
-                             parse_wikitext, read_corpora, read_corpus)
-from edgebert.errors import ConfigError, DataError
-
 from conftest import shared_file
+from edgebert.data.corpus import (
+    builtin_corpus,
+    detect_format,
+    detokenize_wikitext,
+    parse_plain,
+    parse_wikitext,
+    read_corpora,
+    read_corpus,
+)
+from edgebert.errors import ConfigError, DataError
 
 WIKI = """ 
  = Lobster = 

@@ -12,12 +12,11 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from edgebert.graph.ops import op_type_counts
-from edgebert.model import load_model
 from edgebert.exporters.cpu_passes import unfuse_skip_layernorm
 from edgebert.exporters.fusion import fuse_bert
 from edgebert.exporters.onnx_export import export_onnx, prepare
-
+from edgebert.graph.ops import op_type_counts
+from edgebert.model import load_model
 from export_fixtures import make_model_dir
 
 LAYERS = 2

@@ -13,10 +13,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebert.bench.cuda_timing import (Timing, fixed_workload, mix_workload, ort_session, time_calls, time_ort,
-                                        time_torch)
-from edgebert.runtime.placement import (ELSEWHERE, HYBRID, ON, REASON_CPU_PREFERRED, REASON_UNLOGGED, SHAPES_ON_CPU,
-                                        Placement, off_provider_table, placement_reasons, read_placement)
+from edgebert.bench.cuda_timing import (
+    Timing,
+    fixed_workload,
+    mix_workload,
+    ort_session,
+    time_calls,
+    time_ort,
+    time_torch,
+)
+from edgebert.runtime.placement import (
+    ELSEWHERE,
+    HYBRID,
+    ON,
+    REASON_CPU_PREFERRED,
+    REASON_UNLOGGED,
+    SHAPES_ON_CPU,
+    Placement,
+    off_provider_table,
+    placement_reasons,
+    read_placement,
+)
 from runtime_fixtures import tiny_bundle
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from edgebert.data.corpus import builtin_corpus
-from edgebert.stages.pretrain import PretrainConfig, pretrain
 from edgebert.data.tokenizer import save_tokenizer, train_tokenizer
+from edgebert.stages.pretrain import PretrainConfig, pretrain
 
 WORKER = textwrap.dedent("""
     import sys

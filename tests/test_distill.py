@@ -8,12 +8,17 @@ import json
 import pytest
 import torch
 
-from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, write_toy_corpus,
-                             write_toy_tsv)
-from edgebert.model import load_model
-from edgebert.stages.distill import (DistillConfig, MlmDistillationTask, TaskDistillationTask, build_student,
-                              distill, load_teacher)
+from distill_helpers import assert_one_line_error, make_model_dir, run_cli, write_toy_corpus, write_toy_tsv
 from edgebert.errors import CheckpointError, ConfigError
+from edgebert.model import load_model
+from edgebert.stages.distill import (
+    DistillConfig,
+    MlmDistillationTask,
+    TaskDistillationTask,
+    build_student,
+    distill,
+    load_teacher,
+)
 
 
 @pytest.fixture(scope="module")

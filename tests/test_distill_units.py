@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-from edgebert.stages.distill.losses import attention_kl_loss, cosine_loss, hidden_mse_loss, kd_loss
-from edgebert.errors import ConfigError, DataError
 from edgebert.data.tasks import read_task_tsv
-from edgebert.model import BertForPreTraining, BertForSequenceClassification
+from edgebert.errors import ConfigError, DataError
+from edgebert.model import (
+    BertForPreTraining,
+    BertForSequenceClassification,
+    default_layer_map,
+    make_student,
+    parse_layer_map,
+)
+from edgebert.stages.distill.losses import attention_kl_loss, cosine_loss, hidden_mse_loss, kd_loss
 from edgebert.stages.metrics import classification_metrics
-from edgebert.model import default_layer_map, make_student, parse_layer_map
 
 
 def test_default_layer_maps():

@@ -10,13 +10,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebert.errors import ConfigError, DataError
-from edgebert.scores.embeddings import (paraphrase_auc, probe_accuracy, retrieval_scores, right_document_ranks,
-                                        cosine_matrix)
-from edgebert.stages.embed_eval import (DATA_FILES, METRICS, DownstreamData, compare_downstream,
-                                        downstream_scores, query_and_document)
-
 from distill_helpers import assert_one_line_error, run_cli
+from edgebert.errors import ConfigError, DataError
+from edgebert.scores.embeddings import (
+    cosine_matrix,
+    paraphrase_auc,
+    probe_accuracy,
+    retrieval_scores,
+    right_document_ranks,
+)
+from edgebert.stages.embed_eval import (
+    DATA_FILES,
+    METRICS,
+    DownstreamData,
+    compare_downstream,
+    downstream_scores,
+    query_and_document,
+)
 from export_fixtures import SENTENCES
 from runtime_fixtures import WORDS, tiny_bundle
 

@@ -15,10 +15,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgebert.exporters import ExportConfig, export_bundle
-from edgebert.quantization import TARGETS, AccuracyProbe, DynamicInt8Quantizer, TextBatches, prepared_tokenizer
-from edgebert.quantization import quantize_with_guard
+from edgebert.quantization import (
+    TARGETS,
+    AccuracyProbe,
+    DynamicInt8Quantizer,
+    TextBatches,
+    prepared_tokenizer,
+    quantize_with_guard,
+)
 from edgebert.quantization.embedding_tables import GATE_KEPT, RECIPE_OFF, quantize_rows, quantize_tables, table_plan
-
 from export_fixtures import make_calib_text, make_model_dir
 
 WORD, POSITION = "model.embeddings.word_embeddings.weight", "model.embeddings.position_embeddings.weight"

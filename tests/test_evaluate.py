@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, write_toy_corpus,
-                             write_toy_tsv)
-from edgebert.model import load_model
+from distill_helpers import assert_one_line_error, make_model_dir, run_cli, write_toy_corpus, write_toy_tsv
 from edgebert.data.mlm import mlm_eval_batches
+from edgebert.model import load_model
 from edgebert.stages.evaluate import evaluate
 
 

@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from edgebert.bundle import model_path
 from edgebert.errors import BundleError, CheckpointError, ConfigError, ValidationError
 from edgebert.exporters import ExportConfig, export_bundle, read_manifest, verify_bundle
 from edgebert.exporters.config import default_task
@@ -20,8 +21,6 @@ from edgebert.exporters.fusion import check_fusion, fusion_shortfalls
 from edgebert.exporters.onnx_export import export_onnx, prepare
 from edgebert.exporters.validate import make_cases, torch_reference, validate_graph
 from edgebert.graph.ops import op_type_counts
-from edgebert.bundle import model_path
-
 from export_fixtures import make_calib_text, make_model_dir
 
 LAYERS = 2

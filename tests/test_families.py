@@ -13,7 +13,6 @@ from edgebert.errors import ConfigError
 from edgebert.model import BertConfig, load_model
 from edgebert.model.families import hf_key, internal_key
 from edgebert.stages.import_hf import convert_hf, output_tensors, probe_batch
-
 from family_fixtures import CLASS_PREFIX, FAMILIES, HEADS, hf_dir, hf_outputs
 
 transformers = pytest.importorskip("transformers")

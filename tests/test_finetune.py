@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from distill_helpers import (assert_one_line_error, make_model_dir, run_cli, toy_tokenizer,
-                             write_toy_ner, write_toy_tsv)
+from distill_helpers import assert_one_line_error, make_model_dir, run_cli, toy_tokenizer, write_toy_ner, write_toy_tsv
 from edgebert.data.task_data import collate, encode_examples
 from edgebert.data.tasks import read_task_tsv
 from edgebert.errors import ConfigError
@@ -54,8 +53,7 @@ def test_finetune_learns_separable_toy_task_and_keeps_best(toy):
 
 
 def test_best_checkpoint_writes_the_best_not_the_last(tmp_path, tiny_config):
-    from edgebert.model import load_model
-    from edgebert.model import BertForSequenceClassification
+    from edgebert.model import BertForSequenceClassification, load_model
 
     torch.manual_seed(0)
     model = BertForSequenceClassification(tiny_config.replace(id2label={0: "a", 1: "b"}))

@@ -10,14 +10,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from edgebert.bundle import INPUT_NAMES, int8_graphs, read_manifest
+from edgebert.bundle import INPUT_NAMES, int8_graphs, model_path, read_manifest
 from edgebert.errors import ConfigError
-from edgebert.model import load_model
+from edgebert.exporters import ExportConfig
 from edgebert.graph.ops import quantized_biases
+from edgebert.model import load_model
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.trt_profile import TrtProfile
-from edgebert.exporters import ExportConfig
-from edgebert.bundle import model_path
 from runtime_fixtures import GPU_PROFILE, tiny_gpu_bundle
 
 GPU_KEYS = {"fp32-trt": "model.trt.onnx", "int8-trt": "model.int8.trt.onnx", "fp32-cuda": "model.cuda.onnx",

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import EPFail
 
-from edgebert.bundle import read_manifest
+from edgebert.bundle import model_path, read_manifest
 from edgebert.errors import BundleError, ConfigError, ProviderUnavailable
 from edgebert.runtime import EdgeSession, gpu_probe, providers
 from edgebert.runtime.attempts import classify
@@ -21,7 +21,6 @@ from edgebert.runtime.placement import RECORD_CONFIG
 from edgebert.runtime.providers import provider_options, trt_cache_dirs
 from edgebert.runtime.text import pad_batch
 from edgebert.runtime.trt_profile import TrtProfile
-from edgebert.bundle import model_path
 from runtime_fixtures import tiny_bundle, tiny_gpu_bundle
 
 NAMES = ["input_ids", "attention_mask", "token_type_ids"]

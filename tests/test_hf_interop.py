@@ -10,13 +10,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from edgebert.model import load_model, save_model
-from edgebert.cli import main
-from edgebert.errors import OutputError, CheckpointError, ConfigError
-from edgebert.stages.import_hf import convert_hf, import_hf, output_tensors, probe_batch
-from edgebert.model import BertForPreTraining, BertForSequenceClassification, BertModel
-
 from conftest import shared_file
+from edgebert.cli import main
+from edgebert.errors import CheckpointError, ConfigError, OutputError
+from edgebert.model import BertForPreTraining, BertForSequenceClassification, BertModel, load_model, save_model
+from edgebert.stages.import_hf import convert_hf, import_hf, output_tensors, probe_batch
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["Hello", "hello", "World", "world", "the", "movie", "is", "good", "bad", "."]

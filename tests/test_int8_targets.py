@@ -20,17 +20,24 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from edgebert.errors import BundleError
-from edgebert.runtime import EdgeSession
-from edgebert.runtime.hostcpu import (PRECISION_OPTION, PROBE_EXACT, PROBE_FILE, PROBE_K, HostCpu, cpu_kind,
-                                      detect_host, probe_u8s8)
-from edgebert.runtime.int8_choice import choose_int8
-from edgebert.exporters import ExportConfig, export_bundle
-from edgebert.quantization.targets import TARGETS, resolve_targets
-from edgebert.bundle import model_path
-
 from conftest import REPO
 from distill_helpers import run_cli
+from edgebert.bundle import model_path
+from edgebert.errors import BundleError
+from edgebert.exporters import ExportConfig, export_bundle
+from edgebert.quantization.targets import TARGETS, resolve_targets
+from edgebert.runtime import EdgeSession
+from edgebert.runtime.hostcpu import (
+    PRECISION_OPTION,
+    PROBE_EXACT,
+    PROBE_FILE,
+    PROBE_K,
+    HostCpu,
+    cpu_kind,
+    detect_host,
+    probe_u8s8,
+)
+from edgebert.runtime.int8_choice import choose_int8
 from export_fixtures import make_model_dir
 
 AVX2_PYTHON = REPO.parent / "shared" / "tools" / "avx2-python"

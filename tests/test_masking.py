@@ -7,11 +7,18 @@ import pytest
 import torch
 
 from edgebert.data.corpus import builtin_corpus
-from edgebert.errors import ConfigError, DataError
-from edgebert.data.mlm import (IGNORE_INDEX, MaskingCollator, PretrainingExamples,
-                                       create_examples, most_frequent_token, regroup_documents,
-                                       split_sentences, tokenize_documents)
+from edgebert.data.mlm import (
+    IGNORE_INDEX,
+    MaskingCollator,
+    PretrainingExamples,
+    create_examples,
+    most_frequent_token,
+    regroup_documents,
+    split_sentences,
+    tokenize_documents,
+)
 from edgebert.data.tokenizer import SpecialIds, train_tokenizer
+from edgebert.errors import ConfigError, DataError
 
 IDS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
 VOCAB = 1000

@@ -7,11 +7,20 @@ import json
 import pytest
 import torch
 
-from edgebert.model import load_model, save_model
-from edgebert.model import PRESETS, BertConfig
 from edgebert.errors import CheckpointError, ConfigError
-from edgebert.model import (BertForMaskedLM, BertForPreTraining, BertForSequenceClassification,
-                            BertForTokenClassification, BertModel, build_model, count_parameters)
+from edgebert.model import (
+    PRESETS,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    build_model,
+    count_parameters,
+    load_model,
+    save_model,
+)
 
 
 def batch(cfg, B=3, T=11, seed=0):

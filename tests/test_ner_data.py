@@ -11,9 +11,9 @@ from distill_helpers import write_toy_ner
 from edgebert.data.task_data import encode_tagged
 from edgebert.data.tasks import read_tagged, tag_order
 from edgebert.errors import DataError
+from edgebert.files.textfiles import is_conll, iter_texts, read_conll
 from edgebert.model import IGNORE_INDEX
 from edgebert.scores.entities import entity_report, entity_scores
-from edgebert.files.textfiles import is_conll, iter_texts, read_conll
 
 FOUR_COLUMNS = """-DOCSTART- -X- -X- O
 
@@ -87,9 +87,9 @@ def test_shared_conll_counts_match_the_published_statistics():
 def test_first_sub_token_carries_the_label(tmp_path):
     """Words the toy vocabulary splits into several pieces: only the first piece is labelled; the
     other pieces, [CLS], [SEP] and what truncation cut off are IGNORE_INDEX; word_labels keep every word."""
-    from runtime_fixtures import make_tiny_tokenizer
     from edgebert.data.tasks import TaggedSentence
     from edgebert.data.tokenizer import load_tokenizer
+    from runtime_fixtures import make_tiny_tokenizer
 
     tok = load_tokenizer(make_tiny_tokenizer(tmp_path / "tokenizer.json"))
     words = ("the", "zanzibarian", "film", "xylophonist", "was", "good")

@@ -155,8 +155,8 @@ def test_bench_scores_entity_f1_of_every_path_on_conll_data(tmp_path, toy):
     included, tags the sentences as an app would and is scored by seqeval; the fp32 graph and PyTorch
     score what ``edgebert evaluate`` gives the checkpoint, INT8 close to it."""
     from edgebert.bench import BenchConfig, run_bench
-    from edgebert.stages.evaluate import evaluate
     from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.stages.evaluate import evaluate
 
     root, _ = toy
     bundle = tmp_path / "bundle"

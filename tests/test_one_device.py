@@ -13,7 +13,6 @@ import pytest
 from edgebert.exporters import ExportConfig, export_bundle
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.check import check_bundle
-
 from export_fixtures import make_model_dir
 
 TARGETS = ("portable", "x86-vnni", "arm64")

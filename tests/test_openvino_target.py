@@ -14,15 +14,14 @@ import pytest
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
 
+from edgebert.bundle import read_manifest
 from edgebert.errors import BundleError, ConfigError
+from edgebert.exporters import ExportConfig, export_bundle
+from edgebert.quantization.config import Int8Config
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.check import check_bundle
 from edgebert.runtime.hostcpu import HostCpu, detect_host
 from edgebert.runtime.int8_choice import choose_openvino
-from edgebert.bundle import read_manifest
-from edgebert.exporters import ExportConfig, export_bundle
-from edgebert.quantization.config import Int8Config
-
 from export_fixtures import make_model_dir
 
 TEXTS = ["a charming film", "too long and not funny", "the plot is awful and the actors are worse",

@@ -11,14 +11,24 @@ import onnx
 import pytest
 import torch
 
-from edgebert.model import load_model, save_model
+from edgebert.bundle import model_path
 from edgebert.errors import ConfigError
 from edgebert.exporters import ExportConfig, export_bundle
-from edgebert.quantization import (OUTLIER_SUFFIX, TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches,
-                          float_only_nodes, op_type_counts, outlier_channels, prepared_tokenizer, split_outliers)
+from edgebert.model import load_model, save_model
+from edgebert.quantization import (
+    OUTLIER_SUFFIX,
+    TARGETS,
+    AccuracyProbe,
+    DynamicInt8Quantizer,
+    Int8Config,
+    TextBatches,
+    float_only_nodes,
+    op_type_counts,
+    outlier_channels,
+    prepared_tokenizer,
+    split_outliers,
+)
 from edgebert.quantization.accuracy import cpu_session
-from edgebert.bundle import model_path
-
 from export_fixtures import make_calib_text, make_model_dir
 
 OUTLIER = 5          # the planted channel of layer 0's attention-output LayerNorm (feeds FFN-in)

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from distill_helpers import assert_one_line_error, run_cli
 from edgebert.data.corpus import builtin_corpus
 from edgebert.errors import ConfigError
 from edgebert.pipeline import PipelineConfig, run_pipeline
-
-from distill_helpers import assert_one_line_error, run_cli
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,6 @@ from edgebert.stages.pretrain import PretrainConfig, build_pretrain_config, pret
 from edgebert.training import checkpoint_dir
 
 
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """Sixty sections of Python's documentation as a plain-text corpus (blank-line separated)."""
@@ -58,8 +56,8 @@ def test_cli_pretrains_evaluates_and_resumes(corpus, tmp_path, capsys):
     assert recs[5]["eval_masked_tokens"] == ev["eval_masked_tokens"]
     assert 0 < ev["eval_unigram_mlm_accuracy"] < 0.2
 
-    from edgebert.model import load_model
     from edgebert.data.tokenizer import load_tokenizer
+    from edgebert.model import load_model
 
     model = load_model(out)
     assert type(model).__name__ == "BertForPreTraining"

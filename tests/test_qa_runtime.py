@@ -200,8 +200,8 @@ def test_real_squad_questions_get_the_pipelines_answers(tmp_path, minilm_dir):
     import transformers as tf
 
     from conftest import shared_file
-    from edgebert.stages.import_hf import convert_hf
     from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.stages.import_hf import convert_hf
 
     tf.logging.set_verbosity_error()
     dev = shared_file("squad", "dev-v2.0-first10.json")

@@ -10,13 +10,21 @@ import numpy as np
 import onnx
 import pytest
 
+from edgebert.bundle import model_path
 from edgebert.errors import DataError, ValidationError
 from edgebert.exporters import ExportConfig, export_bundle
+from edgebert.quantization import (
+    TARGETS,
+    AccuracyProbe,
+    DynamicInt8Quantizer,
+    Int8Config,
+    TextBatches,
+    iter_sentences,
+    op_type_counts,
+    prepared_tokenizer,
+    quantize_with_guard,
+)
 from edgebert.runtime.fidelity import Fidelity
-from edgebert.quantization import (TARGETS, AccuracyProbe, DynamicInt8Quantizer, Int8Config, TextBatches, iter_sentences,
-                          op_type_counts, prepared_tokenizer, quantize_with_guard)
-from edgebert.bundle import model_path
-
 from export_fixtures import make_calib_text, make_model_dir
 
 LAYERS = 2

@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgebert.bundle import sha256_file
+from edgebert.bundle import model_path, sha256_file
 from edgebert.errors import BundleError, ConfigError, DataError, ProviderUnavailable
 from edgebert.runtime import EdgeSession, probe
 from edgebert.runtime.text import longest_first
-from edgebert.bundle import model_path
 from runtime_fixtures import tiny_bundle
 
 TEXTS = ["the film was good", "a bad movie .", "the story is great and the actors are good but the end is a mess",
@@ -288,8 +287,8 @@ def test_example_app_runs(embed_bundle):
 @pytest.mark.slow
 def test_minilm_bundle_matches_pytorch(minilm_dir, tmp_path):
     """The real all-MiniLM-L6-v2: fp32 embeddings equal PyTorch's, INT8 stays close (SST-2 dev texts)."""
-    from edgebert.exporters import ExportConfig, export_bundle
     from conftest import shared_file
+    from edgebert.exporters import ExportConfig, export_bundle
 
     texts = [line.split("\t")[0] for line in shared_file("sst2", "dev.tsv").read_text().splitlines()[1:65]]
     export_bundle(ExportConfig(model_dir=minilm_dir, out_dir=tmp_path / "bundle", int8=True))

@@ -19,8 +19,8 @@ from edgebert.bundle import model_path
 from edgebert.cli import main
 from edgebert.errors import BundleError, CheckpointError, ConfigError, DataError, OutputError
 from edgebert.files.atomic import current_umask, remove_stale_temps, remove_stale_work_dirs
-from edgebert.model import load_model, save_model
 from edgebert.files.outdirs import MARKER, OutputDir
+from edgebert.model import load_model, save_model
 from runtime_fixtures import make_tiny_model_dir, tiny_bundle
 
 
@@ -216,9 +216,9 @@ def test_hostile_messages_name_the_problem(material, tmp_path, capsys):
 def test_export_replaces_only_its_own_bundle(material, tmp_path):
     """Defect 1 and 2: --overwrite replaces an earlier bundle; user files are never deleted, and no
     hidden ``.X.old`` is ever left beside it."""
-    from edgebert.exporters import ExportConfig, export_bundle
-
     import tempfile
+
+    from edgebert.exporters import ExportConfig, export_bundle
 
     out = tmp_path / "bundle"
     dead = _dead_pid()                       # defect 8: what a killed export left behind
@@ -469,8 +469,8 @@ def test_missing_extra_is_one_line(capsys, monkeypatch):
 
 def test_failed_pipeline_leaves_nothing_and_the_rerun_is_accepted(material, tmp_path, monkeypatch):
     """Defect 3: a pipeline that fails after writing data/ removes it; the same --out then works."""
-    from edgebert.errors import TrainingError
     import edgebert.pipeline.run as run
+    from edgebert.errors import TrainingError
     from edgebert.pipeline import build_pipeline_config, run_pipeline
 
     def fail(*args, **kwargs):

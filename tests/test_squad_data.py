@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from distill_helpers import FILLERS, toy_tokenizer
+from edgebert.errors import ConfigError, DataError
 from edgebert.qa.spans import predict_spans, window_spans
 from edgebert.qa.squad_file import SquadAnswer, SquadExample, read_squad
 from edgebert.qa.windows import NOT_CONTEXT, SquadWindows, answer_tokens, check_window, squad_windows
-from edgebert.errors import ConfigError, DataError
 from squad_helpers import toy_squad, write_toy_squad
 
 

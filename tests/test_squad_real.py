@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import shared_file
+from edgebert.data.tokenizer import load_tokenizer
 from edgebert.qa.squad_file import read_squad
 from edgebert.qa.windows import squad_windows
-from edgebert.data.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -65,10 +65,10 @@ def test_real_windows_and_labels_equal_transformers_run_qa(minilm_dir, parts):
 
 
 def test_a_short_finetune_from_minilm_learns_squad(tmp_path, minilm_dir):
+    from edgebert.model import load_model
     from edgebert.stages.finetune import build_finetune_config, finetune
     from edgebert.stages.import_hf import import_hf
     from edgebert.stages.metrics import squad_metrics
-    from edgebert.model import load_model
 
     train, dev = shared_file(*TRAIN), shared_file(*DEV)
     base = import_hf(minilm_dir, tmp_path / "minilm")

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from edgebert.qa.squad_file import SquadAnswer, SquadExample
 from edgebert.errors import DataError, MissingExtra
+from edgebert.qa.squad_file import SquadAnswer, SquadExample
 from edgebert.scores.squad import best_threshold, question_scores, squad_scores, squad_v2_scores
 
 

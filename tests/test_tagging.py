@@ -286,8 +286,8 @@ def test_entities_equal_the_transformers_pipeline_on_real_sentences(tmp_path, mi
     punctuation) and a few written ones (accents, repeated spaces, an [UNK])."""
     transformers = pytest.importorskip("transformers")
     from edgebert.data.tokenizer import load_tokenizer, save_tokenizer
-    from edgebert.runtime import EdgeSession
     from edgebert.files.textfiles import read_conll
+    from edgebert.runtime import EdgeSession
 
     sentences = read_conll(shared_file("conll2003", "test.txt"))[:60]
     texts = [join_words(s.words)[0] for s in sentences] + [
@@ -327,10 +327,10 @@ def test_a_trained_ner_model_tags_real_sentences_as_pytorch_does(tmp_path, minil
     import torch
 
     transformers = pytest.importorskip("transformers")
+    from edgebert.files.textfiles import read_conll
     from edgebert.runtime import EdgeSession
     from edgebert.stages.evaluate import evaluate
     from edgebert.stages.finetune import FinetuneConfig, finetune
-    from edgebert.files.textfiles import read_conll
 
     torch.set_num_threads(2)
     train, test = shared_file("conll2003", "train.txt"), shared_file("conll2003", "test.txt")

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from edgebert.errors import CheckpointError, ConfigError, DataError
-from edgebert.data.tokenizer import (SPECIAL_TOKENS, SpecialIds, load_tokenizer, load_vocab_tokenizer,
-                                save_tokenizer, train_tokenizer)
-
 from conftest import shared_file
+from edgebert.data.tokenizer import (
+    SPECIAL_TOKENS,
+    SpecialIds,
+    load_tokenizer,
+    load_vocab_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
+from edgebert.errors import CheckpointError, ConfigError, DataError
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog. The dog sleeps.",

@@ -11,10 +11,19 @@ import torch
 from torch import nn
 
 from edgebert.errors import CheckpointError, ConfigError
-from edgebert.training import (METRICS_FILE, POINTER_FILE, STATE_FILE, ShuffledBatches, TrainConfig,
-                               TrainingError, TrainingTask, build_optimizer, checkpoint_dir, lr_factor, train)
-
-
+from edgebert.training import (
+    METRICS_FILE,
+    POINTER_FILE,
+    STATE_FILE,
+    ShuffledBatches,
+    TrainConfig,
+    TrainingError,
+    TrainingTask,
+    build_optimizer,
+    checkpoint_dir,
+    lr_factor,
+    train,
+)
 
 
 # ---------------------------------------------------------------------------- a toy task

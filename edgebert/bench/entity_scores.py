@@ -19,12 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..data.tasks import read_tagged
-from ..errors import ConfigError, DataError
-from edgebert.scores.entities import entity_scores, require_seqeval
-from ..runtime.tagging import Tagger, batched_logits, tag_sentences, tag_texts
-from ..runtime.text import TextEncoder
+from edgebert.data.tasks import read_tagged
+from edgebert.errors import ConfigError, DataError
 from edgebert.files.textfiles import is_conll
+from edgebert.runtime.tagging import Tagger, batched_logits, tag_sentences, tag_texts
+from edgebert.runtime.text import TextEncoder
+from edgebert.scores.entities import entity_scores, require_seqeval
 
 BATCH = 32      # sentences per model call (length-sorted), as edgebert evaluate and check run them
 

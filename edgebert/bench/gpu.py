@@ -53,7 +53,7 @@ class Nvml:
 def gpu_environment(nvml: Nvml) -> dict[str, Any]:
     """GPU name(s), driver, CUDA (driver / onnxruntime build), cuDNN and TensorRT versions; ``None`` where
     unknown, with ``reason`` when there is no usable GPU."""
-    from ..runtime.gpu_probe import gpu_facts, preload_gpu_libraries
+    from edgebert.runtime.gpu_probe import gpu_facts, preload_gpu_libraries
 
     preload_gpu_libraries()   # so cuDNN / TensorRT versions are read from the libraries onnxruntime loads
     facts = gpu_facts()

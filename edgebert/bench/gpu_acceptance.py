@@ -21,9 +21,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError, EdgebertError
-from ..runtime.placement import HYBRID
-from .schema import BenchReport
+from edgebert.bench.schema import BenchReport
+from edgebert.errors import ConfigError, EdgebertError
+from edgebert.runtime.placement import HYBRID
 
 GPU_PROVIDERS = ("cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -103,7 +103,7 @@ def check_path(open_session: Any, provider: str, precision: str, texts: Sequence
 def bench_problems(report: BenchReport | dict[str, Any]) -> list[str]:
     """Silent fallbacks and failures in a bench report: a GPU path that ran elsewhere, gave no node to its
     provider, failed, or a result row whose provider is not its path's."""
-    from ..runtime.providers import short_name
+    from edgebert.runtime.providers import short_name
 
     report = BenchReport.of(report)
     problems = []
@@ -168,7 +168,7 @@ def environment(status: dict[str, Any]) -> dict[str, Any]:
 
     import onnxruntime as ort
 
-    from .gpu import Nvml, gpu_environment, gpu_summary
+    from edgebert.bench.gpu import Nvml, gpu_environment, gpu_summary
 
     gpu = gpu_environment(Nvml())
     packages = [name for name in ("onnxruntime-gpu", "onnxruntime") if _installed(md, name)]
@@ -202,12 +202,11 @@ def run_gpu_check(bundle: Path, out: Path, texts: Sequence[str], status: dict[st
     paths checked the same way; writes ``out/gpu_check.json`` and ``gpu_check.md``. Returns ``verdict``."""
     from rich.console import Console
 
+    from edgebert.bench.config import BenchConfig
+    from edgebert.bench.report import print_report
+    from edgebert.bench.runner import measure
     from edgebert.files.atomic import write_json, write_text
-
-    from ..runtime import EdgeSession, probe
-    from .config import BenchConfig
-    from .report import print_report
-    from .runner import measure
+    from edgebert.runtime import EdgeSession, probe
 
     env = environment(status)
     cpu = EdgeSession(bundle, provider="cpu", precision="fp32").embed(list(texts))

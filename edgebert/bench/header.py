@@ -11,15 +11,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from edgebert.bench.config import BenchConfig
+from edgebert.bench.gpu import GPU_MEMORY_METHOD, Nvml, gpu_environment
+from edgebert.bench.measure import MEMORY_METHOD
+from edgebert.bench.schema import BenchReport, BundleFacts, Environment, GraphFile, ModelSize
+from edgebert.bench.startup import STARTUP_METHOD
+from edgebert.bench.timing import TIMING_METHOD
 from edgebert.bundle import Manifest
 from edgebert.system.environment import describe
-
-from .config import BenchConfig
-from .gpu import GPU_MEMORY_METHOD, Nvml, gpu_environment
-from .measure import MEMORY_METHOD
-from .schema import BenchReport, BundleFacts, Environment, GraphFile, ModelSize
-from .startup import STARTUP_METHOD
-from .timing import TIMING_METHOD
 
 METHODS = {
     "memory": MEMORY_METHOD,
@@ -55,7 +54,7 @@ def load_average() -> list[float] | None:
 
 def environment(config: BenchConfig, nvml: Nvml | None) -> Environment:
     """Machine, versions, GPU (when a GPU provider is asked for), INT8 kernels, threads, load now."""
-    from ..runtime.hostcpu import detect_host
+    from edgebert.runtime.hostcpu import detect_host
 
     env = Environment.from_dict(describe(), exact=False)
     env.gpu = gpu_environment(nvml) if nvml is not None else None

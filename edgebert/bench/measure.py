@@ -17,13 +17,13 @@ import ctypes
 import gc
 import os
 import time
-from dataclasses import dataclass
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .rows import Percentiles
+from edgebert.bench.rows import Percentiles
 
 MEMORY_METHOD = (
     "process RSS from /proc/self/status. load_rss_mb = RSS after creating the session (or loading "

@@ -18,21 +18,20 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgebert.bench.answer_scores import AnswerData, SpanTracker
+from edgebert.bench.config import BenchConfig
+from edgebert.bench.entity_scores import EntityData
+from edgebert.bench.gpu import Nvml
+from edgebert.bench.measure import OtherCpuLoad, release_memory, rss_mb
+from edgebert.bench.rows import REFERENCE_PATH, SIDE_BY_SIDE, Accuracy, NotMeasured, PathRow, StartupRow, Unavailable
+from edgebert.bench.schema import AnswerScores, BenchReport, EntityScores, ReferenceFacts
+from edgebert.bench.startup import open_path
+from edgebert.bench.timing import Waiting, delta_mb, memory_pass, replay, time_shapes, time_side_by_side
+from edgebert.bench.workloads import LengthMix
 from edgebert.bundle import Manifest
+from edgebert.errors import BundleError, EdgebertError, RuntimeFault
 from edgebert.runtime.fidelity import FidelityTracker
 from edgebert.runtime.numeric import nonfinite_rows
-
-from ..errors import BundleError, EdgebertError, RuntimeFault
-from edgebert.bench.answer_scores import AnswerData, SpanTracker
-from .config import BenchConfig
-from edgebert.bench.entity_scores import EntityData
-from .gpu import Nvml
-from .measure import OtherCpuLoad, release_memory, rss_mb
-from .rows import REFERENCE_PATH, SIDE_BY_SIDE, Accuracy, NotMeasured, PathRow, StartupRow, Unavailable
-from .schema import AnswerScores, BenchReport, EntityScores, ReferenceFacts
-from .startup import open_path
-from .timing import Waiting, delta_mb, memory_pass, replay, time_shapes, time_side_by_side
-from .workloads import LengthMix
 
 Feeds = dict[str, np.ndarray]
 
@@ -187,7 +186,7 @@ class Run:
 def measure_reference(run: Run, hf_config: dict, num_labels: int) -> None:
     """Load the PyTorch reference (timed later, side by side with the ONNX CPU paths: ``Run.time_waiting``);
     keep its outputs on the accuracy inputs."""
-    from .reference import TorchReference, comparability
+    from edgebert.bench.reference import TorchReference, comparability
 
     run.log.say("loading PyTorch reference")
     import torch  # noqa: F401  (imported before the RSS baseline: its libraries are not the model)
@@ -216,7 +215,7 @@ def measure_reference(run: Run, hf_config: dict, num_labels: int) -> None:
 
 def measure_reference_gpu(run: Run) -> None:
     """The reference with PyTorch on CUDA, fp32 and fp16 (the GPU baseline), or why it was not measured."""
-    from .reference import TorchReference, torch_cuda_status
+    from edgebert.bench.reference import TorchReference, torch_cuda_status
 
     ok, why = torch_cuda_status()
     if not ok:
@@ -244,7 +243,7 @@ def measure_reference_gpu(run: Run) -> None:
 def same_as_checked(session, manifest: Manifest) -> None:
     """The graph the session loaded (with ``verify=False``) still has the hash ``run_bench`` checked when
     it opened the bundle: bench measures exactly the files it hash-checked, or refuses."""
-    from ..bundle import sha256_file
+    from edgebert.bundle import sha256_file
 
     name = manifest.models[session.model_key].file       # its name in the manifest (onnx/... in a bundle)
     if sha256_file(session.model_file) != manifest.files.get(name):

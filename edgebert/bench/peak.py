@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from .schema import Calibration
+from edgebert.bench.schema import Calibration
 
 
 def _best_seconds(fn, repeats: int, budget_s: float) -> float:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgebert.bench.schema import BenchReport
 from edgebert.files.atomic import atomic_path
-
-from .schema import BenchReport
 
 Report = BenchReport | dict[str, Any]
 

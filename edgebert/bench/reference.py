@@ -35,8 +35,8 @@ class TorchReference:
                  precision: str = "fp32"):
         import torch
 
-        from ..errors import CheckpointError
-        from ..model import WEIGHTS_NAME, BertConfig, count_parameters, load_model
+        from edgebert.errors import CheckpointError
+        from edgebert.model import WEIGHTS_NAME, BertConfig, count_parameters, load_model
 
         self._torch = torch
         if threads:

@@ -9,13 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from edgebert.bench.gpu import gpu_summary
+from edgebert.bench.plot import latency_figure, plot_latency, plot_title  # noqa: F401  (latency.png; re-exported)
+from edgebert.bench.rows import Accuracy, PathRow
+from edgebert.bench.schema import BenchReport
+from edgebert.bench.verdict import speed_caveat
 from edgebert.files.atomic import write_json, write_text
-
-from .gpu import gpu_summary
-from .plot import latency_figure, plot_latency, plot_title  # noqa: F401  (latency.png; re-exported)
-from .rows import Accuracy, PathRow
-from .schema import BenchReport
-from .verdict import speed_caveat
 
 Report = BenchReport | dict[str, Any]
 

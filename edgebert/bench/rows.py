@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from .record import INTERNAL, Record
+from edgebert.bench.record import INTERNAL, Record
 
 REFERENCE_PATH = "torch fp32"
 GPU_PROVIDERS = ("cuda", "tensorrt")

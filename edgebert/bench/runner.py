@@ -24,24 +24,23 @@ from typing import Any
 
 import numpy as np
 
-from edgebert.bundle import Manifest, open_bundle, tokenizer_path
-from edgebert.files.outdirs import OutputDir
-
-from ..errors import ConfigError
-from .config import BenchConfig
-from .derived import derive
 from edgebert.bench.answer_scores import AnswerData
+from edgebert.bench.config import BenchConfig
+from edgebert.bench.derived import derive
 from edgebert.bench.entity_scores import EntityData
-from .flops import ModelShape
-from .gpu import Nvml
-from .header import bundle_hf_config, load_average, new_report
-from .measure import OtherCpuLoad
-from .paths import Run, measure_onnx, measure_reference, measure_reference_gpu
-from .peak import calibrate
-from .record import Record
-from .rows import GPU_PROVIDERS, SIDE_BY_SIDE, ProviderRow, Unavailable
-from .schema import AnswersSection, BenchReport, EntitiesSection, LengthMixSection
-from .workloads import LengthMix, read_texts, synthetic_feeds
+from edgebert.bench.flops import ModelShape
+from edgebert.bench.gpu import Nvml
+from edgebert.bench.header import bundle_hf_config, load_average, new_report
+from edgebert.bench.measure import OtherCpuLoad
+from edgebert.bench.paths import Run, measure_onnx, measure_reference, measure_reference_gpu
+from edgebert.bench.peak import calibrate
+from edgebert.bench.record import Record
+from edgebert.bench.rows import GPU_PROVIDERS, SIDE_BY_SIDE, ProviderRow, Unavailable
+from edgebert.bench.schema import AnswersSection, BenchReport, EntitiesSection, LengthMixSection
+from edgebert.bench.workloads import LengthMix, read_texts, synthetic_feeds
+from edgebert.bundle import Manifest, open_bundle, tokenizer_path
+from edgebert.errors import ConfigError
+from edgebert.files.outdirs import OutputDir
 
 REPORT_FILES = ("report.json", "report.md", "latency.png", "bench.jsonl")
 
@@ -102,7 +101,7 @@ class _Log:
 
 def _eval_batches(config: BenchConfig, manifest: Manifest, encoder, pad_id: int) -> list[dict]:
     """Padded feeds the accuracy comparison runs: real texts when a lengths file is given."""
-    from ..runtime.text import Encoded, pad_batch
+    from edgebert.runtime.text import Encoded, pad_batch
 
     n = config.eval_texts if manifest.task != "mlm" else min(config.eval_texts, 8)  # V-wide logits
     if config.lengths_from is not None:
@@ -151,8 +150,8 @@ def _record_gpu_gaps(run: Run, gpu_requested: bool, statuses: dict) -> None:
 
 def measure(config: BenchConfig) -> BenchReport:
     """Measure everything ``config`` asks for; return the report (and write it if ``report_dir``)."""
-    from ..runtime.providers import probe
-    from ..runtime.text import TextEncoder
+    from edgebert.runtime.providers import probe
+    from edgebert.runtime.text import TextEncoder
 
     # --report: a new or empty folder, or an earlier report (whose files are replaced): edgebert.files.outdirs
     out = (OutputDir(config.report_dir, "bench", names=REPORT_FILES, overwrite=True, signature="report.json")
@@ -216,7 +215,7 @@ def measure(config: BenchConfig) -> BenchReport:
     report.environment.cpu_share_used_by_other_processes = others.fraction()
     derive(report, shape, manifest.task)
     if config.report_dir is not None:
-        from .report import write_reports
+        from edgebert.bench.report import write_reports
 
         write_reports(report, config.report_dir)
     return report

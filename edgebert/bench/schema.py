@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from .record import Record
-from .rows import LatencyRow, MixRow, NotMeasured, PathRow, ProviderRow, StartupRow, Unavailable
+from edgebert.bench.record import Record
+from edgebert.bench.rows import LatencyRow, MixRow, NotMeasured, PathRow, ProviderRow, StartupRow, Unavailable
 
 REPORT_SCHEMA = "edgebert-bench"
 REPORT_VERSION = 2          # 2: startup, not_measured, environment.gpu, GPU memory, torch on CUDA

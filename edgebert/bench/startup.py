@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgebert.bench.config import BenchConfig
+from edgebert.bench.rows import SIDE_BY_SIDE
+from edgebert.bench.workloads import synthetic_feeds
 from edgebert.bundle import Manifest
-
-from ..runtime.trt_profile import TrtProfile
-from .config import BenchConfig
-from .rows import SIDE_BY_SIDE
-from .workloads import synthetic_feeds
+from edgebert.runtime.trt_profile import TrtProfile
 
 STARTUP_METHOD = ("cold start = EdgeSession creation (bundle already verified; onnxruntime session, TensorRT "
                   "engine build or load) + the first run() at batch 1 x the shortest seq, wall clock; TensorRT "
@@ -43,7 +42,7 @@ def session_kwargs(config: BenchConfig, provider: str, precision: str, cache_roo
 def open_timed(config: BenchConfig, manifest: Manifest, kwargs: dict[str, Any],
                engine_cache: str | None) -> tuple[Any, dict[str, Any]]:
     """(EdgeSession, start-up row); raises what EdgeSession raises."""
-    from ..runtime import EdgeSession
+    from edgebert.runtime import EdgeSession
 
     t0 = time.perf_counter()
     session = EdgeSession(config.bundle_dir, **kwargs)

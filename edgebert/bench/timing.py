@@ -17,14 +17,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgebert.bench.config import BenchConfig
+from edgebert.bench.gpu import Nvml
+from edgebert.bench.measure import Latency, interleave, peak_rss_mb, release_memory, reset_peak_rss, time_calls
+from edgebert.bench.rows import LatencyRow, MixRow
+from edgebert.bench.workloads import LengthMix, synthetic_feeds
 from edgebert.bundle import Manifest
-
-from ..errors import EdgebertError
-from .config import BenchConfig
-from .gpu import Nvml
-from .measure import Latency, interleave, peak_rss_mb, release_memory, reset_peak_rss, time_calls
-from .rows import LatencyRow, MixRow
-from .workloads import LengthMix, synthetic_feeds
+from edgebert.errors import EdgebertError
 
 CALLS_PER_ROUND = 3       # timed calls of a path per turn: few, so a burst of load spans every path's turn
 TIMING_METHOD = (

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .rows import REFERENCE_PATH
-from .schema import BenchReport
+from edgebert.bench.rows import REFERENCE_PATH
+from edgebert.bench.schema import BenchReport
 
 # Other programs' share of ALL cores while timing above which the figures are called unreliable. The bench
 # gives its timed paths every core (onnxruntime: one thread per physical core), so another program takes

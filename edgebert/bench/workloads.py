@@ -16,8 +16,7 @@ import numpy as np
 
 from edgebert.bundle import Manifest
 from edgebert.files.textfiles import Text, iter_texts
-
-from ..runtime.text import Encoded, TextEncoder, pad_batch
+from edgebert.runtime.text import Encoded, TextEncoder, pad_batch
 
 
 def synthetic_feeds(batch: int, seq: int, manifest: Manifest, seed: int = 0) -> dict[str, np.ndarray]:

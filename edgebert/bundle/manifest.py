@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from edgebert.errors import BundleError
 from edgebert.bundle.pooling import SentencePooling
+from edgebert.errors import BundleError
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "READABLE_VERSIONS", "TASKS", "PRECISIONS",
            "TASK_OUTPUTS", "INPUT_NAMES", "LEGACY_INT8", "TensorSpec", "TokenizerFacts", "ModelShape",

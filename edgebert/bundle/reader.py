@@ -44,12 +44,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from edgebert.bundle.manifest import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    INPUT_NAMES,
+    LEGACY_INT8,
+    MANIFEST_NAME,
+    PRECISIONS,
+    TASK_OUTPUTS,
+    TASKS,
+    Manifest,
+    ModelEntry,
+    _is_int,
+)
 from edgebert.errors import BundleError
 from edgebert.files.atomic import sha256_file  # stdlib only, like this module
 from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
 from edgebert.graph.ir_graph import NotIr, read_ir
-from edgebert.bundle.manifest import (BUNDLE_FORMAT, BUNDLE_VERSION, INPUT_NAMES, LEGACY_INT8, MANIFEST_NAME, PRECISIONS,
-                                       TASK_OUTPUTS, TASKS, Manifest, ModelEntry, _is_int)
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
            "INPUT_NAMES", "LEGACY_INT8", "Manifest", "ModelEntry", "sha256_file", "read_manifest",

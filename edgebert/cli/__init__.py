@@ -4,6 +4,18 @@ Each command lives in its own module and registers itself on ``app``; options th
 take are declared once in ``options``; every error becomes one line in ``app.main``.
 """
 
-from .app import app, main, run  # noqa: F401
-from . import (answer_cmds, attention_cmds, bench_cmds, check_cmds, distill_cmds, evaluate_cmds,  # noqa: F401,E402
-               export_cmds, finetune_cmds, info_cmds, interop_cmds, pipeline_cmds, pretrain_cmds)
+from edgebert.cli import (  # noqa: F401,E402
+               answer_cmds,
+               attention_cmds,
+               bench_cmds,
+               check_cmds,
+               distill_cmds,
+               evaluate_cmds,
+               export_cmds,
+               finetune_cmds,
+               info_cmds,
+               interop_cmds,
+               pipeline_cmds,
+               pretrain_cmds,
+)
+from edgebert.cli.app import app, main, run  # noqa: F401

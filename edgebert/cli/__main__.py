@@ -1,5 +1,5 @@
 """``python -m edgebert.cli ...`` (e.g. under ``torchrun``) runs the ``edgebert`` command."""
 
-from . import run
+from edgebert.cli import run
 
 run()

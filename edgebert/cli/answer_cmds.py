@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import options as o
-from .app import app, say
+from edgebert.cli import options as o
+from edgebert.cli.app import app, say
 
 
 @app.command("answer")

@@ -13,9 +13,9 @@ from typing import Annotated, Iterator
 import typer
 from rich.console import Console
 
-from ..errors import EdgebertError, Interrupted
-from edgebert.system.extras import missing_extra
+from edgebert.errors import EdgebertError, Interrupted
 from edgebert.files.failures import DISK_FULL, os_error
+from edgebert.system.extras import missing_extra
 
 # typer >= 0.20 vendors click as typer._click and no longer installs click; older typer uses click.
 try:

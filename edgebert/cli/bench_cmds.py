@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import ConfigError
-from . import options as o
-from .app import app, console
+from edgebert.cli import options as o
+from edgebert.cli.app import app, console
+from edgebert.errors import ConfigError
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
@@ -64,8 +64,8 @@ def bench(
     as_json: o.Json = False,
 ) -> None:
     """Benchmark a bundle per provider x precision x batch x seq against the PyTorch reference."""
-    from ..bench import BenchConfig, measure, print_report
-    from ..runtime.archive import bundle_folder
+    from edgebert.bench import BenchConfig, measure, print_report
+    from edgebert.runtime.archive import bundle_folder
 
     if out is not None and report is not None and out != report:
         raise ConfigError("--out and --report (its old name) name different folders", "pass --out only")

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import options as o
-from .app import app, console
+from edgebert.cli import options as o
+from edgebert.cli.app import app, console
 
 EXIT_CHECK_FAILED = 1
 
@@ -32,8 +32,8 @@ def check(
 ) -> None:
     """Check a bundle on this device: file hashes, this CPU's INT8 kernels vs the bundle's targets, and
     INT8 accuracy re-measured against fp32 here. Exit 0 on pass, 1 on fail (with the reason)."""
-    from ..runtime.archive import bundle_folder
-    from ..runtime.check import check_bundle
+    from edgebert.runtime.archive import bundle_folder
+    from edgebert.runtime.check import check_bundle
 
     report = check_bundle(bundle_folder(bundle_dir), data, max_texts=max_texts, max_accuracy_loss=max_accuracy_loss,
                           int8_target=target, threads=threads)

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from . import options as o
-from .app import app, console, metrics_line, say
+from edgebert.cli import options as o
+from edgebert.cli.app import app, console, metrics_line, say
 
 
 def _weight(flag: str, what: str):
@@ -61,7 +61,7 @@ def distill_cmd(
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Distil TEACHER_DIR into a shallower student (text distillation, or --task for a classifier)."""
-    from ..stages.distill import build_distill_config, distill
+    from edgebert.stages.distill import build_distill_config, distill
 
     cfg = build_distill_config(
         teacher, out, preset, train=train, resume=resume, overwrite=overwrite, task=task, corpus=tuple(corpus or ()) or None,

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import options as o
-from .app import app, say
+from edgebert.cli import options as o
+from edgebert.cli.app import app, say
 
 
 @app.command("evaluate")
@@ -39,7 +39,7 @@ def evaluate_cmd(
     of a span model, MLM accuracy/perplexity of a masked LM, or (embed) what a sentence-embedding model's
     mean-pooled vectors are worth: MRPC paraphrase ROC-AUC of the cosine, SST-2 logistic-probe accuracy,
     WikiText-2 retrieval recall@1/@10 and MRR."""
-    from ..stages.evaluate import evaluate
+    from edgebert.stages.evaluate import evaluate
 
     result = evaluate(path, task, data, max_seq_len=max_seq_len, batch_size=eval_batch_size,
                       max_examples=max_eval_examples, corpus_format=corpus_format, precision=precision,

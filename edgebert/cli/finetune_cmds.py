@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from . import options as o
-from .app import app, console, metrics_line, say
+from edgebert.cli import options as o
+from edgebert.cli.app import app, console, metrics_line, say
 
 
 @app.command("finetune")
@@ -39,7 +39,7 @@ def finetune_cmd(
 ) -> None:
     """Fine-tune MODEL_DIR for classification or question answering; keeps the best dev checkpoint
     (accuracy; entity F1 for ner; F1 for squad) in --out."""
-    from ..stages.finetune import build_finetune_config, finetune
+    from edgebert.stages.finetune import build_finetune_config, finetune
 
     cfg = build_finetune_config(model, task, train_file, out, preset, train=train, resume=resume,
                                 overwrite=overwrite, dev_file=dev_file,

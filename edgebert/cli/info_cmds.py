@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .app import app, console
-from .info_lines import bundle_lines, runtime_lines
+from edgebert.cli.app import app, console
+from edgebert.cli.info_lines import bundle_lines, runtime_lines
 
 
 @app.command("info")

@@ -35,8 +35,8 @@ def bundle_lines(path: Path) -> list[str]:
     from edgebert.bundle import read_manifest
     from edgebert.runtime.archive import bundle_folder
     from edgebert.runtime.hostcpu import detect_host
-    from edgebert.runtime.vector_pooling import choose_pooling
     from edgebert.runtime.precision import choose_precision
+    from edgebert.runtime.vector_pooling import choose_pooling
 
     folder = bundle_folder(path)
     manifest = read_manifest(folder)

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import options as o
-from .app import app, console, say
+from edgebert.cli import options as o
+from edgebert.cli.app import app, console, say
 
 
 @app.command("pipeline")
@@ -42,7 +42,7 @@ def pipeline_cmd(
     """Text to benchmarked INT8 bundle: distil a teacher (default: the installed all-MiniLM-L6-v2) into a
     4-layer student, export it (fused fp32 + gated INT8), bench it against the fp32 PyTorch teacher.
     --max-seq-len sets the distillation's sequence length (the demo: 64)."""
-    from ..pipeline import build_pipeline_config, run_pipeline
+    from edgebert.pipeline import build_pipeline_config, run_pipeline
 
     cfg = build_pipeline_config(out, preset, overwrite=overwrite, corpus=tuple(corpus or ()) or None,
                                 eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,

@@ -7,8 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from . import options as o
-from .app import app, console, say
+from edgebert.cli import options as o
+from edgebert.cli.app import app, console, say
 
 
 @app.command("pretrain")
@@ -33,7 +33,7 @@ def pretrain_cmd(
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Pretrain a BERT (MLM + NSP) on text; prints where the checkpoint is and its eval metrics."""
-    from ..stages.pretrain import build_pretrain_config, pretrain
+    from edgebert.stages.pretrain import build_pretrain_config, pretrain
 
     cfg = build_pretrain_config(out, preset, resume=resume, overwrite=overwrite, train=train, corpus=tuple(corpus or ()) or None,
                                 eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format,

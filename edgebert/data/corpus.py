@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import ConfigError, DataError
+from edgebert.errors import ConfigError, DataError
 from edgebert.files.textfiles import read_utf8, wikitext_heading
 
 FORMATS = ("auto", "text", "lines", "wikitext")

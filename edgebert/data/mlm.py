@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from ..errors import ConfigError, DataError
-from ..model import IGNORE_INDEX
-from .corpus import read_corpora, split_documents
-from .tokenizer import SpecialIds
+from edgebert.data.corpus import read_corpora, split_documents
+from edgebert.data.tokenizer import SpecialIds
+from edgebert.errors import ConfigError, DataError
+from edgebert.model import IGNORE_INDEX
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
 EVAL_SEED = 20_231_121  # example and masking seed of every MLM evaluation set

@@ -19,11 +19,19 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from ..errors import ConfigError, DataError
-from ..model import IGNORE_INDEX
-from ..qa.squad_file import SquadExample, read_squad
-from ..qa.windows import SquadWindows, squad_windows
-from .tasks import SPAN_TASKS, TOKEN_TASKS, LabelledExample, TaggedSentence, read_tagged, read_task_tsv, spec_for_model
+from edgebert.data.tasks import (
+    SPAN_TASKS,
+    TOKEN_TASKS,
+    LabelledExample,
+    TaggedSentence,
+    read_tagged,
+    read_task_tsv,
+    spec_for_model,
+)
+from edgebert.errors import ConfigError, DataError
+from edgebert.model import IGNORE_INDEX
+from edgebert.qa.squad_file import SquadExample, read_squad
+from edgebert.qa.windows import SquadWindows, squad_windows
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import CheckpointError, DataError
+from edgebert.errors import CheckpointError, DataError
 from edgebert.files.textfiles import IOB_TAG, first_line, read_conll, read_utf8
 from edgebert.qa.windows import default_stride
 

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, process
 from tokenizers.models import WordPiece
 from tokenizers.trainers import WordPieceTrainer
 
-from ..errors import CheckpointError, ConfigError, DataError
+from edgebert.errors import CheckpointError, ConfigError, DataError
 from edgebert.files.atomic import write_json, write_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"

@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, OutputError
-from edgebert.files.atomic import (PublishRace, atomic_dir, is_stale_temp, remove_path, remove_stale_temps,
-                                   write_json)
+from edgebert.files.atomic import PublishRace, atomic_dir, is_stale_temp, remove_path, remove_stale_temps, write_json
 from edgebert.files.failures import os_error, writing_place
 from edgebert.files.locks import is_lock_file, output_lock
 

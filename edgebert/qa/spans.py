@@ -22,9 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from edgebert.errors import DataError
-
-from .squad_file import SquadExample
-from .windows import NOT_CONTEXT, SquadWindows
+from edgebert.qa.squad_file import SquadExample
+from edgebert.qa.windows import NOT_CONTEXT, SquadWindows
 
 N_BEST, MAX_ANSWER_LEN = 20, 30
 

@@ -23,8 +23,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from edgebert.errors import ConfigError, DataError
-
-from .squad_file import SquadAnswer, SquadExample
+from edgebert.qa.squad_file import SquadAnswer, SquadExample
 
 MAX_SEQ_LEN, DOC_STRIDE, MAX_QUERY_LEN = 384, 128, 64   # transformers' run_qa / pipeline defaults
 SPECIAL_TOKENS_IN_PAIR = 3                              # [CLS] question [SEP] context [SEP]

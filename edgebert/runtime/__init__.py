@@ -18,14 +18,14 @@ holds NaN / infinity), ``ProviderUnavailable``, ``ConfigError``. onnxruntime's o
 unless ``EDGEBERT_ORT_LOG_LEVEL`` (0 verbose ... 4 fatal) or ``EdgeSession(ort_log_level=...)`` asks for it.
 """
 
-from ..errors import BundleError, ProviderUnavailable, RuntimeFault
-from .numeric import softmax
-from .providers import PROVIDERS, ProviderStatus, probe
-from .results import ClassificationResult, MaskPrediction
-from .session import POOLINGS, EdgeSession
-from .answer import answer_questions
-from .tagging import AGGREGATIONS
-from .text import Encoded, pad_batch
+from edgebert.errors import BundleError, ProviderUnavailable, RuntimeFault
+from edgebert.runtime.answer import answer_questions
+from edgebert.runtime.numeric import softmax
+from edgebert.runtime.providers import PROVIDERS, ProviderStatus, probe
+from edgebert.runtime.results import ClassificationResult, MaskPrediction
+from edgebert.runtime.session import POOLINGS, EdgeSession
+from edgebert.runtime.tagging import AGGREGATIONS
+from edgebert.runtime.text import Encoded, pad_batch
 
 __all__ = ["EdgeSession", "ClassificationResult", "MaskPrediction", "ProviderStatus", "probe",
            "PROVIDERS", "POOLINGS", "AGGREGATIONS", "BundleError", "ProviderUnavailable", "RuntimeFault", "Encoded",

@@ -28,12 +28,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
-from ..qa.answers import Answer, check_answer_options, pipeline_answers
-from ..qa.squad_file import SquadExample
-from ..qa.windows import DOC_STRIDE, MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
-from .tagging import batched_logits
-from .text import Encoded, check_text
+from edgebert.errors import ConfigError, DataError
+from edgebert.qa.answers import Answer, check_answer_options, pipeline_answers
+from edgebert.qa.squad_file import SquadExample
+from edgebert.qa.windows import DOC_STRIDE, MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from edgebert.runtime.tagging import batched_logits
+from edgebert.runtime.text import Encoded, check_text
 
 QA_TASK = "qa"
 SPAN_OUTPUTS = ("start_logits", "end_logits")

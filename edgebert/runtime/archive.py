@@ -31,10 +31,10 @@ import time
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from ..bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
-from ..errors import BundleError, ConfigError
-from ..files.atomic import current_umask, remove_path, remove_stale_temps, temp_prefix
-from .archive_read import ARCHIVE_SUFFIXES, LABELS, MAX_BYTES, STAMP_FORMAT, ArchiveFile, archive_kind
+from edgebert.bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
+from edgebert.errors import BundleError, ConfigError
+from edgebert.files.atomic import current_umask, remove_path, remove_stale_temps, temp_prefix
+from edgebert.runtime.archive_read import ARCHIVE_SUFFIXES, LABELS, MAX_BYTES, STAMP_FORMAT, ArchiveFile, archive_kind
 
 __all__ = ["ARCHIVE_SUFFIXES", "MAX_BYTES", "RECORD_NAME", "archive_kind", "check_archive_name", "write_archive",
            "foreign_archive", "is_bundle_archive", "cache_root", "bundle_folder", "extract_archive"]

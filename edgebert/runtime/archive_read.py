@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Iterator
 
-from ..bundle import MANIFEST_NAME, Manifest
-from ..errors import BundleError
-from ..files.atomic import current_umask
+from edgebert.bundle import MANIFEST_NAME, Manifest
+from edgebert.errors import BundleError
+from edgebert.files.atomic import current_umask
 
 __all__ = ["ARCHIVE_SUFFIXES", "STAMP_FORMAT", "MAX_BYTES", "MAX_RATIO", "MIN_ALLOWANCE", "archive_kind",
            "ArchiveFile", "Member", "Listing"]

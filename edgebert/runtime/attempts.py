@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..bundle import Manifest, bundle_file, verify_entry
-from ..errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
-from .graphs import ModelChoice, choose_model
-from .hostcpu import HostCpu
-from .openvino_graph import ENGINE, PROVIDER_NAME, OpenVinoSession
-from .placement import HYBRID, RECORD_CONFIG, Placement, read_placement
-from .providers import ORT_NAMES, ProviderPlan, plan_providers, provider_options, trt_cache_dirs
-from .trt_profile import TrtProfile
+from edgebert.bundle import Manifest, bundle_file, verify_entry
+from edgebert.errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
+from edgebert.runtime.graphs import ModelChoice, choose_model
+from edgebert.runtime.hostcpu import HostCpu
+from edgebert.runtime.openvino_graph import ENGINE, PROVIDER_NAME, OpenVinoSession
+from edgebert.runtime.placement import HYBRID, RECORD_CONFIG, Placement, read_placement
+from edgebert.runtime.providers import ORT_NAMES, ProviderPlan, plan_providers, provider_options, trt_cache_dirs
+from edgebert.runtime.trt_profile import TrtProfile
 
 # error kinds, in the words the notes use
 EP_FAIL, CUDA_FAILURE, MISSING_LIBRARY, NO_PROFILE, NOT_IMPLEMENTED, NO_GRAPH, NO_NODES, OTHER = (

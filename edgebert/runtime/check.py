@@ -29,16 +29,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..bundle import ModelEntry, read_manifest, verify_files
-from ..errors import BundleError, EdgebertError
+from edgebert.bundle import ModelEntry, read_manifest, verify_files
+from edgebert.errors import BundleError, EdgebertError
 from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
-from .fidelity import CHECK_BUDGETS, METRICS, OUTPUT, FidelityTracker, answer_spans
-from .answer import QA_TASK
-from .hostcpu import PRECISION_OPTION, detect_host
-from .int8_choice import choose_openvino
-from .openvino_graph import ENGINE
-from .tagging import tag_sentences
-from .text import length_sorted_batches, pad_batch
+from edgebert.runtime.answer import QA_TASK
+from edgebert.runtime.fidelity import CHECK_BUDGETS, METRICS, OUTPUT, FidelityTracker, answer_spans
+from edgebert.runtime.hostcpu import PRECISION_OPTION, detect_host
+from edgebert.runtime.int8_choice import choose_openvino
+from edgebert.runtime.openvino_graph import ENGINE
+from edgebert.runtime.tagging import tag_sentences
+from edgebert.runtime.text import length_sorted_batches, pad_batch
 
 BATCH = 32
 
@@ -136,8 +136,8 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
                  threads: int | None = None) -> CheckReport:
     """Check ``bundle_dir`` on this machine; see the module docstring. ``BundleError`` only when the
     folder is not a bundle at all (every other problem is a failed check with its reason)."""
+    from edgebert.runtime.session import EdgeSession
     from edgebert.system.environment import check_threads
-    from .session import EdgeSession
 
     check_threads(threads)          # a bad argument is a usage error (exit 2), not a failed check
     bundle_dir = Path(bundle_dir)
@@ -260,7 +260,7 @@ def _entity_scores(sessions: dict[str, Any], data: Path, max_texts: int) -> dict
     """Entity precision / recall / F1 of each session against the gold tags of a CoNLL file, each word
     tagged through ``EdgeSession.tag`` as ``edgebert evaluate`` does (``aggregation="none"``: the label
     of the sub-token that starts the word)."""
-    from ..errors import ConfigError
+    from edgebert.errors import ConfigError
     from edgebert.scores.entities import entity_scores
 
     sentences = read_conll(data)[:max_texts]

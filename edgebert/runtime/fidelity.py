@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .numeric import nonfinite_rows, softmax
+from edgebert.runtime.numeric import nonfinite_rows, softmax
 
 METRICS = {"embed": "cosine", "cls": "label_agreement", "mlm": "top1_agreement",
            "token-cls": "token_label_agreement", "qa": "answer_overlap_f1"}

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..bundle import Manifest, ModelEntry
-from ..errors import BundleError
-from .hostcpu import HostCpu
-from .int8_choice import GraphChoice, choose_int8, choose_openvino
+from edgebert.bundle import Manifest, ModelEntry
+from edgebert.errors import BundleError
+from edgebert.runtime.hostcpu import HostCpu
+from edgebert.runtime.int8_choice import GraphChoice, choose_int8, choose_openvino
 
 # (provider, precision) -> model keys, best first
 CANDIDATES: dict[tuple[str, str], tuple[str, ...]] = {

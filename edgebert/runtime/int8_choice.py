@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..bundle import Manifest, ModelEntry
-from ..errors import BundleError
-from .hostcpu import PRECISION_OPTION, HostCpu
-from .openvino_graph import ENGINE, INSTALL_HINT, openvino_version
+from edgebert.bundle import Manifest, ModelEntry
+from edgebert.errors import BundleError
+from edgebert.runtime.hostcpu import PRECISION_OPTION, HostCpu
+from edgebert.runtime.openvino_graph import ENGINE, INSTALL_HINT, openvino_version
 
 HOST_TARGETS = {"x86-vnni": ("x86-vnni",), "arm64": ("arm64",), "x86-avx2": ("x86-avx2",),
                 "x86-avx512": ("x86-avx2",)}

@@ -114,7 +114,7 @@ def off_provider_table(placement: Placement, provider: str, reasons: dict[str, s
 
 def read_placement(session: Any) -> Placement:
     """The placement of ``session`` (an ``onnxruntime.InferenceSession`` made with ``RECORD_CONFIG``)."""
-    from .providers import short_name
+    from edgebert.runtime.providers import short_name
 
     getter = getattr(session, "get_provider_graph_assignment_info", None)
     if getter is not None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..bundle import PRECISIONS, Manifest
-from ..errors import BundleError, ConfigError
-from .hostcpu import HostCpu
-from .int8_choice import choose_int8, choose_openvino
+from edgebert.bundle import PRECISIONS, Manifest
+from edgebert.errors import BundleError, ConfigError
+from edgebert.runtime.hostcpu import HostCpu
+from edgebert.runtime.int8_choice import choose_int8, choose_openvino
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError
-from .gpu_probe import ProviderStatus, probe_gpu_provider
-from .trt_profile import TrtProfile
+from edgebert.errors import ConfigError
+from edgebert.runtime.gpu_probe import ProviderStatus, probe_gpu_provider
+from edgebert.runtime.trt_profile import TrtProfile
 
 ORT_NAMES = {
     "cpu": "CPUExecutionProvider",
@@ -63,7 +63,7 @@ def trt_cache_dirs(model_file: Path, precision: str, profile: TrtProfile,
     """(engine cache, timing cache) folders. An engine depends on the model file, the precision flags and
     the profile (and the GPU and TensorRT version, which onnxruntime checks itself), so each combination
     gets its own engine folder; the timing cache (kernel timings per GPU) is shared."""
-    from ..bundle import sha256_file
+    from edgebert.bundle import sha256_file
 
     root = Path(root) if root is not None else cache_root() / "tensorrt"
     engines = root / f"{sha256_file(model_file)[:16]}-{precision}-{profile.key()}"
@@ -108,7 +108,7 @@ class ProviderPlan:
 def plan_providers(requested: str) -> ProviderPlan:
     """``auto``: every usable one of TensorRT -> CUDA -> CPU. Explicit: that one, or
     ``ProviderUnavailable`` with the probe's reason."""
-    from ..errors import ProviderUnavailable
+    from edgebert.errors import ProviderUnavailable
 
     requested = check_provider_name(requested)
     if requested == "auto":

@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..bundle.pooling import SentencePooling
-from ..errors import DataError
+from edgebert.bundle.pooling import SentencePooling
+from edgebert.errors import DataError
+from edgebert.runtime.text import TextEncoder, check_texts, length_sorted_batches, pad_batch
 from edgebert.runtime.vector_pooling import choose_pooling, cosine_matrix, pool, unit_rows
-from .text import TextEncoder, check_texts, length_sorted_batches, pad_batch
 
 
 class SentenceMethods:

@@ -28,22 +28,22 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..bundle import PRECISIONS, read_manifest, tokenizer_path, verify_files
-from ..bundle.task_registry import bundle_task, task_serving
-from edgebert.system.environment import check_threads
-from ..errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
-from .archive import bundle_folder
-from .attempts import SessionRequest, open_session
-from .hostcpu import detect_host
-from .numeric import nonfinite_rows, softmax
+from edgebert.bundle import PRECISIONS, read_manifest, tokenizer_path, verify_files
+from edgebert.bundle.task_registry import bundle_task, task_serving
+from edgebert.errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
+from edgebert.runtime.archive import bundle_folder
+from edgebert.runtime.attempts import SessionRequest, open_session
+from edgebert.runtime.hostcpu import detect_host
+from edgebert.runtime.numeric import nonfinite_rows, softmax
+from edgebert.runtime.precision import choose_precision
+from edgebert.runtime.providers import short_name
+from edgebert.runtime.results import ClassificationResult, MaskPrediction
+from edgebert.runtime.sentences import SentenceMethods
+from edgebert.runtime.tagging import Entity, Tagger, batched_logits, tag_texts
+from edgebert.runtime.text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
+from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.runtime.vector_pooling import CALLER_POOLINGS, choose_pooling
-from .precision import choose_precision
-from .providers import short_name
-from .results import ClassificationResult, MaskPrediction
-from .sentences import SentenceMethods
-from .tagging import Entity, Tagger, batched_logits, tag_texts
-from .text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
-from .trt_profile import TrtProfile
+from edgebert.system.environment import check_threads
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
 ORT_LOG_ENV = "EDGEBERT_ORT_LOG_LEVEL"
@@ -375,7 +375,7 @@ class EdgeSession(SentenceMethods):
     def answer(self, question: Any, context: Any, top_k: int = 1, max_answer_len: int = 30, doc_stride: int = 128,
                max_length: int = 384, handle_impossible_answer: bool = False, batch_size: int | None = None) -> Any:
         """A ``qa`` bundle's answers as transformers' question-answering pipeline gives them (``runtime.answer``)."""
-        from .answer import answer_questions
+        from edgebert.runtime.answer import answer_questions
         return answer_questions(self, question, context, top_k, max_answer_len, doc_stride, max_length,
                                 handle_impossible_answer, batch_size)
 

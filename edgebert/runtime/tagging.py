@@ -31,9 +31,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigError
-from .numeric import softmax
-from .text import Encoded, Pieces, TextEncoder, length_sorted_batches, pad_batch
+from edgebert.errors import ConfigError
+from edgebert.runtime.numeric import softmax
+from edgebert.runtime.text import Encoded, Pieces, TextEncoder, length_sorted_batches, pad_batch
 
 AGGREGATIONS = ("none", "simple", "first")
 Entity = dict  # {"entity_group" | "entity", "score", "word", "start", "end"(, "index")}

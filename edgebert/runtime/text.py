@@ -26,7 +26,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import BundleError, DataError
+from edgebert.errors import BundleError, DataError
 
 Text = str
 Pair = tuple[str, str]

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..errors import ConfigError
+from edgebert.errors import ConfigError
 
 Shape = tuple[int, int]   # (batch, sequence)
 _SHAPE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..bundle.pooling import POOLING_MODES, SentencePooling
-from ..errors import ConfigError
+from edgebert.bundle.pooling import POOLING_MODES, SentencePooling
+from edgebert.errors import ConfigError
 
 DEFAULT_POOLING = SentencePooling("mean", normalize=False, source="edgebert's default: the model states none")
 CALLER_POOLINGS = ("mean", "cls")        # what embed(pooling=...) may ask for (a model may state max too)

@@ -14,13 +14,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..bundle.pooling import carry_pooling
-from ..data.task_data import TaskData, collate
-from ..data.tokenizer import SpecialIds, save_tokenizer
+from edgebert.bundle.pooling import carry_pooling
+from edgebert.data.task_data import TaskData, collate
+from edgebert.data.tokenizer import SpecialIds, save_tokenizer
 from edgebert.files.atomic import write_json, write_text
-from ..model import IGNORE_INDEX, load_model, save_model
-from ..training import LengthGroupedBatches, TrainingTask
-from .metrics import squad_metrics, task_metrics
+from edgebert.model import IGNORE_INDEX, load_model, save_model
+from edgebert.stages.metrics import squad_metrics, task_metrics
+from edgebert.training import LengthGroupedBatches, TrainingTask
 
 BEST_FILE = "best_checkpoint.json"
 

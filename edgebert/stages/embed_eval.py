@@ -27,10 +27,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..bundle import read_manifest
-from ..data.corpus import paragraphs as corpus_paragraphs, read_corpus
-from ..data.tasks import read_task_tsv
-from ..errors import ConfigError, DataError
+from edgebert.bundle import read_manifest
+from edgebert.data.corpus import paragraphs as corpus_paragraphs
+from edgebert.data.corpus import read_corpus
+from edgebert.data.tasks import read_task_tsv
+from edgebert.errors import ConfigError, DataError
 from edgebert.scores.embeddings import paraphrase_auc, probe_accuracy, require_sklearn, retrieval_scores
 
 DATA_FILES = {"mrpc": "mrpc/dev.tsv", "sst2_train": "sst2/train.tsv", "sst2_dev": "sst2/dev.tsv",
@@ -135,10 +136,10 @@ def is_bundle(path: Path) -> bool:
 def model_embedder(path: Path, max_seq_len: int = MAX_SEQ_LEN, batch_size: int = BATCH_SIZE
                    ) -> tuple[Embedder, dict[str, Any]]:
     """Mean-pooled embeddings of a model directory in PyTorch (``edgebert.stages.metrics``)."""
-    from ..data.task_data import encode_texts
-    from ..data.tokenizer import SpecialIds, load_tokenizer
-    from ..model import load_model
-    from .metrics import sentence_embeddings
+    from edgebert.data.task_data import encode_texts
+    from edgebert.data.tokenizer import SpecialIds, load_tokenizer
+    from edgebert.model import load_model
+    from edgebert.stages.metrics import sentence_embeddings
 
     model, tok = load_model(path).eval(), load_tokenizer(path)
     length = min(max_seq_len, model.config.max_position_embeddings)
@@ -153,7 +154,7 @@ def model_embedder(path: Path, max_seq_len: int = MAX_SEQ_LEN, batch_size: int =
 def bundle_embedder(path: Path, precision: str | None = None, max_seq_len: int = MAX_SEQ_LEN,
                     batch_size: int = BATCH_SIZE) -> tuple[Embedder, dict[str, Any]]:
     """Mean-pooled embeddings of an ``embed`` bundle through ``EdgeSession.embed`` (torch-free)."""
-    from ..runtime import EdgeSession
+    from edgebert.runtime import EdgeSession
 
     limit = read_manifest(path).max_length
     session = EdgeSession(path, provider="cpu", precision=precision, batch_size=batch_size,
@@ -200,7 +201,7 @@ def compare_downstream(teacher_dir: str | Path, bundle_dir: str | Path, data: Do
     """The teacher (PyTorch) and the student bundle at each of ``precisions`` it has, on the same texts
     cut at the same length: ``{"teacher": scores, "student_fp32": ..., "student_int8": ..., "retention":
     {"student_fp32": {metric: student / teacher}, ...}, "details": ..., "data": ...}``."""
-    from ..model import BertConfig
+    from edgebert.model import BertConfig
 
     manifest = read_manifest(bundle_dir)
     length = min(MAX_SEQ_LEN, manifest.max_length, BertConfig.load(teacher_dir).max_position_embeddings)

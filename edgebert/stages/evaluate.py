@@ -42,16 +42,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..bundle import read_manifest
-from ..data.corpus import read_corpus
-from ..data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
-from ..errors import CheckpointError, ConfigError, DataError
-from ..qa.squad_file import read_squad
-from ..qa.windows import MAX_SEQ_LEN, check_window, default_stride
-from .embed_eval import MAX_SEQ_LEN as EMBED_MAX_SEQ_LEN
-from edgebert.scores.labels import classification_metrics
+from edgebert.bundle import read_manifest
+from edgebert.data.corpus import read_corpus
+from edgebert.data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
+from edgebert.errors import CheckpointError, ConfigError, DataError
+from edgebert.qa.squad_file import read_squad
+from edgebert.qa.windows import MAX_SEQ_LEN, check_window, default_stride
 from edgebert.scores.entities import entity_report, entity_scores
+from edgebert.scores.labels import classification_metrics
 from edgebert.scores.squad import prediction_scores, require_torchmetrics
+from edgebert.stages.embed_eval import MAX_SEQ_LEN as EMBED_MAX_SEQ_LEN
 
 EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS, "mlm", "embed")
 
@@ -144,11 +144,11 @@ def _entity_result(gold: list[list[str]], predicted: list[list[str]], details: d
 def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_size: int,
                     max_examples: int | None, mlm_probability: float, corpus_format: str, device: str,
                     tag_column: int | None):
-    from ..data.mlm import mlm_eval_batches
-    from ..data.task_data import encode_examples, encode_tagged
-    from ..data.tokenizer import SpecialIds, load_tokenizer
-    from ..model import BertConfig, load_model
-    from .metrics import classifier_metrics, mlm_metrics, predict_words, word_tags
+    from edgebert.data.mlm import mlm_eval_batches
+    from edgebert.data.task_data import encode_examples, encode_tagged
+    from edgebert.data.tokenizer import SpecialIds, load_tokenizer
+    from edgebert.model import BertConfig, load_model
+    from edgebert.stages.metrics import classifier_metrics, mlm_metrics, predict_words, word_tags
 
     cfg = BertConfig.load(path)
     tok = load_tokenizer(path)
@@ -185,7 +185,7 @@ def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_s
 def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_size: int,
                      max_examples: int | None, mlm_probability: float, corpus_format: str,
                      precision: str | None, tag_column: int | None):
-    from ..runtime import EdgeSession
+    from edgebert.runtime import EdgeSession
 
     manifest = read_manifest(path)
     if precision is None:
@@ -197,12 +197,12 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
         if session.task != "mlm":
             raise ConfigError(f"{path} is a '{session.task}' bundle; --task mlm needs an 'mlm' bundle",
                               "export the model with --task mlm")
-        import torch   # the masked-LM figures are counted in torch (edgebert.stages.metrics)
+        import torch  # the masked-LM figures are counted in torch (edgebert.stages.metrics)
 
-        from ..data.mlm import mlm_eval_batches
-        from ..data.tokenizer import load_tokenizer
-        from ..model import IGNORE_INDEX
-        from .metrics import MlmCounts
+        from edgebert.data.mlm import mlm_eval_batches
+        from edgebert.data.tokenizer import load_tokenizer
+        from edgebert.model import IGNORE_INDEX
+        from edgebert.stages.metrics import MlmCounts
 
         batches = mlm_eval_batches(read_corpus(data, corpus_format), load_tokenizer(path), session.max_length,
                                    max_examples or 2000, batch_size, mlm_probability)
@@ -231,7 +231,7 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
 def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, tag_column: int | None,
                 details: dict[str, Any]):
     """Entity scores of a ``token-cls`` bundle through ``EdgeSession.tag`` (see the module docstring)."""
-    from ..runtime.tagging import tag_sentences
+    from edgebert.runtime.tagging import tag_sentences
 
     if session.task != "token-cls":
         raise ConfigError(f"{session.bundle_dir} is a '{session.task}' bundle; --task ner needs a 'token-cls' "
@@ -249,7 +249,7 @@ def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, 
 def _evaluate_embed(path: Path, data: Path, max_seq_len: int, batch_size: int, max_examples: int | None,
                     precision: str | None):
     """Downstream scores of sentence embeddings (``edgebert.stages.embed_eval``)."""
-    from .embed_eval import ALL_PARAGRAPHS, METRICS, DownstreamData, downstream_scores
+    from edgebert.stages.embed_eval import ALL_PARAGRAPHS, METRICS, DownstreamData, downstream_scores
 
     sets = DownstreamData.load(data, paragraphs=ALL_PARAGRAPHS, limit=max_examples)
     run = downstream_scores(path, sets, precision, max_seq_len=max_seq_len, batch_size=batch_size)
@@ -279,10 +279,10 @@ def _window_shape(max_seq_len: int, doc_stride: int | None, limit: int) -> tuple
 
 
 def _model_spans(path: Path, examples, max_seq_len: int, doc_stride: int | None, batch_size: int, device: str):
-    from ..data.tokenizer import SpecialIds, load_tokenizer
-    from ..model import BertConfig, load_model
-    from ..qa.windows import squad_windows
-    from .metrics import squad_predictions
+    from edgebert.data.tokenizer import SpecialIds, load_tokenizer
+    from edgebert.model import BertConfig, load_model
+    from edgebert.qa.windows import squad_windows
+    from edgebert.stages.metrics import squad_predictions
 
     cfg = BertConfig.load(path)
     if cfg.architecture != "BertForQuestionAnswering":
@@ -300,9 +300,9 @@ def _model_spans(path: Path, examples, max_seq_len: int, doc_stride: int | None,
 def _bundle_spans(path: Path, examples, max_seq_len: int, doc_stride: int | None, batch_size: int,
                   precision: str | None):
     """The spans of a ``qa`` bundle's graph, torch-free: the same windows and post-processing as a checkpoint."""
-    from ..qa.spans import predict_spans
-    from ..runtime import EdgeSession
-    from ..runtime.answer import QA_TASK, SPAN_OUTPUTS, span_logits, window_maker
+    from edgebert.qa.spans import predict_spans
+    from edgebert.runtime import EdgeSession
+    from edgebert.runtime.answer import QA_TASK, SPAN_OUTPUTS, span_logits, window_maker
 
     session = EdgeSession(path, provider="cpu", precision=precision, batch_size=batch_size)
     if session.task != QA_TASK:

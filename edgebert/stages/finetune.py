@@ -40,17 +40,17 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ..bundle.pooling import POOLING_FILES, read_pooling
-from ..data.task_data import load_task_data
-from ..qa.windows import check_window
-from ..data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS, TaskShape
-from ..data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
-from ..errors import CheckpointError, ConfigError
+from edgebert.bundle.pooling import POOLING_FILES, read_pooling
+from edgebert.data.task_data import load_task_data
+from edgebert.data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS, TaskShape
+from edgebert.data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
+from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import jsonable, write_json
-from ..model import MODEL_OUTPUTS, BertConfig, count_parameters, freeze_word_embeddings, load_model
 from edgebert.files.outdirs import OutputDir
-from ..training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, checkpoint_dir
-from .classification import BEST_FILE, ClassificationTask
+from edgebert.model import MODEL_OUTPUTS, BertConfig, count_parameters, freeze_word_embeddings, load_model
+from edgebert.qa.windows import check_window
+from edgebert.stages.classification import BEST_FILE, ClassificationTask
+from edgebert.training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, checkpoint_dir
 
 FINETUNE_CONFIG_FILE = "finetune_config.json"
 FINETUNE_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *POOLING_FILES, *TRAINING_OUTPUTS, BEST_FILE,

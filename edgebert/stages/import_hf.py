@@ -34,14 +34,23 @@ from torch import nn
 
 from edgebert.bundle.pooling import POOLING_FILES, SentencePooling, read_pooling, write_pooling
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, ValidationError
-from edgebert.files.jsonfile import read_json_object
 from edgebert.files.atomic import copy_file, write_text
+from edgebert.files.jsonfile import read_json_object
+from edgebert.files.outdirs import OutputDir
 from edgebert.model.bert import build_model, count_parameters
-from edgebert.model.checkpoint import (CONFIG_NAME, TIED_KEYS, WEIGHTS_NAME, check_weights, load_model, map_state_dict,
-                         model_state_dict, read_state_dict, save_model)
+from edgebert.model.checkpoint import (
+    CONFIG_NAME,
+    TIED_KEYS,
+    WEIGHTS_NAME,
+    check_weights,
+    load_model,
+    map_state_dict,
+    model_state_dict,
+    read_state_dict,
+    save_model,
+)
 from edgebert.model.config import ARCHITECTURES, BertConfig
 from edgebert.model.families import CLASS_PREFIX, MODEL_TYPES, internal_key, split_architecture, supports
-from edgebert.files.outdirs import OutputDir
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",

@@ -17,14 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..qa.spans import MAX_ANSWER_LEN, N_BEST, SpanPrediction, predict_spans
-from ..qa.squad_file import SquadExample
-from ..qa.windows import SquadWindows
-from ..data.task_data import EncodedDataset, eval_batches
-from ..errors import CheckpointError
-from edgebert.scores.labels import accuracy, classification_metrics, f1_binary, f1_macro  # noqa: F401
-from ..model import IGNORE_INDEX, has_mlm_head, masked_positions_logits
+from edgebert.data.task_data import EncodedDataset, eval_batches
+from edgebert.errors import CheckpointError
+from edgebert.model import IGNORE_INDEX, has_mlm_head, masked_positions_logits
+from edgebert.qa.spans import MAX_ANSWER_LEN, N_BEST, SpanPrediction, predict_spans
+from edgebert.qa.squad_file import SquadExample
+from edgebert.qa.windows import SquadWindows
 from edgebert.scores.entities import entity_scores
+from edgebert.scores.labels import accuracy, classification_metrics, f1_binary, f1_macro  # noqa: F401
 from edgebert.scores.squad import prediction_scores
 
 
@@ -192,7 +192,7 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
 def sentence_embeddings(model: nn.Module, data: EncodedDataset, batch_size: int = 64,
                         pad_id: int = 0) -> torch.Tensor:
     """(N, H) mean-pooled last hidden states of any BERT, in example order."""
-    from ..model import encoder_of
+    from edgebert.model import encoder_of
 
     was_training = model.training
     model.eval()

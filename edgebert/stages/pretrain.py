@@ -31,19 +31,38 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.corpus import FORMATS
-from ..data.mlm import (MaskingCollator, PretrainingExamples, mlm_documents, mlm_eval_batches, mlm_examples,
-                        most_frequent_token)
-from ..data.tokenizer import (TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer, load_vocab_tokenizer,
-                              save_tokenizer, train_tokenizer)
-from ..errors import ConfigError, DataError
-from edgebert.files.jsonfile import read_json_object
+from edgebert.data.corpus import FORMATS
+from edgebert.data.mlm import (
+    MaskingCollator,
+    PretrainingExamples,
+    mlm_documents,
+    mlm_eval_batches,
+    mlm_examples,
+    most_frequent_token,
+)
+from edgebert.data.tokenizer import (
+    TOKENIZER_OUTPUTS,
+    SpecialIds,
+    load_tokenizer,
+    load_vocab_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
+from edgebert.errors import ConfigError, DataError
 from edgebert.files.atomic import jsonable, write_json
-from ..model import MODEL_OUTPUTS, BertConfig, BertForPreTraining, count_parameters, masked_positions_logits, save_model
-from ..model import PRESETS as MODEL_SIZES
+from edgebert.files.jsonfile import read_json_object
 from edgebert.files.outdirs import OutputDir
-from ..training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, TrainingTask, checkpoint_dir
-from .metrics import MlmCounts
+from edgebert.model import (
+    MODEL_OUTPUTS,
+    BertConfig,
+    BertForPreTraining,
+    count_parameters,
+    masked_positions_logits,
+    save_model,
+)
+from edgebert.model import PRESETS as MODEL_SIZES
+from edgebert.stages.metrics import MlmCounts
+from edgebert.training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, TrainingTask, checkpoint_dir
 
 PRETRAIN_CONFIG_FILE = "pretrain_config.json"
 PRETRAIN_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *TRAINING_OUTPUTS, PRETRAIN_CONFIG_FILE)

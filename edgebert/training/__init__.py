@@ -45,12 +45,19 @@ A task plugs in like this::
     result = train(MyTask(model, data), TrainConfig.preset("tiny", max_steps=100), "runs/x")
 """
 
-from ..errors import TrainingError  # noqa: F401
-from .batches import LengthGroupedBatches, ShuffledBatches  # noqa: F401
-from .config import TRAIN_PRESETS, TrainConfig  # noqa: F401
-from .distributed import is_main_process  # noqa: F401
-from .optim import build_optimizer, build_scheduler, lr_factor  # noqa: F401
-from .state import (METRICS_FILE, POINTER_FILE, STATE_FILE, TRAIN_CONFIG_FILE, TRAINING_OUTPUTS,  # noqa: F401
-                    check_out_dir, checkpoint_dir)
-from .task import TrainingTask  # noqa: F401
-from .trainer import Trainer, TrainResult, train  # noqa: F401
+from edgebert.errors import TrainingError  # noqa: F401
+from edgebert.training.batches import LengthGroupedBatches, ShuffledBatches  # noqa: F401
+from edgebert.training.config import TRAIN_PRESETS, TrainConfig  # noqa: F401
+from edgebert.training.distributed import is_main_process  # noqa: F401
+from edgebert.training.optim import build_optimizer, build_scheduler, lr_factor  # noqa: F401
+from edgebert.training.state import (  # noqa: F401
+                    METRICS_FILE,
+                    POINTER_FILE,
+                    STATE_FILE,
+                    TRAIN_CONFIG_FILE,
+                    TRAINING_OUTPUTS,
+                    check_out_dir,
+                    checkpoint_dir,
+)
+from edgebert.training.task import TrainingTask  # noqa: F401
+from edgebert.training.trainer import Trainer, TrainResult, train  # noqa: F401

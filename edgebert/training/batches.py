@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CheckpointError, ConfigError
+from edgebert.errors import CheckpointError, ConfigError
 
 
 class ShuffledBatches:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
+from edgebert.errors import ConfigError
 
 
 @dataclass(frozen=True)

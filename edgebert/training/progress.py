@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import TrainConfig
+from edgebert.training.config import TrainConfig
 
 
 class Progress:
@@ -17,8 +17,7 @@ class Progress:
         self.console, self.cfg, self.enabled, self.start = console, cfg, enabled, start
         self.bar = None
         if enabled and cfg.progress and console.is_terminal:
-            from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as Bar
 
             self.bar = Bar(TextColumn("step"), MofNCompleteColumn(), BarColumn(),

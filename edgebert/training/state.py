@@ -28,9 +28,17 @@ from typing import Any, Callable
 
 import torch
 
-from ..errors import CheckpointError, ConfigError
-from edgebert.files.atomic import atomic_dir, atomic_path, fsync_dir, remove_path, remove_stale_temps, write_json, write_text
-from .config import TrainConfig
+from edgebert.errors import CheckpointError, ConfigError
+from edgebert.files.atomic import (
+    atomic_dir,
+    atomic_path,
+    fsync_dir,
+    remove_path,
+    remove_stale_temps,
+    write_json,
+    write_text,
+)
+from edgebert.training.config import TrainConfig
 
 STATE_FILE = "training_state.pt"
 METRICS_FILE = "metrics.jsonl"

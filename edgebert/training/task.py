@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from .batches import ShuffledBatches
+from edgebert.training.batches import ShuffledBatches
 
 
 class TrainingTask:
@@ -37,7 +37,7 @@ class TrainingTask:
 
     def save(self, out_dir: Path) -> None:
         """Write the model files (config.json, model.safetensors, tokenizer) into ``out_dir``."""
-        from ..model import save_model
+        from edgebert.model import save_model
 
         save_model(self.model, out_dir)
 

@@ -13,15 +13,28 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import CheckpointError, ConfigError, Interrupted, TrainingError
+from edgebert.errors import CheckpointError, ConfigError, Interrupted, TrainingError
 from edgebert.files.atomic import atomic_path, write_json
-from .config import TrainConfig
-from .distributed import init_distributed
-from .optim import build_optimizer, build_scheduler
-from .progress import Progress
-from .state import (STATE_FILE, STATE_FORMAT, TRAIN_CONFIG_FILE, MetricsLog, check_out_dir, check_same_data,
-                    checkpoint_dir, prune, publish, read_state, rng_state, set_rng_state, write_checkpoint)
-from .task import TrainingTask
+from edgebert.training.config import TrainConfig
+from edgebert.training.distributed import init_distributed
+from edgebert.training.optim import build_optimizer, build_scheduler
+from edgebert.training.progress import Progress
+from edgebert.training.state import (
+    STATE_FILE,
+    STATE_FORMAT,
+    TRAIN_CONFIG_FILE,
+    MetricsLog,
+    check_out_dir,
+    check_same_data,
+    checkpoint_dir,
+    prune,
+    publish,
+    read_state,
+    rng_state,
+    set_rng_state,
+    write_checkpoint,
+)
+from edgebert.training.task import TrainingTask
 
 
 @dataclass

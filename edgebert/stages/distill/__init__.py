@@ -24,6 +24,6 @@ Three modes, one ``DistillConfig`` (``config.py``):
 ``losses.py`` holds the loss terms, ``tasks.py`` one training task per mode, ``stage.py`` the run.
 """
 
-from .config import DISTILL_PRESETS, DISTILL_TASKS, DistillConfig, build_distill_config  # noqa: F401
-from .stage import DistillResult, build_student, distill, load_teacher  # noqa: F401
-from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask  # noqa: F401
+from edgebert.stages.distill.config import DISTILL_PRESETS, DISTILL_TASKS, DistillConfig, build_distill_config  # noqa: F401
+from edgebert.stages.distill.stage import DistillResult, build_student, distill, load_teacher  # noqa: F401
+from edgebert.stages.distill.tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask  # noqa: F401

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...data.corpus import FORMATS
-from ...qa.windows import check_window
-from ...data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, TaskShape
-from ...errors import ConfigError
+from edgebert.data.corpus import FORMATS
+from edgebert.data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, TaskShape
+from edgebert.errors import ConfigError
 from edgebert.files.atomic import jsonable
-from ...model import BertConfig
-from ...training import TrainConfig
+from edgebert.model import BertConfig
+from edgebert.qa.windows import check_window
+from edgebert.training import TrainConfig
 
 TEXT_MODES = ("mlm", "embed")              # distillation on unlabelled text (--corpus)
 LABELLED_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS)   # task distillation of a fine-tuned model

@@ -30,10 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...errors import ConfigError
-from ...model import make_student
-from .losses import cosine_loss, kd_loss
-from .tasks import span_logits
+from edgebert.errors import ConfigError
+from edgebert.model import make_student
+from edgebert.stages.distill.losses import cosine_loss, kd_loss
+from edgebert.stages.distill.tasks import span_logits
 
 EXHAUSTIVE = 64                 # try every choice up to this many, else drop layers greedily
 PROBE_EXAMPLES = 128            # training examples the distance is measured on

@@ -13,9 +13,9 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ...model import IGNORE_INDEX
-from ..metrics import mean_pool
-from .config import DistillConfig
+from edgebert.model import IGNORE_INDEX
+from edgebert.stages.distill.config import DistillConfig
+from edgebert.stages.metrics import mean_pool
 
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,

@@ -18,21 +18,37 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...bundle.pooling import POOLING_FILES, read_pooling
-from ...data.corpus import paragraphs
-from ...data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
-from ...data.task_data import collate, encode_texts, load_task_data
-from ...data.tasks import SPAN_TASKS, TOKEN_TASKS
-from ...data.tokenizer import TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer
-from ...errors import CheckpointError, ConfigError
+from edgebert.bundle.pooling import POOLING_FILES, read_pooling
+from edgebert.data.corpus import paragraphs
+from edgebert.data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
+from edgebert.data.task_data import collate, encode_texts, load_task_data
+from edgebert.data.tasks import SPAN_TASKS, TOKEN_TASKS
+from edgebert.data.tokenizer import TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer
+from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import write_json
-from ...model import (MODEL_OUTPUTS, BertConfig, build_model, count_parameters, freeze_word_embeddings, load_model,
-                      default_layer_map, make_student, parse_layer_map, read_state_dict)
 from edgebert.files.outdirs import OutputDir
-from ...training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
-from .config import CLOSEST, MLM_ARCHITECTURES, DistillConfig, check_student_depth
-from .layer_choice import PROBE_EXAMPLES, closest_layer_map, hidden_distance, probe_indices, task_distance
-from .tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
+from edgebert.model import (
+    MODEL_OUTPUTS,
+    BertConfig,
+    build_model,
+    count_parameters,
+    default_layer_map,
+    freeze_word_embeddings,
+    load_model,
+    make_student,
+    parse_layer_map,
+    read_state_dict,
+)
+from edgebert.stages.distill.config import CLOSEST, MLM_ARCHITECTURES, DistillConfig, check_student_depth
+from edgebert.stages.distill.layer_choice import (
+    PROBE_EXAMPLES,
+    closest_layer_map,
+    hidden_distance,
+    probe_indices,
+    task_distance,
+)
+from edgebert.stages.distill.tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
+from edgebert.training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
 
 DISTILL_CONFIG_FILE = "distill_config.json"
 DISTILL_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *POOLING_FILES, *TRAINING_OUTPUTS, "best_checkpoint.json",

@@ -9,19 +9,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...data.mlm import MaskingCollator
-from ...data.task_data import EncodedDataset, TaskData, collate, eval_batches
-from ...bundle.pooling import carry_pooling
-from ...data.tokenizer import SpecialIds, save_tokenizer
-from ...files.atomic import write_text
-from ...model import IGNORE_INDEX, masked_positions_logits, save_model
-from ...model.bert import MASK_VALUE
-from ...training import LengthGroupedBatches, TrainingTask
-from ..classification import ClassificationTask
-from ..metrics import embedding_agreement, mean_pool, mlm_metrics, sentence_embeddings
-from .config import DistillConfig
-from .losses import ModelOutputs, distillation_loss, hard_label_loss
-
+from edgebert.bundle.pooling import carry_pooling
+from edgebert.data.mlm import MaskingCollator
+from edgebert.data.task_data import EncodedDataset, TaskData, collate, eval_batches
+from edgebert.data.tokenizer import SpecialIds, save_tokenizer
+from edgebert.files.atomic import write_text
+from edgebert.model import IGNORE_INDEX, masked_positions_logits, save_model
+from edgebert.model.bert import MASK_VALUE
+from edgebert.stages.classification import ClassificationTask
+from edgebert.stages.distill.config import DistillConfig
+from edgebert.stages.distill.losses import ModelOutputs, distillation_loss, hard_label_loss
+from edgebert.stages.metrics import embedding_agreement, mean_pool, mlm_metrics, sentence_embeddings
+from edgebert.training import LengthGroupedBatches, TrainingTask
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
