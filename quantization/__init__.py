@@ -16,7 +16,8 @@ Modules, each with one job:
   task's graph calibrates and is gated on (texts, multiple-choice inputs, question windows);
   ``span_gate``: the question-answering gate (answers vs fp32's on held-out questions);
 * ``activations``: per-channel ranges on calibration text; ``outliers``: the outlier-channel split;
-  ``scales``: calibrated activation scales;
+  ``scales``: calibrated activation scales; ``embedding_tables``: int8 word / position tables, per-row
+  scales, looked up per token;
 * ``dynamic``: CPU integer-op quantization; ``static``: QDQ S8S8 for TensorRT; ``fp16``: FP16 conversion
   and its structural check;
 * ``accuracy``: the accuracy gate (probe, sensitivity search), batch invariance, exact CPU sessions.

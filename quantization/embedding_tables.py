@@ -1,8 +1,8 @@
 """INT8 embedding tables: the fused graph's ``EmbedLayerNormalization`` tables stored as int8 with one
 fp32 scale per row (symmetric: ``scale = max|row| / 127``), looked up and dequantized per token.
 
-Why: the word-embedding table is most of an INT8 graph's bytes when it stays fp32 (all-MiniLM-L6-v2:
-46.9 of 59.0 MB), and a lookup table has no arithmetic to speed up, only bytes to store.
+Why: left fp32, the word-embedding table is most of an INT8 graph's bytes, and a lookup table has no
+arithmetic to speed up, only bytes to store (figures: benchmarks/results/int8_embedding_tables/).
 
 How (standard ops only, so it runs on onnxruntime CPU everywhere, WASM included), keeping the fused
 ``EmbedLayerNormalization`` (ELN) node::
