@@ -13,7 +13,7 @@ import pytest
 from edgebert.exporters import ExportConfig, export_bundle
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.check import check_bundle
-from export_fixtures import make_model_dir
+from runtime_fixtures import make_tiny_model_dir as make_model_dir
 
 TARGETS = ("portable", "x86-vnni", "arm64")
 
@@ -118,3 +118,68 @@ def test_the_runtime_imports_no_heavy_module(fleet):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "heavy: []"
+
+
+# --------------------------------------------------------------------------- one-device bundles
+def test_a_packed_bundle_holds_one_graph_and_checks_without_fp32(fleet, tmp_path, capsys):
+    import tarfile
+
+    from distill_helpers import run_cli
+
+    out = tmp_path / "arm64.tar.gz"
+    code, stdout, err = run_cli(capsys, "pack", fleet, "--target", "arm64", "--out", out)
+    assert code == 0, err
+    files = _files(fleet)
+    with tarfile.open(out) as tar:
+        names = {Path(m.name).relative_to("arm64").as_posix() for m in tar.getmembers() if m.isfile()}
+    assert files["int8-arm64"] in names and "fp32_reference.npz" in names
+    assert not names & {files["fp32"], files["int8"]}         # the fp32 graph and the portable one stay behind
+    session = EdgeSession(out)
+    manifest = json.loads((session.bundle_dir / "manifest.json").read_text())
+    assert list(manifest["models"]) == ["int8-arm64"] and manifest["packed"]["target"] == "arm64"
+    left = {e["file"]: e for e in manifest["packed"]["left_out"]}
+    assert set(left) == {files["fp32"], files["int8"]} and "fp32 graph" in left[files["fp32"]]["reason"]
+    assert left[files["fp32"]]["bytes"] == (fleet / files["fp32"]).stat().st_size
+    packed = check_bundle(session.bundle_dir, max_texts=40)
+    full = check_bundle(fleet, int8_target="arm64", max_texts=40)
+    assert packed.passed, packed.reason
+    assert packed.fidelity["n"] == full.fidelity["n"] == 40
+    assert abs(packed.fidelity["mean"] - full.fidelity["mean"]) < 1e-5    # same metric, same texts, same batches
+    assert abs(packed.fidelity["min"] - full.fidelity["min"]) < 1e-5
+    code, stdout, _ = run_cli(capsys, "check", out, "--max-texts", "40")
+    assert code == 0 and stdout.strip().splitlines()[-1].startswith("PASS:")
+
+
+def test_a_tampered_reference_fails_check(fleet, tmp_path):
+    import numpy as np
+
+    from edgebert.runtime.pack import pack_bundle
+
+    folder = tmp_path / "portable"
+    pack_bundle(fleet, "portable", folder)
+    assert check_bundle(folder, max_texts=16).passed
+    reference = folder / "fp32_reference.npz"
+    with np.load(reference) as data:
+        emb = data["emb"]
+    np.savez_compressed(reference, emb=-emb)                          # every vector turned around
+    report = check_bundle(folder, max_texts=16)
+    assert not report.passed and "fp32_reference.npz does not match its manifest hash" in report.reason
+    manifest = json.loads((folder / "manifest.json").read_text())     # and with its hash made to match
+    manifest["files"]["fp32_reference.npz"] = _sha(reference)
+    manifest.get("sizes", {})["fp32_reference.npz"] = reference.stat().st_size
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    report = check_bundle(folder, max_texts=16)
+    assert not report.passed and "drifts from fp32" in report.reason and report.fidelity["mean"] < -0.9
+
+
+def test_packing_an_unknown_target_names_the_targets(fleet, tmp_path, capsys):
+    from distill_helpers import assert_one_line_error, run_cli
+
+    code, _, err = run_cli(capsys, "pack", fleet, "--target", "x86", "--out", tmp_path / "x.tar.gz")
+    assert_one_line_error(code, err, "no INT8 graph for target 'x86'", "its targets: portable, x86-vnni, arm64")
+    assert not (tmp_path / "x.tar.gz").exists()
+    mine = tmp_path / "notes.tar.gz"
+    mine.write_text("mine")
+    code, _, err = run_cli(capsys, "pack", fleet, "--target", "arm64", "--out", mine, "--overwrite")
+    assert_one_line_error(code, err, "was not written by `edgebert pack`")
+    assert mine.read_text() == "mine"

@@ -267,7 +267,8 @@ class Manifest(_JsonView):
             raise BundleError(f"{where} lacks {', '.join(missing)}", "re-export the bundle")
         if value["task"] not in TASKS:
             raise BundleError(f"{where} has unknown task {value['task']!r}")
-        if not isinstance(value["models"], dict) or "fp32" not in value["models"]:
+        # a one-device bundle (``packed``, ``runtime.pack``) leaves its fp32 graph out on purpose
+        if not isinstance(value["models"], dict) or ("fp32" not in value["models"] and not value.get("packed")):
             raise BundleError(f"{where} lists no fp32 model", "re-export the bundle")
         problem = _problem(value)
         if problem:

@@ -15,6 +15,7 @@ from edgebert.cli import (  # noqa: F401,E402
                finetune_cmds,
                info_cmds,
                interop_cmds,
+               pack_cmds,
                pipeline_cmds,
                pretrain_cmds,
 )

@@ -34,6 +34,7 @@ from edgebert.errors import BundleError, EdgebertError
 from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
 from edgebert.runtime.answer import QA_TASK
 from edgebert.runtime.fidelity import CHECK_BUDGETS, METRICS, OUTPUT, FidelityTracker, answer_spans
+from edgebert.runtime.float_reference import measure_against_reference, read_reference
 from edgebert.runtime.hostcpu import PRECISION_OPTION, detect_host
 from edgebert.runtime.int8_choice import choose_openvino
 from edgebert.runtime.openvino_graph import ENGINE
@@ -160,8 +161,13 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     if not graphs:
         report.reason = "FAIL: the bundle has no INT8 graph to check (re-export with --int8)"
         return report
+    packed = "fp32" not in manifest.models     # a one-device bundle: measured against its stored fp32 outputs
+    if packed and data is not None:
+        report.reason = ("FAIL: this bundle carries no fp32 graph, only fp32 outputs on the built-in held-out "
+                         "texts; --data needs the full bundle")
+        return report
     try:
-        fp32 = EdgeSession(bundle_dir, "cpu", "fp32", threads, verify=False, allow_spinning=False)
+        fp32 = None if packed else EdgeSession(bundle_dir, "cpu", "fp32", threads, verify=False, allow_spinning=False)
         int8 = EdgeSession(bundle_dir, "cpu", "int8", threads, verify=False, allow_spinning=False,
                            int8_target=int8_target)
     except EdgebertError as exc:
@@ -178,8 +184,12 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     budget = max_accuracy_loss if max_accuracy_loss is not None else exported
     report.budget = float(budget if budget is not None else CHECK_BUDGETS[task])
     try:
-        measure = _measure_answers if task == QA_TASK else _measure
-        fidelity, report.speed = measure(fp32, int8, task, texts)
+        if packed:
+            fidelity, report.texts = measure_against_reference(int8, task, max_texts,
+                                                               *read_reference(bundle_dir, manifest))
+        else:
+            measure = _measure_answers if task == QA_TASK else _measure
+            fidelity, report.speed = measure(fp32, int8, task, texts)
         if task == "token-cls" and data is not None and is_conll(data):
             report.entities = _entity_scores({"fp32": fp32, "int8": int8}, Path(data), max_texts)
     except EdgebertError as exc:        # the graphs fail, or give NaN, on this machine

@@ -1,0 +1,187 @@
+"""``edgebert pack``: cut a bundle down to what one device runs: one INT8 graph, its tokenizer and model
+files, the manifest, and the fp32 reference outputs ``edgebert check`` verifies the graph against there.
+
+What is kept: the target's INT8 graph (and its ``.ort`` form, ``ort_format``), every file that is not a
+graph (tokenizer files, ``config.json``, the sentence-transformers pooling files) and the fp32 reference
+(``float_reference``: written at export; a bundle exported before that gets it computed here from its
+fp32 graph). Left out: every other graph (the fp32 graph, other targets', GPU graphs), each named in
+the manifest's ``packed.left_out`` with its size and why. The kept entry keeps its key and file name,
+so the packed bundle opens and checks like the full one (``EdgeSession``, ``edgebert check``).
+
+The output is a folder, or an archive (``.tar.gz`` / ``.tgz`` / ``.zip``: ``archive.write_archive``);
+either is written atomically and never replaces what ``edgebert`` did not write (``files.outdirs`` /
+``files.outfiles``). The source bundle is hash-checked first.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgebert.bundle import MANIFEST_NAME, Manifest, ModelEntry, bundle_file, read_manifest, verify_files
+from edgebert.errors import ConfigError
+from edgebert.runtime.archive import archive_kind, bundle_folder
+from edgebert.runtime.float_reference import FIELD, REFERENCE_TASKS, write_reference
+
+__all__ = ["PackResult", "pack_bundle", "pack_plan"]
+
+PACKED = "packed"          # the manifest's key
+
+
+@dataclass(frozen=True)
+class PackResult:
+    out: Path
+    target: str
+    model: str
+    kept: list[str]
+    left_out: list[dict[str, Any]]
+    bytes: int
+    reference: str                        # "export" (carried over) or "pack" (computed now)
+    ort: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        gone = sum(e["bytes"] for e in self.left_out)
+        return [f"packed: {self.out} ({self.bytes / 1e6:.2f} MB): the {self.target} INT8 graph ({self.model}) and "
+                f"{len(self.kept) - 1} other files",
+                f"left out: {len(self.left_out)} files ({gone / 1e6:.2f} MB): "
+                + (", ".join(e["file"] for e in self.left_out) or "nothing"),
+                f"check reference: fp32 outputs on the held-out texts ({'from the export' if self.reference == 'export' else 'computed now from the fp32 graph'}); "
+                f"`edgebert check {self.out}` verifies the graph on the device"]
+
+
+def _target_entry(bundle: Path, manifest: Manifest, target: str) -> tuple[str, ModelEntry]:
+    graphs = {str(e.target): (k, e) for k, e in manifest.models.items() if e.precision == "int8"
+              and e.is_cpu_int8}
+    if target not in graphs:
+        have = ", ".join(graphs) or "none: export with --int8"
+        raise ConfigError(f"{bundle} has no INT8 graph for target {target!r} (its targets: {have})",
+                          "pass --target one of them")
+    key, entry = graphs[target]
+    accuracy = entry.get_extra("accuracy") or {}
+    if accuracy.get("within_budget") is False:
+        raise ConfigError(f"the {target} INT8 graph of {bundle} missed its accuracy budget at export, so a bundle "
+                          "without its fp32 graph would serve it", "ship the full bundle, or re-export")
+    return key, entry
+
+
+def _graph_files(manifest: Manifest, key: str) -> list[str]:
+    """Every file of entry ``key``: its graph, an IR's weights, external data, its ``.ort`` form."""
+    entry = manifest.models[key]
+    ort = (entry.get_extra("ort") or {}).get("file")
+    return [entry.file, *([entry.weights] if entry.weights else []), *([ort] if ort else []),
+            *(n for n in manifest.files if n.startswith(f"{entry.file}."))]
+
+
+def pack_plan(bundle: Path, manifest: Manifest, target: str) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """(model key, files kept, files left out with why) of packing ``target``."""
+    key, entry = _target_entry(bundle, manifest, target)
+    keep_graph = set(_graph_files(manifest, key))
+    left: dict[str, dict[str, Any]] = {}
+    for other in manifest.models:
+        if other == key:
+            continue
+        e = manifest.models[other]
+        why = ("the fp32 graph: this device runs the INT8 graph, and `edgebert check` compares it with the fp32 "
+               "outputs stored in the bundle" if other == "fp32" else
+               f"the {e.target or other} graph ({e.precision}, for {', '.join(e.providers)}): made for other devices")
+        for name in _graph_files(manifest, other):
+            if name not in keep_graph and name not in left:
+                left[name] = {"file": name, "model": other, "reason": why,
+                              "bytes": bundle_file(bundle, name).stat().st_size}
+    kept = [n for n in dict.fromkeys(manifest.file_names()) if n not in left]
+    return key, kept, list(left.values())
+
+
+def _packed_manifest(manifest: Manifest, key: str, target: str, left_out: list[dict[str, Any]],
+                     source: Path) -> Manifest:
+    value = manifest.to_dict()
+    entry = dict(value["models"][key])
+    entry.pop("same_graph_as", None)
+    value["models"] = {key: entry}
+    value.pop("files", None)
+    value.pop("sizes", None)
+    value[PACKED] = {"target": target, "model": key, "from": str(source),
+                     "why": f"a one-device bundle: only what a {target} device runs",
+                     "left_out": left_out}
+    value["files"] = {}
+    return Manifest.from_dict(value)
+
+
+def pack_bundle(bundle: str | Path, target: str, out: str | Path, *, overwrite: bool = False,
+                ort_format: bool = False) -> PackResult:
+    """Write the one-device bundle of ``target`` to ``out`` (a folder, or an archive by its suffix); see the
+    module docstring. ``ConfigError`` for an unknown target (naming the bundle's), ``BundleError`` for a
+    source bundle whose files do not match its manifest, ``OutputError`` for an ``out`` it must not replace."""
+    from edgebert.files.atomic import work_dir
+
+    source = bundle_folder(Path(bundle))
+    out = Path(out)
+    manifest = read_manifest(source)
+    key, kept, left_out = pack_plan(source, manifest, target)
+    if out.resolve().is_relative_to(source.resolve()):
+        raise ConfigError(f"--out {out} is inside the bundle {source}", "write the packed bundle beside it")
+    writer = _output(out, overwrite)                     # checked before any work
+    verify_files(source, manifest)
+    has_reference = isinstance(manifest.get_extra(FIELD), dict)
+    if not has_reference and manifest.task not in REFERENCE_TASKS:
+        raise ConfigError(f"`edgebert check` has no metric for task {manifest.task!r}, so a {target} bundle without "
+                          "its fp32 graph could not be checked", "ship the full bundle")
+    with work_dir("pack") as scratch:
+        folder = Path(scratch) / "bundle"
+        reference_manifest = manifest if has_reference else write_reference(source, manifest, out_dir=folder)
+        for name in kept:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, folder / name)
+        packed = _packed_manifest(reference_manifest, key, target, left_out, source)
+        ort: list[str] = []
+        if ort_format:
+            from edgebert.runtime.ort_format import add_ort_graphs
+
+            packed, ort = add_ort_graphs(folder, packed, [key])
+        packed = _write_manifest(folder, packed)
+        verify_files(folder, packed)
+        size = writer(folder, packed)
+    return PackResult(out, target, key, sorted(packed.files), left_out, size,
+                      "export" if has_reference else "pack", ort)
+
+
+def _write_manifest(folder: Path, manifest: Manifest) -> Manifest:
+    """``manifest`` with the hash and size of every file under ``folder``, written there."""
+    from edgebert.files.atomic import sha256_file, write_json
+
+    paths = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()
+             and p.name != MANIFEST_NAME}
+    manifest = manifest.with_files({n: sha256_file(p) for n, p in paths.items()},
+                                   {n: p.stat().st_size for n, p in paths.items()})
+    write_json(folder / MANIFEST_NAME, manifest.to_dict())
+    return manifest
+
+
+def _output(out: Path, overwrite: bool):
+    """A function writing the packed folder to ``out`` atomically (returns the bytes written), made after the
+    output rule was checked (``OutputError`` now, before any work)."""
+    if archive_kind(out) is not None:
+        from edgebert.files.outfiles import OutputFile
+        from edgebert.runtime.archive import is_bundle_archive, write_archive
+
+        target = OutputFile(out, "pack", ours=is_bundle_archive, overwrite=overwrite, what="--out")
+
+        def to_archive(folder: Path, manifest: Manifest) -> int:
+            with target.writing() as tmp:
+                write_archive(folder, tmp, name=out.name)
+            return out.stat().st_size
+        return to_archive
+    from edgebert.files.outdirs import OutputDir
+
+    target_dir = OutputDir(out, "pack", names=("*",), overwrite=overwrite, signature=MANIFEST_NAME,
+                           flags="--overwrite")
+
+    def to_folder(folder: Path, manifest: Manifest) -> int:
+        with target_dir.staged() as staging:
+            for name in [MANIFEST_NAME, *manifest.files]:
+                (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / name, staging / name)
+        return sum((out / n).stat().st_size for n in [MANIFEST_NAME, *manifest.files])
+    return to_folder
