@@ -25,7 +25,10 @@ RUFF     := 0.17.6
 LINT_VENV  := .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed-ruff-$(RUFF)
 
-.PHONY: demo test test-all test-runtime lint install clean
+WEB       := examples/web
+WEB_STAMP := $(WEB)/node_modules/.installed-stamp
+
+.PHONY: demo test test-all test-runtime lint install clean web-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +44,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# transformers.js (with onnxruntime-node / -web) and playwright-core for the Node and browser tests, local to
+# examples/web (no install scripts, no browser download: the browser is Debian's chromium). Where npm is
+# absent or the registry unreachable this says so and goes on: those tests then skip, naming the reason.
+$(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
+	@if command -v npm >/dev/null 2>&1 && (cd $(WEB) && timeout 600 npm ci --ignore-scripts --no-audit --no-fund \
+	    --fetch-retries=1 >/dev/null); then touch $@; \
+	else echo "make: $(WEB) npm packages not installed (npm absent or offline): the transformers.js tests skip"; fi
+
+web-deps: $(WEB_STAMP)
+
 # --overwrite: an earlier demo run in $(RUNS)/demo is replaced (said on screen); a folder holding anything
 # else is refused, naming the files: nothing of yours is deleted. --downstream-data: teacher vs student on
 # held-out MRPC / SST-2 / WikiText-2 from $(DATA) (skipped, said in one line, where those files are absent)
@@ -48,10 +61,10 @@ demo: $(STAMP)
 	@echo "make demo: edgebert pipeline --out $(RUNS)/demo --overwrite (replaces an earlier demo run there, nothing else)"
 	$(BIN)/edgebert pipeline --out $(RUNS)/demo --overwrite --downstream-data $(DATA)
 
-test: $(STAMP)
+test: $(STAMP) $(WEB_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(WEB_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The runtime promises to need no torch: its tests (the `runtime` marker, tests/conftest.py RUNTIME_TESTS) run in

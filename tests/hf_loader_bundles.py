@@ -32,6 +32,13 @@ def loader_bundles(root: Path) -> dict[str, Path]:
     return out
 
 
+def qa_examples(bundle: Path, n: int = 6) -> list[tuple[str, str]]:
+    """(question, context) of the toy QA model's dev questions (held out from its training)."""
+    data = json.loads((Path(bundle).parent / "dev.json").read_text())
+    pairs = [(qa["question"], p["context"]) for a in data["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    return pairs[:n]
+
+
 def int8_budget(bundle: Path) -> tuple[str, float]:
     """The export gate's metric and budget of the bundle's default INT8 graph."""
     accuracy = json.loads((Path(bundle) / "manifest.json").read_text())["models"]["int8"]["accuracy"]
