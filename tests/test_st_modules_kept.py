@@ -188,3 +188,21 @@ def test_student_deeper_than_the_teacher_is_refused_before_any_work(deep, case, 
     code, _, err = run_cli(capsys, "distill", deep / teacher, *options, *data_options, "--out", tmp_path / "s")
     assert_one_line_error(code, err, message, "(use ")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
+def test_distilled_minilm_student_encodes_unit_vectors_at_256_tokens(minilm_dir, tmp_path, capsys):
+    """The issue's case: all-MiniLM-L6-v2 (mean + Normalize, 256 tokens) -> a 2-layer student by
+    ``edgebert distill``, exported: its EdgeSession pools and limits as the teacher does (about 40 s)."""
+    corpus = write_toy_corpus(tmp_path / "corpus.txt", paragraphs=40)
+    code, _, err = run_cli(capsys, "distill", minilm_dir, "--task", "embed", "--layers", "2", "--corpus", corpus,
+                           "--max-steps", "2", "--max-seq-len", "32", "--out", tmp_path / "student")
+    assert code == 0, err
+    session = EdgeSession(export(tmp_path / "student", tmp_path / "bundle"), provider="cpu")
+    assert session.pooling == read_pooling(minilm_dir)
+    assert (session.pooling.mode, session.pooling.normalize, session.pooling.max_seq_length) == ("mean", True, 256)
+    vectors = session.encode([*TEXTS, LONG * 4])
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    reference = sentence_transformer(tmp_path / "student")
+    assert reference.max_seq_length == 256
+    np.testing.assert_allclose(vectors, reference.encode([*TEXTS, LONG * 4]), atol=1e-5)
