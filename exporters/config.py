@@ -82,6 +82,7 @@ class ExportConfig:
     tensorrt: bool = False                     # standard-op TensorRT graph(s), with trt_profile
     trt_profile: TrtProfile | str | None = None   # "min=1x1,opt=8x128,max=32x512"; None: TrtProfile.default
     cuda: bool = False                         # fused-gpu CUDA graphs (fp32 + fp16, 1-D mask index)
+    ort_format: bool = False                   # also the CPU graphs as onnxruntime .ort + required_operators.config
     # validation of every graph against the PyTorch reference
     fp32_tolerance: float = 1e-4
     validation_batch_sizes: tuple[int, ...] = (1, 3, 8)

@@ -42,6 +42,7 @@ from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_di
 from edgebert.files.outdirs import OutputDir
 from edgebert.model import CONFIG_NAME, BertConfig, load_model
 from edgebert.runtime.float_reference import REFERENCE_FILE, REFERENCE_TASKS, write_reference
+from edgebert.runtime.ort_format import ORT_CONFIG, add_ort_graphs
 
 __all__ = ["ExportResult", "export_bundle", "LOG_NAME", "BUNDLE_OUTPUTS"]
 
@@ -50,7 +51,7 @@ LOG_NAME = "export_log.jsonl"
 # data; the OpenVINO IR), tokenizer, config, log
 BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", OPENVINO_FILE, OPENVINO_WEIGHTS,
                   "tokenizer.json", "vocab.txt", CONFIG_NAME, LOG_NAME, GRAPH_DIR, *HF_FILES, *POOLING_FILES,
-                  "2_Normalize", REFERENCE_FILE)
+                  "2_Normalize", REFERENCE_FILE, "*.ort", ORT_CONFIG)
 
 
 class _Steps:
@@ -133,6 +134,9 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         if manifest.int8_graphs() and task in REFERENCE_TASKS:    # what `check` compares a one-device bundle with
             say("fp32 outputs on the held-out texts (the reference of a bundle without its fp32 graph)")
             manifest = write_manifest(staging, write_reference(staging, manifest))
+        if cfg.ort_format:                       # onnxruntime mobile / reduced builds load .ort graphs
+            say("converting the CPU graphs to the .ort format")
+            manifest = write_manifest(staging, add_ort_graphs(staging, manifest)[0])
         verify_bundle(staging)
         say("bundle written", files=list(manifest.files))
         write_text(staging / LOG_NAME, "".join(json.dumps(r) + "\n" for r in say.records))

@@ -3,8 +3,8 @@
 Two INT8 targets often quantize to the same bytes (``x86-vnni`` and ``arm64`` run the same 8-bit
 recipe); a bundle keeps the first file, deletes the copies and points every entry at the kept one, so
 no byte is stored twice in the folder or in its archive. Each sharing entry names the others in
-``same_graph_as`` (old bundles, one file per entry, read as before). Only plain ONNX files are shared (never a graph with external data
-or an OpenVINO IR, whose weights file sits beside it).
+``same_graph_as`` (old bundles, one file per entry, read as before). Only plain ONNX files are shared
+(never a graph with external data or an OpenVINO IR, whose weights file sits beside it).
 """
 
 from __future__ import annotations

@@ -183,3 +183,58 @@ def test_packing_an_unknown_target_names_the_targets(fleet, tmp_path, capsys):
     code, _, err = run_cli(capsys, "pack", fleet, "--target", "arm64", "--out", mine, "--overwrite")
     assert_one_line_error(code, err, "was not written by `edgebert pack`")
     assert mine.read_text() == "mine"
+
+
+# --------------------------------------------------------------------------- the .ort format
+TEXTS = ["a charming film", "too long and not funny", "the story of a man and a woman who loved the music " * 3]
+ORT_ATOL = 1e-5            # same kernels, the same optimizations saved instead of applied at load
+
+
+def test_export_ort_format_graphs_give_the_onnx_outputs(fleet, tmp_path):
+    import numpy as np
+
+    bundle = export_bundle(ExportConfig(model_dir=fleet.parent / "model", out_dir=tmp_path / "ort", int8=True,
+                                        int8_targets=("portable", "x86-vnni"), max_accuracy_loss=0.5,
+                                        ort_format=True, validation_batch_sizes=(1,),
+                                        validation_seq_lens=(7,))).bundle_dir
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    config = (bundle / manifest["ort_format"]["required_operators"]).read_text()
+    assert "com.microsoft;1;" in config and "QAttention" in config and "/tmp" not in config
+    for key in ("fp32", "int8", "int8-x86-vnni"):
+        ort_file = manifest["models"][key]["ort"]["file"]
+        assert ort_file.endswith(".ort") and ort_file in manifest["files"] and (bundle / ort_file).is_file()
+        precision, target = ("fp32", None) if key == "fp32" else ("int8", manifest["models"][key]["target"])
+        onnx = EdgeSession(bundle, "cpu", precision, int8_target=target)
+        ort = EdgeSession(bundle, "cpu", precision, int8_target=target, graph_format="ort")
+        assert ort.model_file.suffix == ".ort" and onnx.model_file.suffix == ".onnx"
+        rows = onnx.tokenize(TEXTS)
+        from edgebert.runtime import pad_batch
+
+        feeds = pad_batch(rows, onnx.pad_id)
+        a, b = onnx.run(feeds)["last_hidden_state"], ort.run(feeds)["last_hidden_state"]
+        assert a.shape == b.shape == (3, feeds["input_ids"].shape[1], 64)
+        assert np.abs(a - b).max() <= ORT_ATOL, (key, float(np.abs(a - b).max()))
+        assert np.abs(onnx.embed(TEXTS) - ort.embed(TEXTS)).max() <= ORT_ATOL
+    from edgebert.errors import BundleError
+
+    with pytest.raises(BundleError, match="has no .ort form"):
+        EdgeSession(fleet, "cpu", "fp32", graph_format="ort")
+
+
+def test_pack_ort_format_ships_the_ort_graph_alone_and_checks(fleet, tmp_path):
+    import numpy as np
+
+    from edgebert.runtime.pack import pack_bundle
+
+    out = tmp_path / "arm64-mobile"
+    result = pack_bundle(fleet, "arm64", out, ort_format=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["models"]["int8-arm64"]
+    assert entry["file"].endswith(".ort") and entry["onnx_file"] == _files(fleet)["int8-arm64"]
+    assert not list(out.rglob("*.onnx")) and (out / "required_operators.config").is_file()
+    assert entry["onnx_file"] in {e["file"] for e in result.left_out}
+    packed = EdgeSession(out)
+    full = EdgeSession(fleet, "cpu", int8_target="arm64")
+    assert packed.model_file.suffix == ".ort"
+    assert np.abs(packed.embed(TEXTS) - full.embed(TEXTS)).max() <= ORT_ATOL
+    assert check_bundle(out, max_texts=24).passed

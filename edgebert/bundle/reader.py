@@ -106,6 +106,8 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
         raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
     if path.suffix == ".xml":
         return check_ir_io(path, manifest, key)
+    if path.suffix == ".ort":      # a flatbuffer: checked on the loaded session (runtime.ort_format.check_ort_io)
+        return None
     try:
         graph = read_graph(path)
     except (NotOnnx, OSError, ValueError) as exc:
@@ -228,20 +230,25 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
     return dict(files)
 
 
-def entry_files(manifest: Manifest, key: str) -> list[str]:
-    """The files a session of ``models[key]`` reads: its graph (and an IR's weights, a graph's external data)."""
+def entry_files(manifest: Manifest, key: str, file: str | None = None) -> list[str]:
+    """The files a session of ``models[key]`` reads: its graph (or ``file``, its ``.ort`` form), an IR's
+    weights, a graph's external data."""
     entry = manifest.models[key]
-    data = [n for n in manifest.files if n.startswith(f"{entry.file}.")]      # model.onnx.data
-    return [entry.file, *([entry.weights] if entry.weights else []), *data]
+    file = file or entry.file
+    data = [n for n in manifest.files if n.startswith(f"{file}.")]      # model.onnx.data
+    return [file, *([entry.weights] if entry.weights else []), *data]
 
 
-def verify_entry(bundle_dir: str | os.PathLike, manifest: Manifest, key: str, hashes: bool = True) -> None:
+def verify_entry(bundle_dir: str | os.PathLike, manifest: Manifest, key: str, hashes: bool = True,
+                 file: str | None = None) -> None:
     """What a session checks of the one graph it loads, just before loading it: its files' hashes
     (``hashes``) and its inputs, outputs and tables against the manifest (``check_graph_io``). The
-    bundle's other graphs are left unread (``edgebert check`` verifies every file)."""
+    bundle's other graphs are left unread (``edgebert check`` verifies every file). ``file``: the entry's
+    ``.ort`` form is loaded instead of its ``file`` (checked on the loaded session)."""
     if hashes:
-        verify_files(bundle_dir, manifest, entry_files(manifest, key))
-    check_graph_io(bundle_dir, manifest, key)
+        verify_files(bundle_dir, manifest, entry_files(manifest, key, file))
+    if file is None or file == manifest.models[key].file:
+        check_graph_io(bundle_dir, manifest, key)
 
 
 def int8_graphs(manifest: Manifest) -> dict[str, ModelEntry]:

@@ -57,6 +57,10 @@ def export(
     cuda: Annotated[bool, typer.Option(
         "--cuda", help="Also write the CUDA graphs model.cuda.onnx and model.fp16.cuda.onnx (1-D mask "
                        "index: cuDNN flash attention in fp16).")] = False,
+    ort_format: Annotated[bool, typer.Option(
+        "--ort-format", help="Also write the CPU graphs in onnxruntime's .ort format and the "
+                             "required_operators.config a reduced (mobile) onnxruntime build needs "
+                             "(EdgeSession(graph_format='ort') loads them).")] = False,
     max_seq_len: o.MaxSeqLen = None,
     archive: Annotated[Optional[Path], typer.Option(
         "--archive", help="Also pack the bundle into this one file to ship (.tar.gz, .tgz or .zip); EdgeSession, "
@@ -73,7 +77,8 @@ def export(
                        int8_targets=target or "portable", per_channel=per_channel, calib=calib, calib_size=calib_size,
                        gate_size=gate_size, gate_data=gate_data, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
-                       tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda)
+                       tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda,
+                       ort_format=ort_format)
     result = _export_with_progress(export_bundle, cfg)
     if archive_out is not None:          # packed before the summary: what is printed never costs the archive
         from edgebert.runtime.archive import write_archive

@@ -28,6 +28,7 @@ from edgebert.errors import BundleError, ConfigError, EdgebertError, ProviderUna
 from edgebert.runtime.graphs import ModelChoice, choose_model
 from edgebert.runtime.hostcpu import HostCpu
 from edgebert.runtime.openvino_graph import ENGINE, PROVIDER_NAME, OpenVinoSession
+from edgebert.runtime.ort_format import check_ort_io, ort_graph_name
 from edgebert.runtime.placement import HYBRID, RECORD_CONFIG, Placement, read_placement
 from edgebert.runtime.providers import ORT_NAMES, ProviderPlan, plan_providers, provider_options, trt_cache_dirs
 from edgebert.runtime.trt_profile import TrtProfile
@@ -110,6 +111,7 @@ class SessionRequest:
     trt_cache_dir: Path | None = None
     threads: int | None = None             # intra-op threads (None: the engine's default)
     verify: bool = True                    # hash the graph's files before loading it
+    graph_format: str = "onnx"             # onnx: the entry's file | ort: its .ort form (runtime.ort_format)
 
 
 def trt_profile_for(request: SessionRequest, choice: ModelChoice) -> TrtProfile:
@@ -184,12 +186,12 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
             profile = trt_profile_for(request, choice)
     except EdgebertError as exc:
         raise _Failed(Attempt(provider, None, NO_GRAPH, exc.one_line()), exc) from exc
-    model_file = bundle_file(request.bundle_dir, choice.file)
-    if not model_file.is_file():
-        error = BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
-        raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error)
     try:
-        verify_entry(request.bundle_dir, request.manifest, choice.key, request.verify)
+        name = ort_graph_name(request.manifest, choice.key, request.graph_format)
+        model_file = bundle_file(request.bundle_dir, name)
+        if not model_file.is_file():
+            raise BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
+        verify_entry(request.bundle_dir, request.manifest, choice.key, request.verify, name)
     except BundleError as error:
         raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error) from error
     if choice.entry.engine == ENGINE:
@@ -214,6 +216,8 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
         raise _Failed(Attempt(provider, choice.key, kind, message),
                       _error_for(provider, kind, message, model_file.name)) from exc
     session.disable_fallback()   # a run-time EPFail raises; onnxruntime must not reroute the session
+    if model_file.suffix == ".ort":
+        check_ort_io(session, request.manifest, f"{model_file} ({choice.key})")
     placement = read_placement(session)
     if not placement.runs_on(provider):
         message = (f"onnxruntime built the session but assigned no node to {provider} ({placement.describe()}; "

@@ -187,4 +187,5 @@ def measure_against_reference(int8, task: str, max_texts: int, arrays: dict[str,
                 tracker.texts += len(idx)
             else:
                 tracker.add(ref, got, len(idx))
-    return tracker.result(), {**source, "n": len(items), "reference": f"fp32 outputs stored at export ({field['file']})"}
+    return tracker.result(), {**source, "n": len(items),
+                              "reference": f"fp32 outputs stored at export ({field['file']})"}

@@ -28,6 +28,7 @@ from edgebert.runtime.float_reference import FIELD, REFERENCE_TASKS, write_refer
 __all__ = ["PackResult", "pack_bundle", "pack_plan"]
 
 PACKED = "packed"          # the manifest's key
+_ORIGIN = {"export": "from the export", "pack": "computed now from the fp32 graph"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class PackResult:
                 f"{len(self.kept) - 1} other files",
                 f"left out: {len(self.left_out)} files ({gone / 1e6:.2f} MB): "
                 + (", ".join(e["file"] for e in self.left_out) or "nothing"),
-                f"check reference: fp32 outputs on the held-out texts ({'from the export' if self.reference == 'export' else 'computed now from the fp32 graph'}); "
+                f"check reference: fp32 outputs on the held-out texts ({_ORIGIN[self.reference]}); "
                 f"`edgebert check {self.out}` verifies the graph on the device"]
 
 
@@ -137,14 +138,27 @@ def pack_bundle(bundle: str | Path, target: str, out: str | Path, *, overwrite: 
         packed = _packed_manifest(reference_manifest, key, target, left_out, source)
         ort: list[str] = []
         if ort_format:
-            from edgebert.runtime.ort_format import add_ort_graphs
-
-            packed, ort = add_ort_graphs(folder, packed, [key])
+            packed, ort = _as_ort(folder, packed, key)
         packed = _write_manifest(folder, packed)
         verify_files(folder, packed)
         size = writer(folder, packed)
-    return PackResult(out, target, key, sorted(packed.files), left_out, size,
+    return PackResult(out, target, key, sorted(packed.files), packed.get_extra(PACKED)["left_out"], size,
                       "export" if has_reference else "pack", ort)
+
+
+def _as_ort(folder: Path, manifest: Manifest, key: str) -> tuple[Manifest, list[str]]:
+    """The kept graph in onnxruntime's ``.ort`` format instead of ``.onnx`` (``ort_format``), the ``.onnx``
+    named in ``packed.left_out``."""
+    from edgebert.runtime.ort_format import ORT_CONFIG, add_ort_graphs
+
+    onnx_file = manifest.models[key].file
+    size = (folder / onnx_file).stat().st_size
+    manifest, written = add_ort_graphs(folder, manifest, [key], replace=True)
+    value = manifest.to_dict()
+    value[PACKED]["left_out"].append({"file": onnx_file, "model": key, "bytes": size,
+                                      "reason": f"shipped as {manifest.models[key].file} instead: onnxruntime "
+                                                f"mobile and reduced builds ({ORT_CONFIG}) load .ort graphs"})
+    return Manifest.from_dict(value), written
 
 
 def _write_manifest(folder: Path, manifest: Manifest) -> Manifest:

@@ -85,13 +85,16 @@ class EdgeSession(SentenceMethods):
     trt_cache_dir: root of the TensorRT engine and timing caches (default ``~/.cache/edgebert/tensorrt``).
     ort_log_level: onnxruntime's log severity, 0 (verbose) to 4 (fatal only, the default: see the module
     docstring); unset, ``EDGEBERT_ORT_LOG_LEVEL`` decides.
+    graph_format: ``onnx`` (default) loads the chosen entry's file; ``ort`` its onnxruntime ``.ort`` form
+    (written by ``export --ort-format`` / ``pack --ort-format``; a packed ``.ort``-only bundle loads it either way).
     """
 
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str | None = None,
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
                  batch_size: int = 32, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
                  int8_target: str | None = None, allow_spinning: bool = True,
-                 trt_profile: TrtProfile | str | None = None, ort_log_level: int | None = None):
+                 trt_profile: TrtProfile | str | None = None, ort_log_level: int | None = None,
+                 graph_format: str = "onnx"):
         if not isinstance(bundle_dir, (str, os.PathLike)):
             raise ConfigError(f"bundle_dir={bundle_dir!r} is a {type(bundle_dir).__name__}, not a path",
                               "pass the folder written by `edgebert export` (a str or pathlib.Path)")
@@ -99,6 +102,10 @@ class EdgeSession(SentenceMethods):
             raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}, or leave "
                                                                "it unset for the best one here")
         check_threads(threads)   # 1 .. the CPUs this process may use
+        if graph_format not in ("onnx", "ort"):
+            raise ConfigError(f"graph_format={graph_format!r} must be 'onnx' or 'ort'",
+                              "'ort' loads the graph's .ort form (export or pack with --ort-format)")
+        self.graph_format = graph_format
         _check_batch_size(batch_size)
         if max_length is not None and not _is_int(max_length):
             raise ConfigError(f"max_length={max_length!r} must be an integer or None")
@@ -147,7 +154,8 @@ class EdgeSession(SentenceMethods):
         profile = TrtProfile.parse(trt_profile) if isinstance(trt_profile, str) else trt_profile
         request = SessionRequest(self.bundle_dir, self.manifest, requested, self.precision, self.host,
                                  self.batch_size, self.max_length, self.int8_target, profile,
-                                 Path(trt_cache_dir) if trt_cache_dir else None, self.threads, self.verify)
+                                 Path(trt_cache_dir) if trt_cache_dir else None, self.threads, self.verify,
+                                 self.graph_format)
         opened = open_session(request, self._session_options)
         self.model_file, self.model_key = opened.model_file, opened.choice.key
         self.engine = opened.choice.entry.engine            # onnxruntime | openvino
