@@ -102,7 +102,7 @@ def check_text(text: Any, what: str) -> str:
         code = ord(text[exc.start])
         byte = f"; the byte 0x{code - 0xDC00:02x}, which is not UTF-8" if 0xDC80 <= code <= 0xDCFF else ""
         raise DataError(f"{what} holds an invalid character {text[exc.start]!r} at position {exc.start} "
-                        f"(a lone surrogate{byte})", "pass UTF-8 text (decode bytes with errors='replace')") from None
+                        f"(a lone surrogate{byte})", "pass UTF-8 text; decode bytes with errors='replace'") from None
     return text
 
 
