@@ -110,7 +110,7 @@ def _limit(folder: Path, value) -> None:
 OUTSIDE = "outside_pool"
 REFUSED = {
     "missing_pooling_folder": (lambda f: shutil.rmtree(f / "1_Pooling"),
-                               r"1_Pooling/config.json \(the Pooling module .*modules.json names\) is missing"),
+                               r"modules.json names the Pooling folder .1_Pooling., but .*1_Pooling/config.json is missing"),
     "pooling_outside": (lambda f: _modules(f, [MODULES[0], {**MODULES[1], "path": f"../{OUTSIDE}"}, MODULES[2]]),
                         r"names '\.\./outside_pool' as the Pooling folder; it must be a folder inside"),
     "pooling_absolute": (lambda f: _modules(f, [MODULES[0], {**MODULES[1], "path": str(f.parent / OUTSIDE)},

@@ -149,10 +149,11 @@ def _pooling_config(model_dir: Path, module: dict, modules_file: Path) -> Path:
     if not path or Path(path).is_absolute() or folder == model_dir.resolve() or \
             not folder.is_relative_to(model_dir.resolve()):
         raise ConfigError(f"{modules_file} names {path!r} as the Pooling folder; it must be a folder inside "
-                          f"{model_dir}", "restore the model's modules.json (e.g. \"path\": \"1_Pooling\")")
+                          f"{model_dir}", "restore the model's modules.json, e.g. \"path\": \"1_Pooling\"")
     config_file = folder / "config.json"
     if not config_file.is_file():
-        raise ConfigError(f"{model_dir / path / 'config.json'} (the Pooling module {modules_file} names) is missing",
+        raise ConfigError(f"{modules_file} names the Pooling folder {path!r}, but {model_dir / path / 'config.json'} "
+                          "is missing",
                           "restore the model's pooling folder, or remove modules.json to import the encoder alone")
     return config_file
 
@@ -180,7 +181,7 @@ def _max_seq_length(path: Path) -> int | None:
     limit = value.get("max_seq_length")
     if limit is not None and not (isinstance(limit, int) and not isinstance(limit, bool) and limit > 0):
         raise ConfigError(f"{path}: max_seq_length {limit!r} is not a positive whole number of tokens",
-                          "set it to the model's token limit (e.g. 256), or remove the key")
+                          "set it to the model's token limit, e.g. 256, or remove the key")
     return limit
 
 
