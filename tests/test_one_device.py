@@ -107,17 +107,20 @@ def test_a_session_hashes_only_the_files_it_loads(fleet, tmp_path, monkeypatch):
 
 def test_the_runtime_imports_no_heavy_module(fleet):
     """`import edgebert.runtime` + a session + a result, in a fresh interpreter: no torch, no onnx python
-    package, no transformers."""
+    package, no transformers; nor the stdlib modules only archives, OpenVINO graphs and version reports
+    need (each costs every start memory and time)."""
     import subprocess
     import sys
 
     code = ("import sys\nfrom edgebert.runtime import EdgeSession\n"
             f"EdgeSession({str(fleet)!r}).embed(['a charming film'])\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'onnx', 'transformers', "
-            "'sentence_transformers', 'optimum', 'openvino', 'scipy', 'pandas'})\nprint('heavy:', heavy)\n")
+            "'sentence_transformers', 'optimum', 'openvino', 'scipy', 'pandas'})\nprint('heavy:', heavy)\n"
+            "lazy = sorted(set(sys.modules) & {'tarfile', 'zipfile', 'importlib.metadata', 'xml.etree.ElementTree'})\n"
+            "print('lazy:', lazy)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "heavy: []"
+    assert out.stdout.strip().splitlines()[-2:] == ["heavy: []", "lazy: []"]
 
 
 # --------------------------------------------------------------------------- one-device bundles

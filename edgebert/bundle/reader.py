@@ -7,12 +7,15 @@ manifest's keys are known to ``edgebert.bundle.manifest`` alone; this module che
 Layout of a bundle directory::
 
     manifest.json      {"format": "edgebert-bundle", "version": 1, "task": ..., "models": {...}, "files": {...}}
-    model.onnx         fused fp32 graph            (models.fp32.file)
-    model.int8.onnx    default INT8 graph          (models.int8.file; its target, e.g. "portable")
-    model.int8-<t>.onnx  more INT8 graphs          (models["int8-<t>"], one per extra target)
-    model.fp16.onnx    FP16 graph, if exported     (models.fp16.file)
-    tokenizer.json     Hugging Face tokenizers JSON
-    config.json        the source model's Hugging Face BertConfig JSON
+    onnx/model.onnx    fused fp32 graph            (models.fp32.file)
+    onnx/model_quantized.onnx  default INT8 graph  (models.int8.file; its target, e.g. "portable")
+    onnx/model_qint8_<t>.onnx  more INT8 graphs    (models["int8-<t>"], one per distinct extra target)
+    onnx/model_fp16.onnx  FP16 graph, if exported  (models.fp16.file)
+    tokenizer.json     Hugging Face tokenizers JSON (+ tokenizer_config.json, special_tokens_map.json)
+    config.json        the model's Hugging Face config (the task's architecture, labels)
+
+The names are those Hugging Face's loaders look for (``exporters.hf_folder``); a runtime reads every name
+from the manifest, so older bundles (graphs at the root: ``model.onnx``, ``model.int8.onnx`` ...) open too.
 
 ``Manifest.files`` maps every file name (except the manifest) to its sha256; ``verify_files``
 re-hashes them and raises ``BundleError`` on any mismatch.
@@ -60,7 +63,6 @@ from edgebert.bundle.manifest import (
 from edgebert.errors import BundleError
 from edgebert.files.atomic import sha256_file  # stdlib only, like this module
 from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
-from edgebert.graph.ir_graph import NotIr, read_ir
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
            "INPUT_NAMES", "LEGACY_INT8", "Manifest", "ModelEntry", "sha256_file", "read_manifest",
@@ -148,6 +150,8 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
 def check_ir_io(path: Path, manifest: Manifest, key: str) -> None:
     """``check_graph_io`` for an OpenVINO IR graph (the ``openvino`` INT8 target, ``graph.ir_graph``): the
     manifest's inputs (int64) and outputs, and the entry's weights file present."""
+    from edgebert.graph.ir_graph import NotIr, read_ir      # xml: only for OpenVINO graphs
+
     where = f"{path} ({key})"
     entry = manifest.models[key]
     weights = bundle_file(path.parent, entry.weights or path.with_suffix(".bin").name)

@@ -31,7 +31,6 @@ import numpy as np
 from edgebert.bundle import PRECISIONS, read_manifest, tokenizer_path, verify_files
 from edgebert.bundle.task_registry import bundle_task, task_serving
 from edgebert.errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
-from edgebert.runtime.archive import bundle_folder
 from edgebert.runtime.attempts import SessionRequest, open_session
 from edgebert.runtime.hostcpu import detect_host
 from edgebert.runtime.numeric import nonfinite_rows, softmax
@@ -111,7 +110,7 @@ class EdgeSession(SentenceMethods):
             raise ConfigError(f"max_length={max_length!r} must be an integer or None")
         self.ort_log_level = _ort_log_level(ort_log_level)
         self.source = Path(bundle_dir)                       # as given: a folder or an archive
-        self.bundle_dir = bundle_folder(self.source)
+        self.bundle_dir = _bundle_folder(self.source)
         # only what this session reads is hashed: the manifest's names here, the tokenizer now, the graph it
         # loads just before loading it (``attempts``); ``edgebert check`` verifies every file
         self.manifest = read_manifest(self.bundle_dir)
@@ -386,6 +385,16 @@ class EdgeSession(SentenceMethods):
         from edgebert.runtime.answer import answer_questions
         return answer_questions(self, question, context, top_k, max_answer_len, doc_stride, max_length,
                                 handle_impossible_answer, batch_size)
+
+
+def _bundle_folder(source: Path) -> Path:
+    """A folder as it is; an archive through ``runtime.archive`` (imported only then: tarfile and zipfile
+    cost every start memory and time)."""
+    if source.is_dir():
+        return source
+    from edgebert.runtime.archive import bundle_folder
+
+    return bundle_folder(source)
 
 
 def _is_int(value: Any) -> bool:

@@ -7,7 +7,6 @@ part, e.g. ``Arm Cortex-A72``, plus the board where the kernel says, e.g. a Rasp
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata as md
 import os
 import platform
 import sys
@@ -35,6 +34,8 @@ ARM_PARTS = {
 
 
 def _version(dist: str) -> str | None:
+    import importlib.metadata as md     # here, not at the top: the runtime imports this module on every start
+
     try:
         return md.version(dist)
     except md.PackageNotFoundError:

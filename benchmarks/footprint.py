@@ -1,0 +1,252 @@
+"""What a bundle costs on the device: graph and one-device bundle size, peak memory and time to first result of
+``EdgeSession`` against plain onnxruntime sessions.
+
+    python benchmarks/footprint.py BUNDLE [--threads 1] [--repeats 5] [--name minilm] [--out-dir DIR] [--smoke]
+
+Three ways to get one result (one text, batch 1), each measured in a fresh Python process per repeat
+(the kinds interleaved, so slow drift in the machine hits them alike):
+
+* ``edgebert``: ``EdgeSession(BUNDLE, threads=T)`` (defaults otherwise: the graph it picks for this host)
+  and ``embed`` / ``classify`` / ``run`` of one text: imports, hash checks, tokenizer, session, the call;
+* ``plain-same``: what a minimal app does by hand: ``tokenizers.Tokenizer.from_file`` of the bundle's
+  tokenizer and ``onnxruntime.InferenceSession`` of the very graph file ``EdgeSession`` picked, same
+  thread count (no hash check, no input checks, no CPU probe);
+* ``plain-ort-int8``: the same with onnxruntime's own ``quantize_dynamic`` (its defaults) of the bundle's
+  fp32 graph, made once by the parent (not timed).
+
+Peak memory: the child's resident-set high-water mark (``VmHWM``; the interpreter included).
+Time to first result: wall clock in the child from before its first import of onnxruntime / edgebert to
+the first output (the interpreter's own start is the same for all and not counted). Medians and minima
+over the repeats, ratios of medians; the goals of the issue are printed beside them (EdgeSession peak RSS
+<= 1.15x plain-ort-int8; time to first result <= 1.2x plain-same).
+
+Also recorded: every graph file's MB, the one-device bundle (``edgebert pack`` of the target the session
+picked, as .tar.gz, and its files unpacked), the machine (CPU model and kind), versions, threads and the
+load average before and after (other work on the cores skews every figure: run it on an idle machine).
+Results: ``benchmarks/results/footprint/<name>_<cpu kind>.json`` and ``.md``. ``--smoke`` marks the run
+as a smoke run (names end in ``_smoke``: a check that the script works, not figures to keep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "footprint"
+TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
+KINDS = ("edgebert", "plain-same", "plain-ort-int8")
+GOALS = {"rss_vs_ort_int8": 1.15, "first_result_vs_plain_same": 1.2}
+
+
+# --------------------------------------------------------------------------- the child: one measurement
+def child(args: argparse.Namespace) -> None:
+    """One fresh process: open, run once, print {rss_peak_mb, first_result_s, ...} as JSON."""
+    start = time.perf_counter()
+    if args.kind == "edgebert":
+        from edgebert.runtime import EdgeSession
+
+        t_import = time.perf_counter()
+        session = EdgeSession(args.bundle, threads=args.threads)
+        t_open = time.perf_counter()
+        _first_result(session)
+        extra = {"model": session.model_key, "graph": str(session.model_file)}
+    else:
+        import numpy as np
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        t_import = time.perf_counter()
+        tokenizer = Tokenizer.from_file(args.tokenizer)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = args.threads
+        opts.inter_op_num_threads = 1
+        session = ort.InferenceSession(args.graph, sess_options=opts, providers=["CPUExecutionProvider"])
+        t_open = time.perf_counter()
+        enc = tokenizer.encode(TEXT)
+        feeds = {"input_ids": np.asarray([enc.ids], np.int64),
+                 "attention_mask": np.asarray([enc.attention_mask], np.int64),
+                 "token_type_ids": np.asarray([enc.type_ids], np.int64)}
+        names = {i.name for i in session.get_inputs()}
+        session.run(None, {k: v for k, v in feeds.items() if k in names})
+        extra = {"graph": args.graph, "tokens": len(enc.ids)}
+    done = time.perf_counter()
+    print(json.dumps({"rss_peak_mb": round(_peak_rss_kb() / 1024, 1), "first_result_s": round(done - start, 4),
+                      "import_s": round(t_import - start, 4), "open_s": round(t_open - t_import, 4),
+                      "first_run_s": round(done - t_open, 4), **extra}))
+
+
+def _peak_rss_kb() -> int:
+    """This process's resident-set high-water mark: ``VmHWM`` (Linux; ``ru_maxrss`` would also count the
+    parent's memory at the fork before the exec), else ``ru_maxrss``."""
+    import resource
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak        # bytes on macOS, KiB elsewhere
+
+
+def _first_result(session) -> None:
+    method = {"embed": "embed", "cls": "classify"}.get(session.task)
+    if method:
+        getattr(session, method)([TEXT])
+    else:
+        from edgebert.runtime import pad_batch
+
+        session.run(pad_batch(session.tokenize([TEXT]), session.pad_id))
+
+
+# --------------------------------------------------------------------------- the parent
+def _measure(kind: str, bundle: Path, graph: Path | None, tokenizer: Path, threads: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--threads", str(threads), str(bundle)]
+    if graph is not None:
+        cmd += ["--graph", str(graph), "--tokenizer", str(tokenizer)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    if out.returncode != 0:
+        raise SystemExit(f"{kind} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _ort_int8(fp32: Path, work: Path) -> Path:
+    """onnxruntime's quantize_dynamic of the fp32 graph, its defaults."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    out = work / "ort_quantize_dynamic.onnx"
+    quantize_dynamic(str(fp32), str(out))
+    return out
+
+
+def _one_device(bundle: Path, target: str, work: Path) -> dict:
+    from edgebert.runtime.pack import pack_bundle
+
+    result = pack_bundle(bundle, target, work / "one_device.tar.gz")
+    folder = work / "one_device"
+    pack_bundle(bundle, target, folder)
+    unpacked = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return {"target": target, "archive_mb": round(result.bytes / 1e6, 3), "files_mb": round(unpacked / 1e6, 3),
+            "files": result.kept, "left_out": [e["file"] for e in result.left_out]}
+
+
+def _summary(rows: list[dict]) -> dict:
+    out = {}
+    for key in ("rss_peak_mb", "first_result_s", "import_s", "open_s", "first_run_s"):
+        values = [r[key] for r in rows]
+        out[key] = {"median": round(statistics.median(values), 4), "min": round(min(values), 4), "all": values}
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
+    from edgebert.bundle import read_manifest
+    from edgebert.runtime import EdgeSession
+    from edgebert.runtime.archive import bundle_folder
+    from edgebert.runtime.hostcpu import detect_host
+    from edgebert.system.environment import versions
+
+    bundle = bundle_folder(Path(args.bundle))
+    manifest = read_manifest(bundle)
+    load_before = list(os.getloadavg())
+    probe = EdgeSession(bundle, threads=args.threads)            # which graph the defaults pick
+    tokenizer = bundle / manifest.tokenizer.file
+    host = detect_host()
+    graphs = {k: {"file": e.file, "mb": round((bundle / e.file).stat().st_size / 1e6, 3)}
+              for k, e in manifest.models.items() if (bundle / e.file).is_file()}
+    with tempfile.TemporaryDirectory(prefix="footprint-") as tmp:
+        work = Path(tmp)
+        paths = {"edgebert": None, "plain-same": probe.model_file}
+        if "fp32" in manifest.models:
+            paths["plain-ort-int8"] = _ort_int8(bundle / manifest.models["fp32"].file, work)
+            graphs["ort-quantize-dynamic"] = {"file": "(onnxruntime quantize_dynamic of fp32, defaults)",
+                                              "mb": round(paths["plain-ort-int8"].stat().st_size / 1e6, 3)}
+        target = probe.int8_choice.target if probe.int8_choice else None
+        one_device = _one_device(bundle, target, work) if target and "fp32" in manifest.models else None
+        del probe
+        measured: dict[str, list[dict]] = {k: [] for k in paths}
+        for _ in range(args.repeats):                            # interleaved
+            for kind, graph in paths.items():
+                measured[kind].append(_measure(kind, bundle, graph, tokenizer, args.threads))
+    load_after = list(os.getloadavg())
+    summary = {k: _summary(v) for k, v in measured.items()}
+    ratios = {}
+    med = {k: {m: s[m]["median"] for m in ("rss_peak_mb", "first_result_s")} for k, s in summary.items()}
+    if "plain-ort-int8" in med:
+        ratios["rss_vs_ort_int8"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-ort-int8"]["rss_peak_mb"], 3)
+    ratios["rss_vs_plain_same"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-same"]["rss_peak_mb"], 3)
+    ratios["first_result_vs_plain_same"] = round(med["edgebert"]["first_result_s"]
+                                                 / med["plain-same"]["first_result_s"], 3)
+    return {"bundle": str(args.bundle), "name": args.name, "smoke": args.smoke, "task": manifest.task,
+            "picked": {"model": measured["edgebert"][0].get("model"), "graph": measured["edgebert"][0].get("graph"),
+                       "target": target},
+            "machine": {"cpu": host.model, "kind": host.kind, "arch": host.arch, "u8s8": host.u8s8,
+                        "usable_cpus": len(os.sched_getaffinity(0))},
+            "versions": versions(), "threads": args.threads, "repeats": args.repeats, "text": TEXT,
+            "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
+            "graphs_mb": graphs, "one_device_bundle": one_device, "measured": summary, "ratios": ratios,
+            "goals": GOALS, "method": __doc__.split("\n\n", 2)[2].split("Also recorded")[0].strip()}
+
+
+def markdown(r: dict) -> str:
+    m = r["machine"]
+    lines = [f"# Footprint: {r['name']}{' (SMOKE RUN: not figures to keep)' if r['smoke'] else ''}", "",
+             f"Machine: {m['cpu']} ({m['kind']}, {m['usable_cpus']} usable CPUs), threads {r['threads']}, "
+             f"{r['repeats']} fresh processes per kind; load average before {r['load_average']['before']}, "
+             f"after {r['load_average']['after']}.",
+             f"Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v), "",
+             f"EdgeSession picked {r['picked']['model']} ({Path(r['picked']['graph'] or '?').name}).", "",
+             "| way | peak RSS MB (median / min) | first result s (median / min) | import s | open s | first run s |",
+             "|---|---|---|---|---|---|"]
+    for kind, s in r["measured"].items():
+        lines.append(f"| {kind} | {s['rss_peak_mb']['median']} / {s['rss_peak_mb']['min']} | "
+                     f"{s['first_result_s']['median']} / {s['first_result_s']['min']} | {s['import_s']['median']} | "
+                     f"{s['open_s']['median']} | {s['first_run_s']['median']} |")
+    lines += ["", "Ratios (medians): " + ", ".join(f"{k} {v}" + (f" (goal <= {GOALS[k]})" if k in GOALS else "")
+                                                 for k, v in r["ratios"].items()), "",
+              "| graph | file | MB |", "|---|---|---|"]
+    lines += [f"| {k} | {g['file']} | {g['mb']} |" for k, g in r["graphs_mb"].items()]
+    d = r["one_device_bundle"]
+    if d:
+        lines += ["", f"One-device bundle ({d['target']}): {d['archive_mb']} MB as .tar.gz, {d['files_mb']} MB of "
+                      f"files; left out: {', '.join(d['left_out'])}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--name", default=None, help="results file name (default: the bundle folder's)")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    parser.add_argument("--smoke", action="store_true", help="mark the output a smoke run (names end in _smoke)")
+    parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
+    parser.add_argument("--graph", help=argparse.SUPPRESS)
+    parser.add_argument("--tokenizer", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.kind = args.child
+        return child(args)
+    args.name = args.name or Path(args.bundle).name.split(".")[0]
+    result = run(args)
+    from edgebert.files.atomic import write_json, write_text
+
+    stem = f"{args.name}_{result['machine']['kind']}{'_smoke' if args.smoke else ''}"
+    write_json(args.out_dir / f"{stem}.json", result)
+    write_text(args.out_dir / f"{stem}.md", markdown(result))
+    print(markdown(result))
+    print(f"written: {args.out_dir / stem}.json / .md")
+
+
+if __name__ == "__main__":
+    main()
