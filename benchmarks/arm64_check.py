@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.bundle import model_path
+
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO.parent / "shared" / "tools"
 ARM64_PYTHON, AVX2_PYTHON = TOOLS / "arm64-python", TOOLS / "avx2-python"
@@ -170,7 +172,7 @@ def first_flip(bundle: Path, ids: list[int], env: dict, work: Path) -> dict:
     neoverse-n1): the first quantized activation whose uint8 code differs, and the fp32 value it came from."""
     import onnx
 
-    graph = exposed_graph(bundle / "model.int8-arm64.onnx", work / "exposed.onnx")
+    graph = exposed_graph(model_path(bundle, key="int8-arm64"), work / "exposed.onnx")
     ids_file = work / "diagnose_ids.json"
     ids_file.write_text(json.dumps([int(i) for i in ids]), encoding="utf-8")
     outs = {}
@@ -269,7 +271,7 @@ def measure(args) -> int:
            for t in ("arm64", "portable")}
     vec = {f"x86 {t}": s.embed(sst + wiki, batch_size=1) for t, s in x86.items()}
     rows = [np.asarray(e.ids, np.int64) for e in x86["arm64"].tokenize(sst + wiki)]
-    graph = bundle / "model.int8-arm64.onnx"
+    graph = model_path(bundle, key="int8-arm64")
     u8u8 = np.abs(embed_one_by_one(session(graph, args.threads), rows)
                   - embed_one_by_one(session(graph, args.threads, precise=True), rows)).max()
     ref = reference(src, rows)

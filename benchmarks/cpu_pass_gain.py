@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from edgebert.bundle import model_path
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "benchmarks" / "results" / "cpu_pass_gain"
-FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
+FILES = ("fp32", "int8")          # the bundle's graphs compared, by precision
 
 
 def export(model_dir: Path, out: Path, passes: bool) -> dict[str, Any]:
@@ -58,7 +60,7 @@ def time_side_by_side(bundles: dict[str, Path], seqs: list[int], rounds: int, ru
     """p50 ms per (variant, precision, seq), every session timed ``runs`` times per round, rounds interleaved."""
     from edgebert.bench.measure import OtherCpuLoad
 
-    sessions = {(v, p): session(b / FILES[p], threads) for v, b in bundles.items() for p in FILES}
+    sessions = {(v, p): session(model_path(b, p), threads) for v, b in bundles.items() for p in FILES}
     other, rows = OtherCpuLoad(), []
     rng = np.random.default_rng(0)
     for seq in seqs:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.bundle import model_path
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SST2_DEV = REPO.parent / "shared" / "data" / "sst2" / "dev.tsv"
@@ -132,7 +134,7 @@ def main() -> int:
                                               calib_size=args.calib_size, max_accuracy_loss=args.budget),
                                  on_step=lambda m: print(f"[{time.time() - t0:6.1f}s] {m}", flush=True)).manifest
     export_s = time.time() - t0
-    fused = args.bundle / "model.onnx"
+    fused = model_path(args.bundle)
     tok = prepared_tokenizer(args.bundle / "tokenizer.json", 128)
     probe = AccuracyProbe("embed", fused, TextBatches(SST2_DEV, tok, args.texts, 32, 128))
     variants: dict[str, dict] = {}
@@ -151,7 +153,7 @@ def main() -> int:
         name = "int8 per-channel MatMul+Attention, outlier split 6"
         paths[name] = DynamicInt8Quantizer(split, Int8Config(per_channel=True)).quantize(tmp / "split.int8.onnx")
         guard = f"int8 bundle (per-channel MatMul+Attention, outlier split, guard {args.budget})"
-        paths[guard] = args.bundle / "model.int8.onnx"
+        paths[guard] = model_path(args.bundle, "int8")
         for name, path in paths.items():
             entry = {"op_counts": {k: v for k, v in op_type_counts(path).items()
                                    if k in ("Attention", "QAttention", "MatMul", "MatMulInteger", "Gemm",

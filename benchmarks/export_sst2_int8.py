@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.bundle import model_path
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DATA = REPO.parent / "shared" / "data" / "sst2"
@@ -166,10 +168,10 @@ def evaluate(args, model, ckpt: Path, training: dict | None, dev) -> int:
     labels = [e.label for e in dev]
     with tempfile.TemporaryDirectory() as tmp:
         unguarded = Path(tmp) / "all.onnx"
-        DynamicInt8Quantizer(args.run / "bundle" / "model.onnx", Int8Config()).quantize(unguarded)
+        DynamicInt8Quantizer(model_path(args.run / "bundle"), Int8Config()).quantize(unguarded)
         preds = {"torch fp32": predict_torch(),
-                 "onnx fp32 (fused)": predict_onnx(args.run / "bundle" / "model.onnx"),
-                 "onnx int8 (bundle, guarded)": predict_onnx(args.run / "bundle" / "model.int8.onnx"),
+                 "onnx fp32 (fused)": predict_onnx(model_path(args.run / "bundle")),
+                 "onnx int8 (bundle, guarded)": predict_onnx(model_path(args.run / "bundle", "int8")),
                  "onnx int8 (every node, no guard)": predict_onnx(unguarded)}
     acc = {k: round(100 * accuracy(v, labels), 2) for k, v in preds.items()}
     agree = round(100 * float(np.mean(np.array(preds["onnx int8 (bundle, guarded)"])

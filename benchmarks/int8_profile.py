@@ -32,13 +32,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from edgebert.bundle import model_path
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cpu_peers import cpu_window, edgebert_bundle, ort_feeds, synthetic_ids, write_results  # noqa: E402  (benchmarks/cpu_peers.py)
 
-GRAPHS = {"fused fp32": "model.onnx", "default INT8 (portable)": "model.int8.onnx"}
+GRAPHS = {"fused fp32": "fp32", "default INT8 (portable)": "int8"}      # name -> the bundle's precision
 OUTLIER = "outlier"      # quantization.outliers names every node it adds ``<MatMul>/outlier_...``
 NOT_ADDED = ("QuantizeLinear", "DynamicQuantizeLinear")   # named after the mask, but every INT8 MatMul has one
 
@@ -156,10 +158,11 @@ def main(argv=None) -> int:
               "load_before": [round(x, 2) for x in os.getloadavg()], "graphs": {}}
     other = OtherCpuLoad()
     with tempfile.TemporaryDirectory(prefix="int8-profile-") as tmp:
-        for name, file in GRAPHS.items():
+        for name, precision in GRAPHS.items():
+            path = model_path(args.bundle, precision)
             with cpu_window(other):
-                events = profile_graph(args.bundle / file, args.threads, args.warmup, args.iters, Path(tmp))
-            report["graphs"][name] = {"file": file, **op_breakdown(events, args.warmup)}
+                events = profile_graph(path, args.threads, args.warmup, args.iters, Path(tmp))
+            report["graphs"][name] = {"file": path.relative_to(args.bundle).as_posix(), **op_breakdown(events, args.warmup)}
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]
     report["other_cpu"] = other.fraction()
     return write_results(out, report, to_markdown)

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgebert.bundle import model_path
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DATA = Path(os.environ.get("EDGEBERT_SHARED_DATA", REPO.parent / "shared" / "data"))  # another machine: its copy
@@ -207,9 +209,9 @@ def batch_invariance(bundle: Path, sst: list[str], wiki: list[str], threads: int
 
 
 def timed_paths(work: Path, host, opt: dict) -> dict[str, tuple[Path, bool]]:
-    timed = {"fused fp32": (work / "bundle-default" / "model.onnx", False),
-             "default INT8 (portable)": (work / "bundle-default" / "model.int8.onnx", False),
-             "x86-vnni INT8 as the runtime runs it here": (work / "bundle-vnni" / "model.int8.onnx", host.saturates),
+    timed = {"fused fp32": (model_path(work / "bundle-default"), False),
+             "default INT8 (portable)": (model_path(work / "bundle-default", "int8"), False),
+             "x86-vnni INT8 as the runtime runs it here": (model_path(work / "bundle-vnni", "int8"), host.saturates),
              f"Optimum {opt['preset']} INT8": (Path(opt["int8"]), False),
              "Optimum fp32": (Path(opt["fp32"]), False)}
     if opt.get("o2_int8"):
@@ -313,12 +315,12 @@ def main() -> int:
                      "export_default_seconds": round(export_s, 1),
                      "export_default_gate": default.manifest["models"]["int8"]["accuracy"],
                      "export_vnni_gate": vnni.manifest["models"]["int8"]["accuracy"], "accuracy": {}}
-    fp32_cos = cosines(embed_one_by_one(session(default.bundle_dir / "model.onnx", args.threads), rows), ref)
+    fp32_cos = cosines(embed_one_by_one(session(model_path(default.bundle_dir), args.threads), rows), ref)
     results["accuracy"]["fused fp32"] = figures(fp32_cos, len(sst))
-    graphs = {"export --int8 (default: portable)": (default.bundle_dir / "model.int8.onnx", False),
-              "export --int8 --target x86-vnni": (vnni.bundle_dir / "model.int8.onnx", True)}
+    graphs = {"export --int8 (default: portable)": (model_path(default.bundle_dir, "int8"), False),
+              "export --int8 --target x86-vnni": (model_path(vnni.bundle_dir, "int8"), True)}
     with tempfile.TemporaryDirectory(prefix="int8-targets-") as tmp:
-        graphs.update(recipe_graphs(default.bundle_dir / "model.onnx", model_dir / "tokenizer.json", Path(tmp)))
+        graphs.update(recipe_graphs(model_path(default.bundle_dir), model_dir / "tokenizer.json", Path(tmp)))
         for name, (path, needs_exact) in graphs.items():
             entry = {"as_this_host_runs_it": figures(cosines(embed_one_by_one(session(path, args.threads), rows), ref), len(sst))}
             if needs_exact and host.saturates:
@@ -336,7 +338,7 @@ def main() -> int:
             results["accuracy"][f"Optimum {opt['preset']} INT8"] = {"as_this_host_runs_it": figures(opt_cos, len(sst))}
             time_paths(results, timed_paths(work, host, opt), args)
     results["sizes_mb"] = {p.name: round(p.stat().st_size / 1e6, 1) for p in
-                           (default.bundle_dir / "model.onnx", default.bundle_dir / "model.int8.onnx")}
+                           (model_path(default.bundle_dir), model_path(default.bundle_dir, "int8"))}
     results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     suffix = "-accuracy" if args.accuracy_only else ""
     write_json(Path(f"{args.out}{suffix}.json"), results)

@@ -47,15 +47,15 @@ def export(
     activation_scales: Annotated[Optional[str], typer.Option(
         "--activation-scales", help="calibrated (default: fixed from calibration text, batch-invariant) | "
                                     "per-call (dynamic, changes with the batch).")] = None,
-    fp16: Annotated[bool, typer.Option("--fp16", help="Also write model.fp16.onnx (GPU providers).")] = False,
+    fp16: Annotated[bool, typer.Option("--fp16", help="Also write onnx/model_fp16.onnx (GPU providers).")] = False,
     tensorrt: Annotated[bool, typer.Option(
-        "--tensorrt", help="Also write the TensorRT graphs: model.trt.onnx (standard ONNX ops; TensorRT fp32 "
-                           "and fp16) and, with --int8, model.int8.trt.onnx (QDQ S8S8).")] = False,
+        "--tensorrt", help="Also write the TensorRT graphs: onnx/model.trt.onnx (standard ONNX ops; TensorRT "
+                           "fp32 and fp16, and WebGPU) and, with --int8, onnx/model.int8.trt.onnx (QDQ S8S8).")] = False,
     trt_profile: Annotated[Optional[str], typer.Option(
         "--trt-profile", help="TensorRT shape profile of every input, BATCHxSEQ: min=1x1,opt=8x128,max=32x512 "
                               "(default max: 32 x the max length).")] = None,
     cuda: Annotated[bool, typer.Option(
-        "--cuda", help="Also write the CUDA graphs model.cuda.onnx and model.fp16.cuda.onnx (1-D mask "
+        "--cuda", help="Also write the CUDA graphs onnx/model.cuda.onnx and onnx/model.fp16.cuda.onnx (1-D mask "
                        "index: cuDNN flash attention in fp16).")] = False,
     ort_format: Annotated[bool, typer.Option(
         "--ort-format", help="Also write the CPU graphs in onnxruntime's .ort format and the "
