@@ -49,11 +49,21 @@ def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, max_len: int,
     labels = ({str(k): v for k, v in cfg.id2label.items()} if task in ("cls", "token-cls") and cfg.id2label
               else None)
     return Manifest.build(
-        task=task, config=ModelShape(**{k: getattr(cfg, k) for k in ModelShape.__dataclass_fields__}),
+        task=task, config=shape_of(cfg),
         num_labels=cfg.num_labels,
         source={"model_dir": str(Path(model_dir).resolve()), "architecture": cfg.architecture},
         max_sequence_length=max_len, labels=labels, tokenizer=tokenizer, opset=opset, versions=versions(),
         models=models, tensorrt_profile=(trt_profile or TrtProfile.default(max_len)).as_dict(), extra=extra)
+
+
+def shape_of(cfg: BertConfig) -> ModelShape:
+    """The sizes the runtime checks inputs against: the positions a token may use (RoBERTa's table starts
+    at pad_token_id + 1), and no token types for a model that ignores them (DistilBERT)."""
+    sizes = {k: getattr(cfg, k) for k in ModelShape.__dataclass_fields__}
+    sizes["max_position_embeddings"] = cfg.max_sequence_length
+    if not cfg.has_token_types:
+        sizes["type_vocab_size"] = None
+    return ModelShape(**sizes)
 
 
 def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:

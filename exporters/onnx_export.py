@@ -1,6 +1,7 @@
 """Trace a BERT to ONNX with the TorchScript exporter: dynamic batch/sequence axes, named outputs (names
 and axes from ``edgebert.bundle.manifest.io_spec``, the one definition the manifest declares too).
 
+An ``embed`` graph of a DistilBERT (no pooler) returns its first token's hidden state as ``pooler_output``.
 A ``qa`` graph returns ``start_logits`` and ``end_logits`` (batch, sequence); a ``multiple-choice``
 graph takes (batch, choices, sequence) inputs and returns (batch, choices) ``logits``.
 
@@ -35,8 +36,9 @@ class TaskModel(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         out = self.model(input_ids, attention_mask, token_type_ids)
-        if self.task == "embed":
-            return out.last_hidden_state, out.pooler_output
+        if self.task == "embed":   # DistilBERT has no pooler: its first token's vector stands in
+            pooled = out.pooler_output if out.pooler_output is not None else out.last_hidden_state[:, 0]
+            return out.last_hidden_state, pooled
         if self.task == "qa":
             return out.start_logits, out.end_logits
         return (out.logits,)
@@ -46,7 +48,8 @@ def prepare(model: nn.Module, task: str) -> TaskModel:
     """Eval mode, eager (explicit softmax) attention, wrapped for ``task``."""
     model.eval()
     encoder_of(model).set_attention_impl("eager")
-    if task == "embed" and encoder_of(model).pooler is None:
+    encoder_of(model).embeddings.static_positions = True   # RoBERTa: the position pattern onnxruntime fuses
+    if task == "embed" and encoder_of(model).pooler is None and model.config.model_type != "distilbert":
         raise ValidationError("the model has no pooler, so task embed has no pooler_output",
                               "export a checkpoint with a pooler (BertModel/BertForPreTraining)")
     return TaskModel(model, task).eval()

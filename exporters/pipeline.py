@@ -90,10 +90,10 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
     model_cfg, task, model, tok_file = _load(cfg)
     pooling = read_pooling(cfg.model_dir) if task == "embed" else None   # a sentence-transformers model's own
     tok_meta = tokenizer_metadata(tok_file)
-    max_len = cfg.max_sequence_length or model_cfg.max_position_embeddings
-    if max_len > model_cfg.max_position_embeddings:
-        raise ConfigError(f"max sequence length {max_len} exceeds the model's "
-                          f"max_position_embeddings={model_cfg.max_position_embeddings}")
+    max_len = cfg.max_sequence_length or model_cfg.max_sequence_length
+    if max_len > model_cfg.max_sequence_length:
+        raise ConfigError(f"max sequence length {max_len} exceeds the model's {model_cfg.max_sequence_length} "
+                          f"positions (max_position_embeddings={model_cfg.max_position_embeddings})")
     if tok_meta["vocab_size"] > model_cfg.vocab_size:
         raise CheckpointError(f"{tok_file} has {tok_meta['vocab_size']} tokens, the model only "
                               f"{model_cfg.vocab_size}", "the tokenizer belongs to another model")
@@ -147,7 +147,8 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
 def _validator(cfg: ExportConfig, wrapped: TaskModel, job: ExportJob, max_len: int, say: Say) -> GraphValidator:
     """The export's validation context: its cases and the PyTorch reference on them, computed once."""
     cases = make_cases(job.model.vocab_size, max_len, cfg.validation_batch_sizes, cfg.validation_seq_lens,
-                       cfg.seed, job.pad_id, choices=(2, 4) if job.task == "multiple-choice" else ())
+                       cfg.seed, job.pad_id, choices=(2, 4) if job.task == "multiple-choice" else (),
+                       segments=job.model.type_vocab_size)
     names = TASK_OUTPUTS[job.task]
     return GraphValidator(cases, torch_reference(wrapped, cases, names), names, cfg.fp32_tolerance, say)
 

@@ -31,6 +31,15 @@ def _lowercase(normalizer: dict | None) -> bool:
     return False
 
 
+# WordPiece (BERT, DistilBERT) and byte-level BPE / SentencePiece (RoBERTa, XLM-RoBERTa) spellings
+SPECIAL_TOKENS = {"pad": ("[PAD]", "<pad>"), "cls": ("[CLS]", "<s>"), "sep": ("[SEP]", "</s>"),
+                  "mask": ("[MASK]", "<mask>"), "unk": ("[UNK]", "<unk>")}
+
+
+def _special_id(tok, name: str) -> int | None:
+    return next((i for i in map(tok.token_to_id, SPECIAL_TOKENS[name]) if i is not None), None)
+
+
 def tokenizer_metadata(path: str | Path) -> dict:
     """``{"file", "lowercase", "pad_id", "cls_id", "sep_id", "mask_id", "unk_id", "vocab_size"}``."""
     from tokenizers import Tokenizer
@@ -43,12 +52,11 @@ def tokenizer_metadata(path: str | Path) -> dict:
         raise CheckpointError(f"{path} is not a readable tokenizer.json ({' '.join(str(exc).split())})",
                               "re-save the tokenizer") from exc
     padding = spec.get("padding") or {}
-    pad_id = tok.token_to_id("[PAD]")
+    pad_id = _special_id(tok, "pad")
     if pad_id is None:
         pad_id = padding.get("pad_id", 0)
-    ids = {name: tok.token_to_id(token) for name, token in
-           (("cls_id", "[CLS]"), ("sep_id", "[SEP]"), ("mask_id", "[MASK]"), ("unk_id", "[UNK]"))}
+    ids = {f"{name}_id": _special_id(tok, name) for name in ("cls", "sep", "mask", "unk")}
     if ids["cls_id"] is None or ids["sep_id"] is None:
-        raise CheckpointError(f"{path} has no [CLS]/[SEP] tokens", "a BERT tokenizer is needed")
+        raise CheckpointError(f"{path} has no [CLS]/[SEP] (or <s>/</s>) tokens", "a BERT-family tokenizer is needed")
     return {"file": TOKENIZER_NAME, "lowercase": _lowercase(spec.get("normalizer")), "pad_id": pad_id,
             **ids, "vocab_size": tok.get_vocab_size(with_added_tokens=True)}

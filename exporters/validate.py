@@ -45,8 +45,9 @@ SPAN_OUTPUTS = ("start_logits", "end_logits")     # (batch, sequence): one score
 
 
 def make_cases(vocab_size: int, max_len: int, batch_sizes=(1, 3, 8), seq_lens=(7, 64, None),
-               seed: int = 0, pad_id: int = 0, choices: tuple[int, ...] = ()) -> list[Case]:
-    """The validation cases (see the module docstring); ``choices``: multiple-choice counts, used in turn."""
+               seed: int = 0, pad_id: int = 0, choices: tuple[int, ...] = (), segments: int = 2) -> list[Case]:
+    """The validation cases (see the module docstring); ``choices``: multiple-choice counts, used in turn;
+    ``segments``: token types the model has (RoBERTa's one: every type id 0)."""
     rng = np.random.default_rng(seed)
     lens = sorted({min(max_len, s if s is not None else max_len) for s in seq_lens})
     cases = []
@@ -61,7 +62,7 @@ def make_cases(vocab_size: int, max_len: int, batch_sizes=(1, 3, 8), seq_lens=(7
             for row, n in enumerate(lengths):
                 mask[row, :n] = 1
                 split = int(rng.integers(1, n + 1))
-                types[row, split:n] = 1
+                types[row, split:n] = min(1, segments - 1)
             ids[mask == 0] = pad_id
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
             if choices:

@@ -104,9 +104,10 @@ class SpanProbe:
 
         sess = cpu_session(path)
         names = list(SPAN_OUTPUTS)
+        inputs = {i.name for i in sess.get_inputs()}   # a DistilBERT graph takes no token_type_ids
 
         def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            return dict(zip(names, sess.run(names, feeds)))
+            return dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in inputs})))
 
         return span_logits(run, self.pad_id, self.windows, self.batch_size)
 

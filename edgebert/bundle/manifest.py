@@ -314,6 +314,8 @@ class Manifest(_JsonView):
               tensorrt_profile: dict[str, Any], extra: dict[str, Any] | None = None) -> "Manifest":
         """A new bundle's manifest, without file hashes yet (``with_files`` adds them)."""
         inputs, outputs = io_spec(task, config.hidden_size, config.vocab_size, num_labels)
+        if config.type_vocab_size is None:    # a model without token types (DistilBERT): its graph takes none
+            inputs = tuple(i for i in inputs if i.name != "token_type_ids")
         value = {
             "format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "task": task, "source": source,
             "config": {k: getattr(config, k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",

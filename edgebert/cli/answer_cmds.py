@@ -21,7 +21,8 @@ def answer_cmd(
     context: Annotated[Path, typer.Option("--context", help="UTF-8 text file holding the text to answer from "
                                                             "(long texts are read in overlapping windows).")],
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="How many answers, best first.")] = 1,
-    max_answer_len: Annotated[int, typer.Option("--max-answer-len", min=1, help="Longest answer, in tokens.")] = 30,
+    max_answer_len: Annotated[int, typer.Option("--max-answer-len", min=1, help="Longest answer, in tokens "
+                                                                                   "(the pipeline's default).")] = 15,
     doc_stride: o.DocStride = None,
     max_length: Annotated[int, typer.Option("--max-length", min=8, help="Tokens per window, question included "
                                                                         "(at most the bundle's).")] = 384,
@@ -40,7 +41,7 @@ def answer_cmd(
     text = read_utf8(context, "context file", "pass the text to answer from as a UTF-8 file")
     session = EdgeSession(bundle_dir, provider="cpu", precision=precision, threads=threads)
     result = session.answer(question, text, top_k=top_k, max_answer_len=max_answer_len,
-                            doc_stride=128 if doc_stride is None else doc_stride,
+                            doc_stride=doc_stride,
                             max_length=max_length, handle_impossible_answer=handle_impossible_answer)
     answers = result if isinstance(result, list) else [result]
     if as_json:

@@ -122,9 +122,9 @@ class BertConfig:
 
     @property
     def has_token_types(self) -> bool:
-        """Whether ``token_type_ids`` change the output: BERT's segments; DistilBERT has no table and
-        RoBERTa one row (its tokenizers give no segments), so edgebert feeds them zeros."""
-        return self.model_type == "bert"
+        """Whether the model reads ``token_type_ids``: DistilBERT has no table (and ignores them);
+        RoBERTa's has one row, and its tokenizers give type 0 to both texts of a pair."""
+        return self.model_type != "distilbert"
 
     @property
     def hf_architecture(self) -> str:

@@ -135,7 +135,10 @@ class WindowMaker:
     instance serves every thread."""
 
     def __init__(self, tok: Tokenizer, max_seq_len: int = MAX_SEQ_LEN, doc_stride: int | None = None,
-                 max_query_len: int | None = None):
+                 max_query_len: int | None = None, strip_questions: bool = True):
+        # SQuAD training strips the question's leading space (run_qa.py); the pipeline keeps it, which a
+        # byte-level BPE (RoBERTa) tokenizes differently
+        self.strip_questions = strip_questions
         self.doc_stride = default_stride(max_seq_len) if doc_stride is None else doc_stride
         check_window(max_seq_len, self.doc_stride, max_query_len)
         self.max_seq_len, self.max_query_len = max_seq_len, query_budget(max_seq_len, max_query_len)
@@ -150,7 +153,8 @@ class WindowMaker:
         for e in examples:
             if not e.context.strip():
                 raise DataError(f"question {e.id} has an empty context", "pass the text the question is about")
-        questions, cut = _cut_questions([e.question.lstrip() for e in examples], self._questions,
+        questions, cut = _cut_questions([e.question.lstrip() if self.strip_questions else e.question
+                                         for e in examples], self._questions,
                                         self.max_query_len, ids)
         encodings = self._pairs.encode_batch(list(zip(questions, [e.context for e in examples])),
                                              add_special_tokens=True)

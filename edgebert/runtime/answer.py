@@ -16,7 +16,8 @@ start x end probability, spans widened to whole words, the same text from severa
 on the same model the answer text is the pipeline's. ``handle_impossible_answer`` adds the
 no-answer candidate ``{"answer": "", "start": 0, "end": 0}`` scored [CLS] start x end.
 
-The default ``doc_stride`` (128) shrinks to half the context room of windows shorter than 384 tokens
+Defaults are the pipeline's (``max_answer_len`` 15, ``max_question_len`` 64, ``align_to_words``); the
+default ``doc_stride`` (None: 128) shrinks to half the context room of windows shorter than 384 tokens
 (the bundle may take fewer); a stride that leaves no new context per window is a ``ConfigError``. An
 empty (or blank) question or context is a ``DataError`` naming it.
 """
@@ -31,21 +32,23 @@ import numpy as np
 from edgebert.errors import ConfigError, DataError
 from edgebert.qa.answers import Answer, check_answer_options, pipeline_answers
 from edgebert.qa.squad_file import SquadExample
-from edgebert.qa.windows import DOC_STRIDE, MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from edgebert.qa.windows import DOC_STRIDE, MAX_QUERY_LEN, MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
 from edgebert.runtime.tagging import batched_logits
 from edgebert.runtime.text import Encoded, check_text
 
 QA_TASK = "qa"
 SPAN_OUTPUTS = ("start_logits", "end_logits")
-MAX_ANSWER_LEN = 30             # the pipeline's default, in tokens
+MAX_ANSWER_LEN = 15             # the pipeline's default, in tokens
 
 
 @lru_cache(maxsize=8)
-def window_maker(tokenizer_file: str, max_length: int, doc_stride: int) -> WindowMaker:
+def window_maker(tokenizer_file: str, max_length: int, doc_stride: int, max_question_len: int | None = None
+                 ) -> WindowMaker:
     """One ``WindowMaker`` per bundle tokenizer and window shape (bundle files are immutable)."""
     from tokenizers import Tokenizer
 
-    return WindowMaker(Tokenizer.from_file(tokenizer_file), max_length, doc_stride)
+    return WindowMaker(Tokenizer.from_file(tokenizer_file), max_length, doc_stride, max_question_len,
+                       strip_questions=False)
 
 
 def _texts(value: Any, what: str) -> tuple[list[str], bool]:
@@ -102,8 +105,9 @@ def span_logits(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], p
 
 
 def answer_questions(session, question: Any, context: Any, top_k: int = 1, max_answer_len: int = MAX_ANSWER_LEN,
-                     doc_stride: int = DOC_STRIDE, max_length: int = MAX_SEQ_LEN,
-                     handle_impossible_answer: bool = False, batch_size: int | None = None
+                     doc_stride: int | None = None, max_length: int = MAX_SEQ_LEN,
+                     handle_impossible_answer: bool = False, batch_size: int | None = None,
+                     max_question_len: int = MAX_QUERY_LEN, align_to_words: bool = True
                      ) -> Answer | list[Answer] | list[list[Answer]]:
     """``EdgeSession.answer`` (see the module docstring); ``session``: an open ``qa`` bundle."""
     if session.task != QA_TASK:
@@ -113,15 +117,18 @@ def answer_questions(session, question: Any, context: Any, top_k: int = 1, max_a
     examples, single = qa_examples(question, context)
     if not examples:
         return []
-    length, stride = window_shape(max_length, doc_stride, session.max_length)
-    windows = window_maker(str(session.encoder.file), length, stride)(examples)
+    length, stride = window_shape(max_length, DOC_STRIDE if doc_stride is None else doc_stride, session.max_length)
+    if not isinstance(max_question_len, (int, np.integer)) or isinstance(max_question_len, bool) \
+            or max_question_len < 1:
+        raise ConfigError(f"max_question_len={max_question_len!r} must be a positive integer")
+    windows = window_maker(str(session.encoder.file), length, stride, min(int(max_question_len), length // 2))(examples)
     size = session.batch_size if batch_size is None else batch_size
     if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
         raise ConfigError(f"batch_size={batch_size!r} must be a positive integer")
     starts, ends = span_logits(lambda feeds: session.run(feeds, list(SPAN_OUTPUTS)), session.pad_id, windows,
                                int(size))
     found = pipeline_answers(examples, windows, starts, ends, top_k, max_answer_len, bool(handle_impossible_answer),
-                             cls_id=session.manifest.tokenizer.cls_id)
+                             bool(align_to_words), cls_id=session.manifest.tokenizer.cls_id)
     results = [answers if top_k > 1 else (answers[0] if answers else _no_span()) for answers in found]
     return results[0] if single else results
 

@@ -379,12 +379,14 @@ class EdgeSession(SentenceMethods):
                                               [int(t) for t in top], [float(probs[t]) for t in top]))
         return predictions
 
-    def answer(self, question: Any, context: Any, top_k: int = 1, max_answer_len: int = 30, doc_stride: int = 128,
-               max_length: int = 384, handle_impossible_answer: bool = False, batch_size: int | None = None) -> Any:
-        """A ``qa`` bundle's answers as transformers' question-answering pipeline gives them (``runtime.answer``)."""
+    def answer(self, question: Any, context: Any, top_k: int = 1, max_answer_len: int = 15,
+               doc_stride: int | None = None, max_length: int = 384, handle_impossible_answer: bool = False,
+               batch_size: int | None = None, max_question_len: int = 64, align_to_words: bool = True) -> Any:
+        """A ``qa`` bundle's answers as transformers' question-answering pipeline gives them, with its defaults
+        (``runtime.answer``; ``max_length`` is the pipeline's ``max_seq_len``)."""
         from edgebert.runtime.answer import answer_questions
         return answer_questions(self, question, context, top_k, max_answer_len, doc_stride, max_length,
-                                handle_impossible_answer, batch_size)
+                                handle_impossible_answer, batch_size, max_question_len, align_to_words)
 
 
 def _bundle_folder(source: Path) -> Path:

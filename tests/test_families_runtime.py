@@ -1,0 +1,84 @@
+"""DistilBERT and RoBERTa bundles end to end: export with full fusion (and INT8), then EdgeSession's
+``tag`` and ``answer`` give transformers' pipelines' entities and answers with the same character
+offsets, for byte-level BPE too (a leading space, repeated spaces, non-ASCII letters split across
+tokens). Tiny seeded models from tests/family_fixtures.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgebert.exporters.config import ExportConfig
+from edgebert.exporters.fusion import fusion_shortfalls
+from edgebert.exporters.pipeline import export_bundle
+from edgebert.model import BertConfig
+from edgebert.runtime import EdgeSession
+from edgebert.stages.import_hf import convert_hf
+from family_fixtures import hf_dir
+
+transformers = pytest.importorskip("transformers")
+
+TEXTS = [" Zoë lives in Zürich and works for Acme.", "Marie  Curie won the Nobel Prize in Paris.",
+         "Café prices rose by 3.5 percent.", "Hello world"]
+QUESTIONS = ["Where does Zoë live?", "Who won the prize?", " What rose?", "Hello?"]
+
+
+def bundle(tmp_path_factory, family: str, head: str, int8: bool = False):
+    tmp = tmp_path_factory.mktemp(f"{family}-{head}")
+    src, hf = hf_dir(tmp, family, head)
+    checkpoint = convert_hf(src, tmp / "checkpoint").out_dir
+    result = export_bundle(ExportConfig(model_dir=checkpoint, out_dir=tmp / "bundle", int8=int8))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(src))
+    return result, hf, tokenizer, BertConfig.load(checkpoint)
+
+
+@pytest.fixture(scope="module", params=["distilbert", "roberta"])
+def qa(request, tmp_path_factory):
+    return bundle(tmp_path_factory, request.param, "ForQuestionAnswering", int8=True)
+
+
+@pytest.fixture(scope="module", params=["distilbert", "roberta"])
+def tagger(request, tmp_path_factory):
+    return bundle(tmp_path_factory, request.param, "ForTokenClassification")
+
+
+def test_export_fuses_every_layer_and_validates(qa):
+    result, _, _, cfg = qa
+    fp32 = result.manifest.to_dict()["models"]["fp32"]
+    assert fusion_shortfalls(fp32["fused_ops"], cfg, "qa") == []
+    assert fp32["validation"]["max_abs_diff"] < 1e-5
+    assert "int8" in result.manifest.to_dict()["models"]
+
+
+def test_answer_is_the_pipelines_with_offsets_into_the_context(qa):
+    result, hf, tokenizer, _ = qa
+    contexts = [t * 3 for t in TEXTS]          # several windows each
+    pipe = transformers.pipeline("question-answering", model=hf, tokenizer=tokenizer, device="cpu")
+    options = dict(max_answer_len=15, top_k=2, doc_stride=16)
+    theirs = pipe(question=QUESTIONS, context=contexts, max_seq_len=48, **options)
+    session = EdgeSession(result.bundle_dir, precision="fp32")
+    ours = session.answer(QUESTIONS, contexts, max_length=48, **options)
+    for a, b, context in zip(ours, theirs, contexts, strict=True):
+        assert [(x["answer"], x["start"], x["end"]) for x in a] == [(y["answer"], y["start"], y["end"]) for y in b]
+        assert np.allclose([x["score"] for x in a], [y["score"] for y in b], rtol=1e-4, atol=1e-6)
+        assert all(context[x["start"]:x["end"]] == x["answer"] for x in a)
+    int8 = EdgeSession(result.bundle_dir, precision="int8").answer(QUESTIONS, contexts, max_length=48, **options)
+    assert all(c[x["start"]:x["end"]] == x["answer"] for a, c in zip(int8, contexts) for x in a)
+
+
+@pytest.mark.parametrize("aggregation", ["none", "simple", "first"])
+def test_tag_is_the_pipelines_with_offsets_into_the_text(tagger, aggregation):
+    result, hf, tokenizer, _ = tagger
+    pipe = transformers.pipeline("token-classification", model=hf, tokenizer=tokenizer,
+                                 aggregation_strategy=aggregation, ignore_labels=[], device="cpu")
+    got = EdgeSession(result.bundle_dir, precision="fp32").tag(TEXTS, aggregation, ignore_labels=[])
+    key = "entity" if aggregation == "none" else "entity_group"
+    entities = 0
+    for text, want, have in zip(TEXTS, pipe(TEXTS), got, strict=True):
+        assert [(e[key], e["word"], e["start"], e["end"]) for e in have] == \
+               [(e[key], e["word"], int(e["start"]), int(e["end"])) for e in want], (aggregation, text)
+        assert np.allclose([e["score"] for e in have], [float(e["score"]) for e in want], atol=1e-4)
+        entities += len(have)
+        for e in have:   # offsets index the original text (a byte-level token may split a letter: ë)
+            assert 0 <= e["start"] <= e["end"] <= len(text)
+    assert entities >= len(TEXTS)
