@@ -164,6 +164,8 @@ def test_probe_preloads_first_quietly_and_any_loader_error_counts(monkeypatch, c
         return "libonnxruntime_providers_cuda.so: undefined symbol: cublasLtCreate"
 
     monkeypatch.setattr(ort, "preload_dlls", fake_preload)
+    # a GPU build of onnxruntime, whichever is installed (make test installs the CPU one by default)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
     monkeypatch.setattr(gpu_probe, "provider_library_error", fake_library)
     monkeypatch.setattr(gpu_probe, "read_cuda_driver", lambda: gpu_probe.CudaDriver(version=13000, devices=1))
     gpu_probe.preload_gpu_libraries.cache_clear()
