@@ -14,7 +14,7 @@ SHARED_DATA = (REPO.parent / "shared" / "data").resolve()
 # torch-free ``[cpu]`` install, where only these files are collected (their torch-made bundles ready-made).
 RUNTIME_TESTS = ("test_runtime.py", "test_archive_trust.py", "test_bundle_faults.py", "test_encode.py",
                  "test_encode_archive.py", "test_manifest.py", "test_tokenizer.py", "test_textfiles.py",
-                 "test_bench_schema.py", "test_hostcpu_arm64.py", "test_openvino_target.py")
+                 "test_bench_schema.py", "test_hostcpu_arm64.py", "test_openvino_target.py", "test_squad_data.py")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
