@@ -128,6 +128,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
                                   extra={"attention_mask": "raw 2-D mask (any padding side)",
                                          "export_host": export_host(),
                                          **({"pooling": pooling.as_dict()} if pooling else {}),
+                                         **_st_settings(cfg.model_dir, task),
                                          "loaders": loaders_note(task, models),
                                          **default_precision(models)})
         manifest = write_manifest(staging, manifest)
@@ -151,6 +152,14 @@ def _validator(cfg: ExportConfig, wrapped: TaskModel, job: ExportJob, max_len: i
                        segments=job.model.type_vocab_size)
     names = TASK_OUTPUTS[job.task]
     return GraphValidator(cases, torch_reference(wrapped, cases, names), names, cfg.fp32_tolerance, say)
+
+
+def _st_settings(model_dir: Path, task: str) -> dict:
+    """An embed model's sentence-transformers prompts and similarity function, for the manifest."""
+    from edgebert.bundle.st_settings import MANIFEST_KEY, read_settings
+
+    settings = read_settings(model_dir) if task == "embed" else None
+    return {MANIFEST_KEY: settings} if settings else {}
 
 
 def _make_readable(folder: Path) -> None:

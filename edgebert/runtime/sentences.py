@@ -10,6 +10,14 @@ adds a normalization, never removes the model's); texts are cut at the model's `
 of the pooling when the model's pooling says ``include_prompt: false``). ``similarity`` is the cosine
 matrix, as ``model.similarity`` with sentence-transformers' default cosine.
 
+The rest of ``encode``'s arguments work as there: ``prompt_name`` (the model's ``prompts``, its
+``default_prompt_name``; ``encode_query`` / ``encode_document`` pick the query / document prompt),
+``output_value`` (``token_embeddings``: one (tokens, hidden) array per text; None: a dict per text),
+``precision`` (``embedding_quantization``: int8 / uint8 calibrated on the encoded batch itself, as
+sentence-transformers does; binary / ubinary packed bits), ``truncate_dim``; ``max_seq_length`` and
+``similarity_fn_name`` are settable attributes, ``tokenizer`` the bundle's. ``convert_to_tensor`` and
+``device`` need torch: refused in one line naming what to use instead.
+
 A text with no tokens (``""``, only spaces or characters the tokenizer drops) has no meaning to pool:
 ``embed`` and ``encode`` give it the zero vector (norm 0; its cosine with anything is 0), where
 sentence-transformers would pool the [CLS] [SEP] frame. Torch-free.
@@ -22,7 +30,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from edgebert.bundle.pooling import SentencePooling
-from edgebert.errors import DataError
+from edgebert.bundle.st_settings import SIMILARITY_FUNCTIONS, manifest_settings
+from edgebert.errors import ConfigError, DataError
+from edgebert.runtime.embedding_quantization import check_precision, quantize_embeddings
 from edgebert.runtime.text import TextEncoder, check_texts, length_sorted_batches, pad_batch
 from edgebert.runtime.vector_pooling import choose_pooling, cosine_matrix, pool, unit_rows
 
@@ -46,8 +56,10 @@ class SentenceMethods:
 
     def _vectors(self, items: list[str], pooling: SentencePooling, normalize: bool, batch_size: int | None,
                  truncate: bool, encoder: TextEncoder | None = None, prompt: str | None = None,
-                 progress: bool = False) -> np.ndarray:
-        """(N, hidden) float32 sentence vectors of ``items`` in input order (see the module docstring)."""
+                 progress: bool = False, tokens: list | None = None) -> np.ndarray:
+        """(N, hidden) float32 sentence vectors of ``items`` in input order (see the module docstring);
+        ``tokens`` (a list of N): filled with each text's unpadded ``token_embeddings``, ``input_ids``,
+        ``attention_mask``."""
         encoder = encoder or self.encoder
         texts = [prompt + t for t in items] if prompt else items
         rows = encoder.encode(texts, False, truncate)
@@ -61,36 +73,169 @@ class SentenceMethods:
             feeds = pad_batch([rows[i] for i in idx], self.pad_id)
             hidden = self.run(feeds, ["last_hidden_state"])["last_hidden_state"]          # (B, T, H)
             result[idx] = pool(hidden, feeds["attention_mask"], pooling.mode, skip)
+            if tokens is not None:
+                for j, i in enumerate(idx):
+                    n = len(rows[i])
+                    tokens[i] = {"token_embeddings": hidden[j, :n].copy(), "input_ids": feeds["input_ids"][j, :n],
+                                 "attention_mask": feeds["attention_mask"][j, :n]}
         if normalize and len(result):
             result = unit_rows(result)
         result[blank] = 0.0
         return result
 
-    def encode(self, sentences: str | Sequence[str], batch_size: int = 32, show_progress_bar: bool = False,
-               normalize_embeddings: bool = False, convert_to_numpy: bool = True,
-               prompt: str | None = None) -> np.ndarray | list[np.ndarray]:
+    # ------------------------------------------------------------------ sentence-transformers' attributes
+    @property
+    def prompts(self) -> dict[str, str]:
+        """The model's prompts by name (its config_sentence_transformers.json), as ``model.prompts``."""
+        return dict(self._st_settings()["prompts"])
+
+    @property
+    def default_prompt_name(self) -> str | None:
+        return self._st_settings()["default_prompt_name"]
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """``cosine`` (sentence-transformers' default), or what the model states or the caller sets:
+        ``dot``, ``euclidean`` (negative distance), ``manhattan`` (negative L1 distance)."""
+        return self.__dict__.get("_similarity_fn_name") or self._st_settings()["similarity_fn_name"] or "cosine"
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, name: str) -> None:
+        if name not in SIMILARITY_FUNCTIONS:
+            raise ConfigError(f"similarity_fn_name={name!r} is not supported", f"use one of {', '.join(SIMILARITY_FUNCTIONS)}")
+        self.__dict__["_similarity_fn_name"] = name
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens a text keeps (specials included): the model's ``max_seq_length``, else the bundle's; settable
+        up to the bundle's length, as ``model.max_seq_length``."""
+        limit = self.__dict__.get("_max_seq_length") or self.pooling.max_seq_length
+        return int(min(limit, self.max_length)) if limit else int(self.max_length)
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 2 < value <= self.max_length:
+            raise ConfigError(f"max_seq_length={value!r} must be an integer in 3..{self.max_length}",
+                              f"{self.bundle_dir} was exported for at most {self.max_length} tokens")
+        self.__dict__["_max_seq_length"] = int(value)
+
+    @property
+    def tokenizer(self):
+        """The bundle's ``tokenizers.Tokenizer`` (a copy: the session's own is shared by its threads)."""
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_str(self.encoder.tokenizer.to_str())
+
+    def _st_settings(self) -> dict[str, Any]:
+        if "_st" not in self.__dict__:
+            self.__dict__["_st"] = manifest_settings(self.manifest)
+        return self.__dict__["_st"]
+
+    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
+        """sentence-transformers' rule: ``prompt`` wins, else the named prompt, else the model's default."""
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise DataError(f"prompt is a {type(prompt).__name__}, expected a str")
+            return prompt
+        prompts = self.prompts
+        if prompt_name is not None:
+            if prompt_name not in prompts:
+                raise ConfigError(f"prompt_name={prompt_name!r} is not one of the model's prompts "
+                                  f"({', '.join(prompts) or 'it has none'})", "pass prompt='...' instead")
+            return prompts[prompt_name]
+        default = self.default_prompt_name
+        return prompts.get(default) if default else None
+
+    # ------------------------------------------------------------------ encode
+    def encode(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+               batch_size: int = 32, show_progress_bar: bool | None = None,
+               output_value: str | None = "sentence_embedding", precision: str = "float32",
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
+               normalize_embeddings: bool = False, truncate_dim: int | None = None, **kwargs: Any) -> Any:
         """Sentence embeddings as ``SentenceTransformer.encode`` gives them (see the module docstring)."""
-        self._require("embed", "encode")
+        if self.task != "embed":
+            raise ConfigError(f"encode() needs an 'embed' bundle; {self.bundle_dir} is a '{self.task}' bundle",
+                              "export the model with task 'embed'")
+        _refuse_torch_options(convert_to_tensor, device, kwargs)
+        check_precision(precision)
+        if output_value not in OUTPUT_VALUES:
+            raise ConfigError(f"output_value={output_value!r} is not supported",
+                              "use 'sentence_embedding', 'token_embeddings' or None")
+        if precision != "float32" and output_value != "sentence_embedding":
+            raise ConfigError(f"precision={precision!r} quantizes sentence embeddings only",
+                              "use output_value='sentence_embedding'")
+        if truncate_dim is not None and (not isinstance(truncate_dim, (int, np.integer)) or truncate_dim < 1):
+            raise ConfigError(f"truncate_dim={truncate_dim!r} must be a positive integer")
         items, _ = check_texts(sentences, what="sentences")
-        if prompt is not None and not isinstance(prompt, str):
-            raise DataError(f"prompt is a {type(prompt).__name__}, expected a str")
+        prompt = self._resolve_prompt(prompt, prompt_name)
         pooling = self.pooling
-        limit = pooling.max_seq_length
-        encoder = self.encoder.with_max_length(min(limit, self.max_length)) if limit else self.encoder
-        vectors = self._vectors(items, pooling, pooling.normalize or bool(normalize_embeddings), batch_size,
-                                True, encoder, prompt, bool(show_progress_bar))
-        if isinstance(sentences, str):
-            return vectors[0]
-        return vectors if convert_to_numpy else list(vectors)
+        encoder = self.encoder.with_max_length(self.max_seq_length)
+        tokens = None if output_value == "sentence_embedding" else [None] * len(items)
+        vectors = self._vectors(items, pooling, pooling.normalize, batch_size, True, encoder, prompt,
+                                bool(show_progress_bar), tokens)
+        if truncate_dim is not None:
+            vectors = vectors[:, :int(truncate_dim)]
+        if normalize_embeddings and len(vectors):
+            vectors = unit_rows(vectors)
+        if output_value == "token_embeddings":
+            result: Any = [t["token_embeddings"] for t in tokens]
+        elif output_value is None:
+            result = [{"sentence_embedding": v, **t} for v, t in zip(vectors, tokens)]
+        else:
+            result = quantize_embeddings(vectors, precision) if precision != "float32" and len(vectors) else vectors
+            if not convert_to_numpy:
+                result = list(result)
+        return result[0] if isinstance(sentences, str) else result
+
+    def encode_query(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+                     **options: Any) -> Any:
+        """``encode`` with the model's ``query`` prompt unless one is given (``SentenceTransformer.encode_query``)."""
+        if prompt_name is None and prompt is None and "query" in self.prompts:
+            prompt_name = "query"
+        return self.encode(sentences, prompt_name, prompt, **options)
+
+    def encode_document(self, sentences: str | Sequence[str], prompt_name: str | None = None,
+                        prompt: str | None = None, **options: Any) -> Any:
+        """``encode`` with the model's first prompt of ``document``, ``passage``, ``corpus`` unless one is given."""
+        if prompt_name is None and prompt is None:
+            prompt_name = next((n for n in ("document", "passage", "corpus") if n in self.prompts), None)
+        return self.encode(sentences, prompt_name, prompt, **options)
 
     def similarity(self, a: Any, b: Any) -> np.ndarray:
-        """(N, M) float32 cosine similarities of the vectors in ``a`` and ``b`` (each one vector or a list
-        / 2-D array of them), as sentence-transformers' ``model.similarity``; a zero vector scores 0."""
+        """(N, M) float32 similarities of the vectors in ``a`` and ``b`` (each one vector or a list / 2-D array
+        of them) by ``similarity_fn_name``, as sentence-transformers' ``model.similarity``; a zero vector's
+        cosine is 0."""
         left, right = _matrix(a, "a"), _matrix(b, "b")
         if left.shape[1] != right.shape[1]:
             raise DataError(f"similarity(): a has vectors of {left.shape[1]}, b of {right.shape[1]}",
                             "compare embeddings of the same model")
+        name = self.similarity_fn_name
+        if name == "dot":
+            return (left @ right.T).astype(np.float32)
+        if name == "euclidean":
+            return (-np.sqrt(np.maximum(((left[:, None, :] - right[None, :, :]) ** 2).sum(-1), 0))).astype(np.float32)
+        if name == "manhattan":
+            return (-np.abs(left[:, None, :] - right[None, :, :]).sum(-1)).astype(np.float32)
         return cosine_matrix(left, right)
+
+
+OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)
+# sentence-transformers' arguments that need torch or its process pool, and what to do instead
+_TORCH_OPTIONS = {"convert_to_tensor": "the numpy array encode returns (torch.from_numpy(x) where a tensor is needed)",
+                  "device": "EdgeSession(bundle, provider='cuda' | 'cpu') when opening the session",
+                  "pool": "one EdgeSession per process, or batch_size", "chunk_size": "batch_size"}
+
+
+def _refuse_torch_options(convert_to_tensor: bool, device: Any, kwargs: dict[str, Any]) -> None:
+    """One ``ConfigError`` line naming the alternative for an argument that needs torch; unknown ones refused."""
+    given = {"convert_to_tensor": convert_to_tensor, "device": device, **kwargs}
+    for name, value in given.items():
+        if name in _TORCH_OPTIONS and value not in (None, False):
+            raise ConfigError(f"encode({name}={value!r}): edgebert's runtime has no torch", f"use {_TORCH_OPTIONS[name]}")
+    unknown = [n for n in kwargs if n not in _TORCH_OPTIONS]
+    if unknown:
+        raise ConfigError(f"encode() got an unknown argument {unknown[0]!r}",
+                          "see SentenceTransformer.encode's arguments; edgebert takes the torch-free ones")
 
 
 def _matrix(value: Any, name: str) -> np.ndarray:

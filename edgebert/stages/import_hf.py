@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from edgebert.bundle.pooling import POOLING_FILES, SentencePooling, read_pooling, write_pooling
+from edgebert.bundle.st_settings import ST_SETTINGS_NAME, read_settings
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, ValidationError
 from edgebert.files.atomic import copy_file, write_text
 from edgebert.files.jsonfile import read_json_object
@@ -55,7 +56,7 @@ from edgebert.model.families import CLASS_PREFIX, MODEL_TYPES, internal_key, spl
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.json", "merges.txt")   # the last two: a byte-level BPE's (RoBERTa), for transformers
-IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES, *POOLING_FILES)
+IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES, *POOLING_FILES, ST_SETTINGS_NAME)
 CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification")
 # Config keys that describe how the *source* was stored; edgebert always writes float32.
 DROPPED_CONFIG_KEYS = ("torch_dtype", "dtype")
@@ -137,6 +138,8 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
         tokenizer_files, built = _write_tokenizer(src, tmp, cfg)
         if pooling is not None:
             write_pooling(tmp, pooling, cfg.hidden_size, write_text, src)
+        if read_settings(src) is not None:      # prompts, similarity function: checked, then kept as written
+            copy_file(src / ST_SETTINGS_NAME, tmp / ST_SETTINGS_NAME)
         diff = _verify_reload(model, tmp)
     if not tokenizer_files:
         notes.append(f"{src} has no tokenizer files: add tokenizer.json or vocab.txt to {out_dir}")
