@@ -13,7 +13,8 @@
 #
 #   bash .xeon/pK/stash.sh                   # the last part unpacks and runs `device_peers.sh run`
 #
-# `run` writes cpu_peers_xeon.{json,md}, int8_profile_xeon.*, openvino_profile_xeon.* and the log to $OUT.
+# `run` writes cpu_peers_xeon.{json,md}, int8_profile_xeon.*, openvino_profile_xeon.* and the log to $OUT; the runs
+# kept are in benchmarks/results/cpu_peers/cpu_peers_xeon/ (runK_*, pooled with cpu_peers.py --pool).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PART_MIB=${PART_MIB:-50}
