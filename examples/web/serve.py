@@ -54,8 +54,8 @@ def parse_models(items: list[str]) -> dict[str, Path]:
     for item in items:
         name, _, path = item.rpartition("=") if "=" in item else ("embed", "", item)
         folder = Path(path).resolve()
-        if not (folder / "manifest.json").is_file():
-            sys.exit(f"serve.py: {folder} is not an edgebert bundle (no manifest.json)")
+        if not (folder / "config.json").is_file():
+            sys.exit(f"serve.py: {folder} is not a model folder (no config.json): give an edgebert bundle")
         models[name] = folder
     return models
 
