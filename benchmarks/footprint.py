@@ -203,7 +203,7 @@ def markdown(r: dict) -> str:
              f"Machine: {m['cpu']} ({m['kind']}, {m['usable_cpus']} usable CPUs), threads {r['threads']}, "
              f"{r['repeats']} fresh processes per kind; load average before {r['load_average']['before']}, "
              f"after {r['load_average']['after']}.",
-             f"Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v), "",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v), "",
              f"EdgeSession picked {r['picked']['model']} ({Path(r['picked']['graph'] or '?').name}).", "",
              "| way | peak RSS MB (median / min) | first result s (median / min) | import s | open s | first run s |",
              "|---|---|---|---|---|---|"]

@@ -15,7 +15,6 @@ import pytest
 from edgebert.errors import ConfigError
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.embedding_quantization import PRECISIONS, quantize_embeddings
-
 from test_encode import TEXTS, export, sentence_transformer, st_model_dir
 
 st = pytest.importorskip("sentence_transformers")

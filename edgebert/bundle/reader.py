@@ -150,7 +150,7 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
 def check_ir_io(path: Path, manifest: Manifest, key: str) -> None:
     """``check_graph_io`` for an OpenVINO IR graph (the ``openvino`` INT8 target, ``graph.ir_graph``): the
     manifest's inputs (int64) and outputs, and the entry's weights file present."""
-    from edgebert.graph.ir_graph import NotIr, read_ir      # xml: only for OpenVINO graphs
+    from edgebert.graph.ir_graph import NotIr, read_ir  # xml: only for OpenVINO graphs
 
     where = f"{path} ({key})"
     entry = manifest.models[key]

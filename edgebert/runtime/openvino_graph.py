@@ -15,7 +15,6 @@ out of static INT8). One infer request behind a lock: a session may be shared be
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ GRAPH_OPTIONS = ("DYNAMIC_QUANTIZATION_GROUP_SIZE",)
 
 def openvino_version() -> str | None:
     """The installed ``openvino`` distribution's version, or None when it is not installed."""
-    import importlib.metadata       # here: every runtime start imports this module, few have openvino
+    import importlib.metadata  # here: every runtime start imports this module, few have openvino
 
     if importlib.util.find_spec("openvino") is None:
         return None

@@ -34,7 +34,7 @@ ARM_PARTS = {
 
 
 def _version(dist: str) -> str | None:
-    import importlib.metadata as md     # here, not at the top: the runtime imports this module on every start
+    import importlib.metadata as md  # here, not at the top: the runtime imports this module on every start
 
     try:
         return md.version(dist)
