@@ -62,6 +62,29 @@ def test_bundle_is_a_hugging_face_model_folder(bundles):
     assert st_config["max_seq_length"] == read_manifest(bundles["embed"]).max_length
 
 
+def test_loaders_note_names_each_graphs_file_and_webgpus_graph():
+    """Which file each loader takes and how (the manifest's ``loaders``); WebGPU lacks the fused Attention's raw
+    mask (onnxruntime-web: "Mask not supported"; no WebGPU adapter here to run it), so it is sent to the
+    standard-ops graph where the bundle has one."""
+    from edgebert.exporters.hf_folder import loaders_note
+
+    models = {"fp32": {"file": "onnx/model.onnx", "precision": "fp32", "providers": ["cpu"]},
+              "int8": {"file": "onnx/model_quantized.onnx", "precision": "int8", "providers": ["cpu"]},
+              "int8-x86-vnni": {"file": "onnx/model_qint8_x86-vnni.onnx", "precision": "int8", "providers": ["cpu"]},
+              "fp32-trt": {"file": "onnx/model.trt.onnx", "precision": "fp32", "providers": ["tensorrt"]},
+              "fp32-cuda": {"file": "onnx/model.cuda.onnx", "precision": "fp32", "providers": ["cuda"]}}
+    note = loaders_note("embed", models)
+    assert note["transformers.js"] == {"fp32": {"dtype": "fp32"}, "int8": {"dtype": "q8"},
+                                       "int8-x86-vnni": {"dtype": "fp32", "model_file_name": "model_qint8_x86-vnni"},
+                                       "fp32-trt": {"dtype": "fp32", "model_file_name": "model.trt"}}
+    assert set(note["optimum"]) == {"fp32", "int8", "int8-x86-vnni", "fp32-trt"}       # no CUDA-only graph
+    assert note["sentence-transformers"]["int8-x86-vnni"] == {"backend": "onnx", "model_kwargs": {
+        "file_name": "model_qint8_x86-vnni.onnx"}}
+    assert "onnx/model.trt.onnx" in note["webgpu"] and "Mask not supported" in note["webgpu"]
+    assert "--tensorrt" in loaders_note("cls", {k: models[k] for k in ("fp32", "int8")})["webgpu"]
+    assert loaders_note("cls", models)["sentence-transformers"] == {}
+
+
 # --------------------------------------------------------------------------- sentence-transformers
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_sentence_transformers_onnx_backend_gives_edgesessions_vectors(bundles, precision):
