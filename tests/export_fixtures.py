@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runtime_fixtures import WORDS  # noqa: F401
+from runtime_fixtures import make_tiny_model_dir as make_model_dir  # noqa: F401  (re-exported: the export tests import it here)
 
 SENTENCES = [
     "the film is a charming and moving comedy",
