@@ -165,7 +165,8 @@ def test_manifest_schema_and_hashes(embed_bundle):
     assert set(manifest["files"]) == {"onnx/model.onnx", "onnx/model_quantized.onnx", "onnx/model_fp16.onnx",
                                       "tokenizer.json", "config.json", "tokenizer_config.json",
                                       "special_tokens_map.json", "modules.json", "1_Pooling/config.json",
-                                      "sentence_bert_config.json"}
+                                      "sentence_bert_config.json", "fp32_reference.npz"}
+    assert manifest["fp32_reference"]["n"] == 202 and manifest["fp32_reference"]["metric"] == "cosine"
     assert manifest["tensorrt_profile"] == {"min": [1, 1], "opt": [8, 128], "max": [32, 128]}
     assert manifest["labels"] is None and manifest["opset"] == 17
     saved, source = (json.loads((d / "tokenizer.json").read_text()) for d in (bundle, model_dir))
