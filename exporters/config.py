@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle import TASKS
+from edgebert.bundle.task_registry import BUNDLE_TASKS, task_of_architecture
 from edgebert.errors import ConfigError
 from edgebert.quantization.config import INT8_MODES, Fp16Config, Int8Config
 from edgebert.quantization.targets import target_names
@@ -20,28 +21,19 @@ INT8_SETTINGS = {"int8_mode": "--int8-mode", "int8_targets": "--target", "per_ch
                  "gate_size": "--gate-size", "gate_data": "--gate-data", "max_accuracy_loss": "--max-accuracy-loss",
                  "outlier_ratio": "--outlier-ratio", "activation_scales": "--activation-scales",
                  "int8_embedding_tables": "int8_embedding_tables"}
-# Default task of each architecture (config.json "architectures").
-ARCHITECTURE_TASKS = {
-    "BertModel": "embed",
-    "BertForPreTraining": "embed",
-    "BertForMaskedLM": "mlm",
-    "BertForSequenceClassification": "cls",
-    "BertForTokenClassification": "token-cls",
-    "BertForQuestionAnswering": "qa",
-    "BertForMultipleChoice": "multiple-choice",
-}
-# The edgebert class each task is exported as.
-TASK_ARCHITECTURES = {"embed": "BertModel", "mlm": "BertForMaskedLM", "cls": "BertForSequenceClassification",
-                      "token-cls": "BertForTokenClassification", "qa": "BertForQuestionAnswering",
-                      "multiple-choice": "BertForMultipleChoice"}
+# Read from the task registry (``edgebert.bundle.task_registry``), kept for code that imports them:
+# the default task of each architecture (config.json "architectures"), the class each task exports as.
+ARCHITECTURE_TASKS = {a: t.name for t in BUNDLE_TASKS for a in t.architectures}
+TASK_ARCHITECTURES = {t.name: t.architecture for t in BUNDLE_TASKS}
 
 
 def default_task(architecture: str) -> str:
     """The task of an architecture; ConfigError for one we cannot export."""
-    if architecture not in ARCHITECTURE_TASKS:
+    task = task_of_architecture(architecture)
+    if task is None:
         raise ConfigError(f"no export task for architecture {architecture}",
                           f"pass --task ({', '.join(TASKS)}) explicitly")
-    return ARCHITECTURE_TASKS[architecture]
+    return task.name
 
 
 @dataclass(frozen=True)

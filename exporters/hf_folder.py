@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle.pooling import ST_CONFIG_NAME, SentencePooling, write_pooling
-from edgebert.exporters.config import TASK_ARCHITECTURES
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.files.atomic import write_json, write_text
 from edgebert.model import CONFIG_NAME, BertConfig
 
@@ -45,9 +45,9 @@ def clean_tokenizer(source: Path, target: Path) -> None:
 def _hf_config(task: str, cfg: BertConfig, num_labels: int) -> dict[str, Any]:
     """The model's HF config with the architecture of the task's head and, for classifiers, every label."""
     labels = None
-    if task in ("cls", "token-cls"):
+    if bundle_task(task).has_labels:
         labels = dict(cfg.id2label or {}) or {i: f"LABEL_{i}" for i in range(num_labels)}
-    return cfg.replace(architecture=TASK_ARCHITECTURES[task], id2label=labels).to_hf_dict()
+    return cfg.replace(architecture=bundle_task(task).architecture, id2label=labels).to_hf_dict()
 
 
 def _tokenizer_config(tok_meta: dict, max_len: int) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: in
     write_json(staging / TOKENIZER_CONFIG, _tokenizer_config(tok_meta, max_len))
     write_json(staging / SPECIAL_TOKENS, dict(_SPECIALS))
     names = [CONFIG_NAME, tok_meta["file"], *HF_FILES]
-    if task == "embed":
+    if bundle_task(task).has_pooling:
         pooling = pooling or SentencePooling("mean", normalize=True, source="edgebert default (EdgeSession.embed)")
         names += write_pooling(staging, pooling, cfg.hidden_size, write_text)
         limit = min(pooling.max_seq_length or max_len, max_len)
@@ -94,7 +94,7 @@ def loaders_note(task: str, models: dict[str, dict]) -> dict[str, Any]:
             note["transformers.js"][key] = {"dtype": dtype}
         elif key in plain:
             note["transformers.js"][key] = {"dtype": "fp32", "model_file_name": stem}
-    if task == "embed":
+    if bundle_task(task).has_pooling:
         note["sentence-transformers"] = {k: ({"backend": "onnx"} if Path(e["file"]).name == "model.onnx" else
                                              {"backend": "onnx", "model_kwargs": {"file_name": Path(e["file"]).name}})
                                          for k, e in cpu.items()}

@@ -14,6 +14,7 @@ from typing import Any
 
 from edgebert.bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from edgebert.bundle.manifest import ModelShape
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.files.atomic import sha256_file, write_json
 from edgebert.model import BertConfig
 from edgebert.runtime.hostcpu import detect_host
@@ -46,7 +47,7 @@ def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, max_len: int,
     """The manifest without file hashes (``write_manifest`` adds them). The top-level ``tensorrt_profile``
     (batch x sequence, every input) is the export's; TensorRT graphs carry it per input."""
     # the label map of a classifier (id -> name; token-cls: the IOB tags EdgeSession.tag groups)
-    labels = ({str(k): v for k, v in cfg.id2label.items()} if task in ("cls", "token-cls") and cfg.id2label
+    labels = ({str(k): v for k, v in cfg.id2label.items()} if bundle_task(task).has_labels and cfg.id2label
               else None)
     return Manifest.build(
         task=task, config=shape_of(cfg),

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from edgebert.bundle.manifest import io_spec
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import ValidationError
 from edgebert.model import encoder_of
 
@@ -33,15 +34,13 @@ class TaskModel(nn.Module):
         super().__init__()
         self.model = model
         self.task = task
+        self.names = bundle_task(task).output_names
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         out = self.model(input_ids, attention_mask, token_type_ids)
-        if self.task == "embed":   # DistilBERT has no pooler: its first token's vector stands in
-            pooled = out.pooler_output if out.pooler_output is not None else out.last_hidden_state[:, 0]
-            return out.last_hidden_state, pooled
-        if self.task == "qa":
-            return out.start_logits, out.end_logits
-        return (out.logits,)
+        # DistilBERT has no pooler: its first token's vector stands in for pooler_output
+        return tuple(out.last_hidden_state[:, 0] if n == "pooler_output" and out.pooler_output is None
+                     else getattr(out, n) for n in self.names)
 
 
 def prepare(model: nn.Module, task: str) -> TaskModel:
@@ -49,7 +48,8 @@ def prepare(model: nn.Module, task: str) -> TaskModel:
     model.eval()
     encoder_of(model).set_attention_impl("eager")
     encoder_of(model).embeddings.static_positions = True   # RoBERTa: the position pattern onnxruntime fuses
-    if task == "embed" and encoder_of(model).pooler is None and model.config.model_type != "distilbert":
+    if ("pooler_output" in bundle_task(task).output_names and encoder_of(model).pooler is None
+            and model.config.model_type != "distilbert"):
         raise ValidationError("the model has no pooler, so task embed has no pooler_output",
                               "export a checkpoint with a pooler (BertModel/BertForPreTraining)")
     return TaskModel(model, task).eval()
@@ -67,7 +67,7 @@ def export_onnx(wrapped: TaskModel, path: str | Path, opset: int, pad_id: int = 
     mask[1, TRACE_SEQUENCE // 2:] = 0
     ids[mask == 0] = pad_id
     types = torch.zeros_like(ids)
-    if wrapped.task == "multiple-choice":      # (batch, choices, sequence): every row a choice
+    if bundle_task(wrapped.task).inputs == "choices":      # (batch, choices, sequence): every row a choice
         ids, mask, types = (x[:, None, :].repeat(1, TRACE_CHOICES, 1) for x in (ids, mask, types))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")

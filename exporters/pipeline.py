@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from edgebert.bundle import MANIFEST_NAME, TASK_OUTPUTS
+from edgebert.bundle import MANIFEST_NAME
 from edgebert.bundle.pooling import POOLING_FILES, read_pooling
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import CheckpointError, ConfigError
-from edgebert.exporters.config import TASK_ARCHITECTURES, ExportConfig, default_task
+from edgebert.exporters.config import ExportConfig, default_task
 from edgebert.exporters.fusion import fused_entry
 from edgebert.exporters.gpu_graphs import GpuGraphs
 from edgebert.exporters.hf_folder import GRAPH_DIR, HF_FILES, loaders_note, write_hf_folder
@@ -76,7 +77,7 @@ def _load(cfg: ExportConfig) -> tuple[BertConfig, str, object, Path]:
     model_cfg = BertConfig.load(cfg.model_dir / CONFIG_NAME)
     task = cfg.task or default_task(model_cfg.architecture)
     tok_file = find_tokenizer(cfg.model_dir)
-    model = load_model(cfg.model_dir, TASK_ARCHITECTURES[task])
+    model = load_model(cfg.model_dir, bundle_task(task).architecture)
     return model_cfg, task, model, tok_file
 
 
@@ -88,7 +89,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
     remove_stale_work_dirs()
     say("loading checkpoint")
     model_cfg, task, model, tok_file = _load(cfg)
-    pooling = read_pooling(cfg.model_dir) if task == "embed" else None   # a sentence-transformers model's own
+    pooling = read_pooling(cfg.model_dir) if bundle_task(task).has_pooling else None   # the model's own
     tok_meta = tokenizer_metadata(tok_file)
     max_len = cfg.max_sequence_length or model_cfg.max_sequence_length
     if max_len > model_cfg.max_sequence_length:
@@ -148,9 +149,9 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
 def _validator(cfg: ExportConfig, wrapped: TaskModel, job: ExportJob, max_len: int, say: Say) -> GraphValidator:
     """The export's validation context: its cases and the PyTorch reference on them, computed once."""
     cases = make_cases(job.model.vocab_size, max_len, cfg.validation_batch_sizes, cfg.validation_seq_lens,
-                       cfg.seed, job.pad_id, choices=(2, 4) if job.task == "multiple-choice" else (),
+                       cfg.seed, job.pad_id, choices=(2, 4) if bundle_task(job.task).inputs == "choices" else (),
                        segments=job.model.type_vocab_size)
-    names = TASK_OUTPUTS[job.task]
+    names = bundle_task(job.task).output_names
     return GraphValidator(cases, torch_reference(wrapped, cases, names), names, cfg.fp32_tolerance, say)
 
 

@@ -32,12 +32,11 @@ from typing import Callable, Protocol
 import numpy as np
 import onnxruntime as ort
 
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import ValidationError
 from edgebert.files.atomic import work_dir
-from edgebert.runtime.fidelity import METRICS, OUTPUT, Fidelity, FidelityTracker, summarize
-
-GATE_OUTPUT = {**OUTPUT, "qa": "start_logits", "multiple-choice": "logits"}   # batch invariance compares these
 from edgebert.quantization.calibration import TextBatches
+from edgebert.runtime.fidelity import METRICS, Fidelity, FidelityTracker, summarize
 from edgebert.runtime.hostcpu import PRECISION_OPTION
 
 
@@ -68,7 +67,7 @@ class AccuracyProbe:
     def __init__(self, task: str, fp32_path: str | Path, batches: TextBatches):
         self.task = task
         self.metric = METRICS[task]
-        self.output = OUTPUT[task]
+        self.output = bundle_task(task).metric_output
         self.batches = batches
         self.reference, self.batch_rows = self._summaries(fp32_path)
         self.sentences = sum(self.batch_rows)
@@ -205,7 +204,7 @@ def batch_invariance(path: str | Path, task: str, probe_feeds: list[dict[str, np
     for embed, logits for cls, per-token logits for mlm)."""
     sess = cpu_session(path)
     names = {i.name for i in sess.get_inputs()}
-    output = GATE_OUTPUT[task]
+    output = bundle_task(task).metric_output
     worst, rows = 0.0, 0
     for feeds in probe_feeds:
         width = max(feeds["input_ids"].shape[-1], batch_mates["input_ids"].shape[-1])
@@ -233,8 +232,10 @@ def _pad(array: np.ndarray, width: int) -> np.ndarray:
 
 
 def _row_vector(task: str, out: np.ndarray, n: int) -> np.ndarray:
-    if task == "embed":
+    """One text's compared output: its mean token vector (embed), its row (one per text), its tokens."""
+    spec = bundle_task(task)
+    if spec.has_pooling:
         return out[:n].astype(np.float64).mean(0)
-    if task in ("cls", "multiple-choice"):
+    if "sequence" not in spec.metric_shape:
         return out.astype(np.float64)
     return out[:n].astype(np.float64).ravel()

@@ -11,7 +11,7 @@ initializer are quantized; activation x activation MatMuls (QK^T, PV) stay float
 
 Calibration text defaults to the built-in English text (``edgebert.files.textfiles.builtin_texts``); the
 accuracy gate measures on held-out text the calibration did not see, against a default budget per task
-(``GATE_BUDGETS``: those of ``edgebert check``).
+(the task's entry in ``edgebert.bundle.task_registry``: the budget ``edgebert check`` uses).
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import ConfigError, DataError
 from edgebert.quantization.targets import ACTIVATION_SCALES, ENGINE_TARGET, Int8Recipe, resolve_targets, target_names
-from edgebert.runtime.fidelity import CHECK_BUDGETS
 
 INT8_MODES = ("dynamic", "static")
-# The gate's default budget per task: ``edgebert check``'s (``runtime.fidelity``), choice agreement as
-# label agreement (multiple-choice).
-GATE_BUDGETS = {**CHECK_BUDGETS, "multiple-choice": CHECK_BUDGETS["cls"]}
 CALIBRATE_METHODS = ("minmax", "percentile", "entropy")
 STATIC_OP_TYPES = ("MatMul", "Gemm")
 
@@ -40,7 +37,7 @@ class Int8Config:
     ``max_accuracy_loss`` is in the task metric's loss units: 1 - mean cosine (embed), 1 - label
     agreement (cls), 1 - top-1 agreement (mlm), against the fp32 model on held-out text; 1 - mean
     overlap of the answers with fp32's on held-out questions (qa); ``None`` takes the task's default
-    budget (``GATE_BUDGETS``).
+    budget (its ``task_registry`` entry's).
     """
 
     mode: str = "dynamic"
@@ -54,11 +51,11 @@ class Int8Config:
     calib_batch_size: int = 32
     calib_seq_len: int = 128                     # truncation length (static: also the fixed padding)
     calibrate_method: str = "minmax"             # static QDQ only
-    max_accuracy_loss: float | None = None       # None: GATE_BUDGETS[task]
-    embedding_tables: bool | None = None         # None: the recipe's (int8 tables); False: tables fp32
+    max_accuracy_loss: float | None = None       # None: the task's registry budget
     sensitivity_size: int = 64                   # texts used to rank nodes by sensitivity
     outlier_ratio: float | None = None           # None: the recipe's; 0: no outlier split
     activation_scales: str | None = None         # None: the recipe's (calibrated); or per-call
+    embedding_tables: bool | None = None         # None: the recipe's (int8 tables); False: tables fp32
 
     def __post_init__(self) -> None:
         if self.mode not in INT8_MODES:
@@ -128,7 +125,7 @@ class Int8Config:
 
     def budget(self, task: str) -> float:
         """The accuracy gate's budget for ``task``."""
-        return float(self.max_accuracy_loss) if self.max_accuracy_loss is not None else GATE_BUDGETS[task]
+        return float(self.max_accuracy_loss) if self.max_accuracy_loss is not None else bundle_task(task).budget
 
     @property
     def resolved_op_types(self) -> tuple[str, ...]:

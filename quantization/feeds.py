@@ -1,12 +1,14 @@
 """What each task's graph is calibrated and gated on, as ONNX feeds: ``task_feeds`` gives ``Int8Maker``
 one of these.
 
-* ``TextFeeds`` (embed, mlm, cls, token-cls): single texts, the built-in English text or ``--calib``
+One per kind of input a task takes (its ``task_registry`` entry's ``inputs``):
+
+* ``TextFeeds`` (texts: embed, mlm, cls, token-cls): single texts, the built-in English text or ``--calib``
   (``calibration.calibration_split``), gated by ``AccuracyProbe`` with the task's agreement metric;
-* ``ChoiceFeeds`` (multiple-choice): the same texts, four at a time as the choices of one
-  (batch, choices, sequence) input, gated by choice agreement (the argmax over a row's choices: the
-  ``cls`` metric on the (batch, choices) logits);
-* ``QuestionFeeds`` (qa): ``[CLS] question [SEP] context [SEP]`` windows as the bundle answers with
+* ``ChoiceFeeds`` (choices: multiple-choice): the same texts, four at a time as the choices of one
+  (batch, choices, sequence) input, gated by choice agreement (``label_agreement`` on the (batch,
+  choices) logits);
+* ``QuestionFeeds`` (questions: qa): ``[CLS] question [SEP] context [SEP]`` windows as the bundle answers with
   them (``edgebert.qa.windows``: 384 tokens or the model's maximum, the default stride), gated by the
   overlap of the answers with fp32's on held-out questions (``quantization.span_gate``: the metric and
   budget of ``edgebert check``). The gate measures on questions the model did not train on: the 62
@@ -29,9 +31,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import ConfigError, DataError
 from edgebert.qa.squad_file import SquadExample, builtin_questions, read_squad
-from edgebert.qa.windows import MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from edgebert.qa.windows import MAX_SEQ_LEN, SquadWindows, default_stride
 from edgebert.quantization.accuracy import AccuracyProbe
 from edgebert.quantization.calibration import (
     Feeds,
@@ -43,6 +46,7 @@ from edgebert.quantization.calibration import (
 )
 from edgebert.quantization.config import Int8Config
 from edgebert.quantization.span_gate import SpanProbe
+from edgebert.runtime.answer import window_maker
 from edgebert.runtime.text import Encoded, pad_batch
 
 CHOICES = 4                  # texts per multiple-choice input
@@ -61,10 +65,7 @@ class TextFeeds:
                               "drop it: the gate of this task measures on --calib's texts after --calib-size")
         self.split = calibration_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size)
         say(f"fp32 reference on held-out text ({self.split.held_out.describe()['source']})")
-        self.probe = AccuracyProbe(self.metric_task(task), fused, self._batches(self.split.held_out))
-
-    def metric_task(self, task: str) -> str:
-        return task
+        self.probe = AccuracyProbe(task, fused, self._batches(self.split.held_out))
 
     def _batches(self, source: TextSource, pad_to: int | None = None):
         return TextBatches(source, self.tok, None, self.qcfg.calib_batch_size, self.qcfg.calib_seq_len,
@@ -122,9 +123,6 @@ class ChoiceBatches:
 
 class ChoiceFeeds(TextFeeds):
     """Texts as the choices of multiple-choice inputs (see the module docstring)."""
-
-    def metric_task(self, task: str) -> str:
-        return "cls"                   # agreement of the argmax over each input's choices
 
     def _batches(self, source: TextSource, pad_to: int | None = None):
         return ChoiceBatches(super()._batches(source, pad_to))
@@ -216,12 +214,14 @@ class QuestionFeeds:
 
         self.qcfg, self.pad_id = qcfg, pad_id
         self.window = min(MAX_SEQ_LEN, window)
-        maker = WindowMaker(Tokenizer.from_file(str(tokenizer)), self.window, default_stride(self.window))
+        # the windows EdgeSession.answer cuts (its question limit and spacing): the gate reads what check reads
+        maker = window_maker(str(tokenizer), self.window, default_stride(self.window))
         self.split = question_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size, qcfg.gate_data)
         self.calibration_windows = maker(self.split.calibration)
         held = maker(self.split.held_out)
         say(f"fp32 reference on {len(self.split.held_out)} held-out questions ({self.split.sources['held_out']})")
-        cls_id = Tokenizer.from_file(str(tokenizer)).token_to_id("[CLS]")     # as the manifest records it
+        tok = Tokenizer.from_file(str(tokenizer))
+        cls_id = next((i for i in map(tok.token_to_id, ("[CLS]", "<s>")) if i is not None), None)   # the manifest's
         self.probe = SpanProbe(fused, self.split.held_out, held, pad_id, qcfg.calib_batch_size, cls_id)
         self.held_windows = held
 
@@ -257,8 +257,9 @@ class QuestionFeeds:
 def task_feeds(qcfg: Int8Config, task: str, fused: Path, *, tokenizer: Path, pad_id: int, max_length: int | None,
                say: Say):
     """The feeds of ``task`` (see the module docstring); ``max_length``: the bundle's longest input."""
-    if task == "qa":
+    inputs = bundle_task(task).inputs
+    if inputs == "questions":
         return QuestionFeeds(qcfg, fused, tokenizer, pad_id, max_length or MAX_SEQ_LEN, say)
-    if task == "multiple-choice":
+    if inputs == "choices":
         return ChoiceFeeds(qcfg, task, fused, tokenizer, pad_id, say)
     return TextFeeds(qcfg, task, fused, tokenizer, pad_id, say)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import ValidationError
 from edgebert.graph.ir_graph import read_ir
 from edgebert.graph.ops import op_type_counts, quantized_biases, weight_node_inputs
@@ -31,10 +32,10 @@ from edgebert.quantization.static import STATIC_REQUIREMENTS, StaticQdqInt8Quant
 from edgebert.quantization.targets import Int8Recipe
 
 Say = Callable[..., None]
-# Question answering: INT8 may cost at most the budget in F1, else the bundle says so and
-# keeps fp32 as its default. Its search keeps at most a quarter of the quantizable nodes float (a graph
-# mostly float is not worth shipping as INT8); a miss beyond that marks the graph instead of failing the export.
-MAY_MISS, FLOAT_SHARE = ("qa",), 4
+# A task whose gate may miss (``BundleTask.gate_may_miss``: question answering) keeps at most a quarter of
+# the quantizable nodes float (a graph mostly float is not worth shipping as INT8); a miss beyond that
+# marks the graph and makes fp32 the bundle's default instead of failing the export.
+FLOAT_SHARE = 4
 ARITHMETIC = ("exact U8S8 products (session.x64quantprecision=1 where the export host saturates): the figure "
               "of a host that runs the graph correctly")
 
@@ -145,7 +146,7 @@ class Int8Maker:
     def _quantize(self, quantizer: DynamicInt8Quantizer | StaticQdqInt8Quantizer, candidates: list[str], out: Path,
                   figures: dict) -> tuple[GuardResult, dict]:
         """Quantize through the accuracy gate; the quantization figures (``figures`` after the counts)."""
-        bounded = self.task in MAY_MISS       # a span head's F1 gate may miss: the bundle then keeps fp32 default
+        bounded = bundle_task(self.task).gate_may_miss     # then the bundle keeps fp32 its default
         guard = quantize_with_guard(quantizer, out, self.probe, self.budget, self.qcfg.sensitivity_size, self.say,
                                     max_excluded=max(1, len(candidates) // FLOAT_SHARE) if bounded else None,
                                     allow_miss=bounded)

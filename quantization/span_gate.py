@@ -24,14 +24,15 @@ from typing import Sequence
 
 import numpy as np
 
+from edgebert.bundle.task_registry import task_serving
 from edgebert.errors import EdgebertError
 from edgebert.qa.answers import pipeline_answers
 from edgebert.qa.squad_file import SquadExample
 from edgebert.qa.windows import SquadWindows
 from edgebert.runtime.answer import MAX_ANSWER_LEN, SPAN_OUTPUTS, span_logits
-from edgebert.runtime.fidelity import METRICS, span_overlap_f1
+from edgebert.runtime.fidelity import span_overlap_f1
 
-METRIC = METRICS["qa"]
+METRIC = task_serving("answer").metric      # the metric of the task EdgeSession.answer serves
 LOSS_UNIT = "1 - mean overlap F1 of the answers with fp32's answers on held-out questions"
 
 

@@ -29,15 +29,15 @@ def readme_bundle(tmp_path_factory):
 
 
 def test_gate_and_check_measure_one_metric_with_one_budget_on_questions_not_trained_on(readme_bundle):
-    from edgebert.quantization.config import GATE_BUDGETS
-    from edgebert.runtime.fidelity import CHECK_BUDGETS
+    from edgebert.bundle.task_registry import bundle_task
+    from edgebert.quantization.config import Int8Config
 
     data, bundle = readme_bundle
     manifest = read_manifest(bundle)
     gate = manifest.models["int8"].get_extra("accuracy")
     # the gate never measures on the training file's questions (the model learnt their answers)
     assert gate["held_out"]["source"] == "built-in questions" and gate["n"] == len(builtin_questions()) == 62
-    assert GATE_BUDGETS["qa"] == CHECK_BUDGETS["qa"] == 0.02
+    assert Int8Config().budget("qa") == bundle_task("qa").budget == 0.02
     assert gate["metric"] == "answer_overlap_f1" and gate["max_accuracy_loss"] == 0.02
     assert gate["loss"] == pytest.approx(1 - gate["mean"], abs=1e-6)
 

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from edgebert.bench.workloads import LengthMix
+from edgebert.bundle.task_registry import task_serving
 from edgebert.errors import ConfigError, DataError
 from edgebert.qa.spans import predict_spans
 from edgebert.qa.squad_file import SquadExample, read_squad
@@ -58,7 +59,7 @@ class AnswerData:
         anything is measured or written."""
         from tokenizers import Tokenizer
 
-        if task != "qa":
+        if task != task_serving("answer").name:
             raise ConfigError(f"--data FILE.json scores SQuAD answers of a qa bundle; this bundle's task is {task!r}",
                               "drop --data, or pass a CoNLL file for a token-cls bundle")
         examples = read_squad(path)[:limit]

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgebert.bundle.task_registry import task_serving
 from edgebert.data.tasks import read_tagged
 from edgebert.errors import ConfigError, DataError
 from edgebert.files.textfiles import is_conll
@@ -47,8 +48,9 @@ class EntityData:
         the bundle's labels, seqeval installed) and read it as ``edgebert evaluate`` does
         (``edgebert.data.tasks.read_tagged``: the same one-line error for a bad line or an unknown tag);
         every problem is a ConfigError / DataError before anything is measured or written."""
-        if task != "token-cls":
-            raise ConfigError(f"--data scores entity F1 of a token-cls bundle; this bundle's task is {task!r}",
+        tagging = task_serving("tag").name
+        if task != tagging:
+            raise ConfigError(f"--data scores entity F1 of a {tagging} bundle; this bundle's task is {task!r}",
                               "drop --data (edgebert evaluate scores other tasks)")
         if not labels:
             raise ConfigError("the bundle's manifest has no label names, so tags cannot be scored",

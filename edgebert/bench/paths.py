@@ -29,6 +29,7 @@ from edgebert.bench.startup import open_path
 from edgebert.bench.timing import Waiting, delta_mb, memory_pass, replay, time_shapes, time_side_by_side
 from edgebert.bench.workloads import LengthMix
 from edgebert.bundle import Manifest
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import BundleError, EdgebertError, RuntimeFault
 from edgebert.runtime.fidelity import FidelityTracker
 from edgebert.runtime.numeric import nonfinite_rows
@@ -129,7 +130,7 @@ class Run:
             accuracy = None
             bad = sum(max(nonfinite_rows(v) for v in run_fn(f).values()) for f in self.eval_feeds)
         else:
-            tracker = SpanTracker() if self.task == "qa" else FidelityTracker(self.task)
+            tracker = SpanTracker() if bundle_task(self.task).inputs == "questions" else FidelityTracker(self.task)
             for feeds, ref_out in zip(self.eval_feeds, self.ref_outputs):
                 tracker.add_runs(ref_out, run_fn(feeds), feeds["attention_mask"])
             fidelity = tracker.result()

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-TASK_ARCHITECTURE = {"embed": "BertModel", "cls": "BertForSequenceClassification", "mlm": "BertForMaskedLM",
-                     "token-cls": "BertForTokenClassification", "qa": "BertForQuestionAnswering"}
+from edgebert.bundle.task_registry import bundle_task as task_entry
+
+ENCODER, ENCODER_OUTPUTS = "BertModel", ("last_hidden_state", "pooler_output")   # the bare encoder's
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
@@ -46,11 +47,11 @@ class TorchReference:
         self.notes: list[str] = []
         self.task = task
         try:
-            self.model = load_model(self.model_dir, TASK_ARCHITECTURE[task])
+            self.model = load_model(self.model_dir, task_entry(task).architecture)
         except CheckpointError as exc:
-            if task == "embed":
+            if task_entry(task).architecture == ENCODER:      # nothing to fall back to
                 raise
-            self.model = load_model(self.model_dir, "BertModel")
+            self.model = load_model(self.model_dir, ENCODER)
             self.task = "encoder"
             self.notes.append(f"{self.model_dir} has no {task} head ({exc.message}); it is timed as a "
                               "bare encoder and its outputs are not compared")
@@ -80,11 +81,8 @@ class TorchReference:
 
         def host(t):   # .cpu() waits for the GPU, so a timed call includes the work
             return t.float().cpu().numpy()
-        if self.task in ("embed", "encoder"):
-            return {"last_hidden_state": host(out.last_hidden_state), "pooler_output": host(out.pooler_output)}
-        if self.task == "qa":
-            return {"start_logits": host(out.start_logits), "end_logits": host(out.end_logits)}
-        return {"logits": host(out.logits)}
+        names = ENCODER_OUTPUTS if self.task == "encoder" else task_entry(self.task).output_names
+        return {n: host(getattr(out, n)) for n in names}
 
     def logits(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The classifier's (B, T, C) or (B, C) logits (``--data`` scoring)."""
@@ -107,14 +105,15 @@ def comparability(bundle_task: str, bundle_config: dict[str, Any], num_labels: i
     why = ""
     if reference.task != bundle_task:
         comparable, why = False, f"the reference runs as {reference.task!r}, the bundle as {bundle_task!r}"
-    elif bundle_task == "embed" and ours["hidden_size"] != ref_cfg["hidden_size"]:
-        comparable, why = False, (f"hidden sizes differ ({ours['hidden_size']} vs {ref_cfg['hidden_size']})")
-    elif bundle_task == "mlm" and ours["vocab_size"] != ref_cfg["vocab_size"]:
-        comparable, why = False, f"vocabularies differ ({ours['vocab_size']} vs {ref_cfg['vocab_size']})"
-    elif bundle_task in ("cls", "token-cls") and num_labels != reference.config.num_labels:
-        comparable, why = False, f"label counts differ ({num_labels} vs {reference.config.num_labels})"
-    else:
-        comparable = True
+    else:       # the sizes in the shape of the output the metric compares must agree
+        spec = task_entry(bundle_task)
+        pairs = {"hidden_size": ("hidden sizes", ours["hidden_size"], ref_cfg["hidden_size"]),
+                 "vocab_size": ("vocabularies", ours["vocab_size"], ref_cfg["vocab_size"]),
+                 "num_labels": ("label counts", num_labels, reference.config.num_labels)}
+        differ = [pairs[a] for a in spec.metric_shape if a in pairs and pairs[a][1] != pairs[a][2]]
+        comparable = not differ
+        if differ:
+            why = f"{differ[0][0]} differ ({differ[0][1]} vs {differ[0][2]})"
     differs = ", ".join(f"{k} {ours[k]} vs {ref_cfg[k]}" for k in SIZE_KEYS
                         if ours[k] is not None and ours[k] != ref_cfg[k])
     if not comparable:

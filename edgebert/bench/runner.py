@@ -39,6 +39,7 @@ from edgebert.bench.rows import GPU_PROVIDERS, SIDE_BY_SIDE, ProviderRow, Unavai
 from edgebert.bench.schema import AnswersSection, BenchReport, EntitiesSection, LengthMixSection
 from edgebert.bench.workloads import LengthMix, read_texts, synthetic_feeds
 from edgebert.bundle import Manifest, open_bundle, tokenizer_path
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import ConfigError
 from edgebert.files.outdirs import OutputDir
 
@@ -103,7 +104,8 @@ def _eval_batches(config: BenchConfig, manifest: Manifest, encoder, pad_id: int)
     """Padded feeds the accuracy comparison runs: real texts when a lengths file is given."""
     from edgebert.runtime.text import Encoded, pad_batch
 
-    n = config.eval_texts if manifest.task != "mlm" else min(config.eval_texts, 8)  # V-wide logits
+    vocab_wide = "vocab_size" in bundle_task(manifest.task).metric_shape      # (B, T, V) logits: few texts
+    n = min(config.eval_texts, 8) if vocab_wide else config.eval_texts
     if config.lengths_from is not None:
         texts = read_texts(config.lengths_from, n)
         rows = encoder.encode(texts, isinstance(texts[0], tuple), truncate=True)
@@ -120,7 +122,7 @@ def _eval_batches(config: BenchConfig, manifest: Manifest, encoder, pad_id: int)
 
 def _check_request(config: BenchConfig, manifest: Manifest) -> None:
     """What can be refused before anything is measured or written."""
-    if manifest.task == "multiple-choice":
+    if bundle_task(manifest.task).inputs == "choices":
         raise ConfigError("bench times (batch, sequence) inputs; a multiple-choice bundle takes (batch, choices, "
                           "sequence)", "time its graph with onnxruntime directly")
     if max(config.seqs) > manifest.max_length:
@@ -164,7 +166,7 @@ def measure(config: BenchConfig) -> BenchReport:
     pad_id = manifest.tokenizer.pad_id
     encoder = TextEncoder(tokenizer_path(config.bundle_dir, manifest), manifest.max_length, pad_id)
     entities = answers = None
-    if config.data is not None and manifest.task == "qa":
+    if config.data is not None and bundle_task(manifest.task).inputs == "questions":
         answers = AnswerData.load(config.data, manifest.task, tokenizer_path(config.bundle_dir, manifest),
                                   manifest.max_length, pad_id, config.max_texts)
     elif config.data is not None:

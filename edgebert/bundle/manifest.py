@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from edgebert.bundle.pooling import SentencePooling
+from edgebert.bundle.task_registry import BUNDLE_TASKS, TASK_NAMES, bundle_task
 from edgebert.errors import BundleError
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "READABLE_VERSIONS", "TASKS", "PRECISIONS",
@@ -38,16 +39,10 @@ MANIFEST_NAME = "manifest.json"
 BUNDLE_FORMAT = "edgebert-bundle"
 BUNDLE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-TASKS = ("embed", "mlm", "cls", "token-cls", "qa", "multiple-choice")
+TASKS = TASK_NAMES                 # the bundle tasks (``task_registry``: one entry each)
 PRECISIONS = ("fp32", "int8", "fp16")
-# Output names per task, in graph order.
-TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "embed": ("last_hidden_state", "pooler_output"),
-    "mlm": ("logits",),
-    "cls": ("logits",),
-    "token-cls": ("logits",),       # (batch, sequence, num_labels): one score row per token
-    "qa": ("start_logits", "end_logits"), "multiple-choice": ("logits",),   # (batch, sequence) each; (batch, choices)
-}
+# Output names per task, in graph order (read from the registry).
+TASK_OUTPUTS: dict[str, tuple[str, ...]] = {t.name: t.output_names for t in BUNDLE_TASKS}
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _REQUIRED_KEYS = ("format", "version", "task", "config", "tokenizer", "inputs", "outputs", "models", "files")
 _CONFIG_KEYS = ("hidden_size", "max_position_embeddings", "vocab_size", "num_hidden_layers", "num_attention_heads")
@@ -117,12 +112,10 @@ class TensorSpec:
 def io_spec(task: str, hidden_size: int, vocab_size: int, num_labels: int) -> tuple[tuple[TensorSpec, ...],
                                                                                      tuple[TensorSpec, ...]]:
     """The inputs and outputs of a ``task`` graph: the one definition of a bundle's I/O names and axes."""
-    axes = ("batch", "choices", "sequence") if task == "multiple-choice" else ("batch", "sequence")
-    inputs = tuple(TensorSpec(n, "int64", axes) for n in INPUT_NAMES)
-    logits = {"mlm": (*axes, vocab_size), "token-cls": (*axes, num_labels), "multiple-choice": axes[:2]}
-    shapes = {"last_hidden_state": ("batch", "sequence", hidden_size), "pooler_output": ("batch", hidden_size),
-              "logits": logits.get(task, ("batch", num_labels)), "start_logits": axes, "end_logits": axes}
-    return inputs, tuple(TensorSpec(n, "float32", shapes[n]) for n in TASK_OUTPUTS[task])
+    spec = bundle_task(task)
+    inputs = tuple(TensorSpec(n, "int64", spec.input_axes) for n in INPUT_NAMES)
+    sizes = {"hidden_size": hidden_size, "vocab_size": vocab_size, "num_labels": num_labels}
+    return inputs, tuple(TensorSpec(n, "float32", tuple(sizes.get(a, a) for a in shape)) for n, shape in spec.outputs)
 
 
 @dataclass(frozen=True)

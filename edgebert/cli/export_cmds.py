@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.cli import options as o
 from edgebert.cli.app import app, console, say
 
@@ -88,7 +89,7 @@ def export(
     for line in result.summary_lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     pooling = result.manifest.pooling
-    if result.manifest.task == "embed":
+    if bundle_task(result.manifest.task).has_pooling:
         say(f"pooling: {pooling.describe()}" if pooling else "pooling: not stated by the model (no "
             "sentence-transformers modules.json): EdgeSession.embed pools by mean")
     if archive_out is not None:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Callable, List, Optional
 
 import typer
 
-from edgebert.runtime.fidelity import DEFAULT_BUDGETS
+from edgebert.bundle.task_registry import BUNDLE_TASKS
 
 PIPELINE_INT8_BUDGET = 0.01     # PipelineConfig.max_accuracy_loss (tests/test_cli_help.py holds them equal)
 
@@ -102,11 +102,10 @@ Calib = Annotated[Optional[Path], typer.Option(
                     "a TSV with a 'sentence' column, or WikiText raw; the texts after the first "
                     "--calib-size are held out for the accuracy gate.")]
 MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
-    "--max-accuracy-loss", help="INT8 budget vs fp32 on held-out text: 1 - mean cosine (embed, default "
-                                f"{DEFAULT_BUDGETS['embed']}), 1 - label agreement (cls, {DEFAULT_BUDGETS['cls']}), "
-                                f"1 - top-1 agreement (mlm, {DEFAULT_BUDGETS['mlm']}), 1 - token label agreement "
-                                f"(token-cls, {DEFAULT_BUDGETS['token-cls']}), 1 - answer overlap with fp32's on held-out questions (qa, 0.02); pipeline: "
-                                f"{PIPELINE_INT8_BUDGET} (its embedding student). export keeps the most sensitive "
+    "--max-accuracy-loss", help="INT8 budget vs fp32 on held-out data, 1 - the mean of the task's metric: "
+                                + ", ".join(f"{t.metric} ({t.name}, {t.budget})" for t in BUNDLE_TASKS)
+                                + f"; pipeline: {PIPELINE_INT8_BUDGET} (its embedding student). "
+                                "export keeps the most sensitive "
                                 "nodes float until it is met; check defaults to the budget the export used.")]
 Target = Annotated[Optional[str], typer.Option(
     "--target", help="INT8 deployment target(s), comma list: portable (any x86-64/ARM64 CPU) | x86-avx2 | "

@@ -20,8 +20,8 @@ import torch
 from tokenizers import Tokenizer
 
 from edgebert.data.tasks import (
-    SPAN_TASKS,
-    TOKEN_TASKS,
+    SPAN_PRESETS,
+    TOKEN_PRESETS,
     LabelledExample,
     TaggedSentence,
     read_tagged,
@@ -207,7 +207,7 @@ def load_task_data(task: str, train_file: Path, dev_file: Path | None, tok: Toke
     def first(items: list | None) -> list | None:
         return items[:max_eval_examples] if items and max_eval_examples else items
 
-    if task in SPAN_TASKS:
+    if task in SPAN_PRESETS:
         train_questions = _subset(read_squad(train_file), max_train_examples, seed)
         dev_questions = first([e for e in read_squad(dev_file) if e.has_answer] if dev_file else None)
         if dev_file and not dev_questions:
@@ -216,7 +216,7 @@ def load_task_data(task: str, train_file: Path, dev_file: Path | None, tok: Toke
         dev = squad_windows(dev_questions, tok, max_seq_len, doc_stride) if dev_questions else None
         return TaskData(train, dev, (), True, dev_questions)
 
-    if task in TOKEN_TASKS:
+    if task in TOKEN_PRESETS:
         train_rows, tags = read_tagged(train_file, labels, tag_column)
         dev_rows = first(read_tagged(dev_file, tags, tag_column)[0] if dev_file else None)
         train = encode_tagged(_subset(train_rows, max_train_examples, seed), tok, max_seq_len)

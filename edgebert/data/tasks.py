@@ -19,10 +19,12 @@ from edgebert.errors import CheckpointError, DataError
 from edgebert.files.textfiles import IOB_TAG, first_line, read_conll, read_utf8
 from edgebert.qa.windows import default_stride
 
-TASKS = ("sst2", "mrpc", "tsv", "ner", "squad")
-SEQUENCE_TASKS = ("sst2", "mrpc", "tsv")   # one label per example
-TOKEN_TASKS = ("ner",)                      # one label per word (IOB named-entity tags)
-SPAN_TASKS = ("squad",)                     # an answer span per question (SQuAD JSON)
+# Dataset presets (``--task`` of finetune / evaluate / distill): how to read a labelled dataset. Not the
+# bundle tasks (embed, cls, token-cls, qa ...: ``edgebert.bundle.task_registry``).
+DATASET_PRESETS = ("sst2", "mrpc", "tsv", "ner", "squad")
+SEQUENCE_PRESETS = ("sst2", "mrpc", "tsv")   # one label per example
+TOKEN_PRESETS = ("ner",)                      # one label per word (IOB named-entity tags)
+SPAN_PRESETS = ("squad",)                     # an answer span per question (SQuAD JSON)
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def task_spec(task: str, header: Sequence[str] | None = None) -> TaskSpec:
     if task in TASK_SPECS:
         return TASK_SPECS[task]
     if task != "tsv":
-        raise DataError(f"unknown task {task!r}", f"use one of {', '.join(TASKS)}")
+        raise DataError(f"unknown task {task!r}", f"use one of {', '.join(DATASET_PRESETS)}")
     cols = set(header or ())
     if {"sentence1", "sentence2", "label"} <= cols:
         return TaskSpec("tsv", ("sentence1", "sentence2"), "label", (), ())
@@ -109,7 +111,7 @@ def task_spec(task: str, header: Sequence[str] | None = None) -> TaskSpec:
 def read_task_tsv(path: str | Path, task: str, spec: TaskSpec | None = None) -> tuple[list[LabelledExample], TaskSpec]:
     """Read a GLUE-style TSV. For ``tsv`` the label set is taken from the file (sorted) unless ``spec`` is given."""
     path = Path(path)
-    if task in TOKEN_TASKS:
+    if task in TOKEN_PRESETS:
         raise DataError(f"task {task!r} is a token task", "read it with read_tagged")
     text = read_utf8(path, hint="pass an existing file")
     rows = list(csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
@@ -149,7 +151,7 @@ def spec_for_model(task: str, path: str | Path, model_labels: Sequence[str] | No
     (None or empty: the file's own order, i.e. None for ``tsv``). For ``tsv`` the model's names are
     the file's label values; a named task must have as many labels as the model."""
     labels = tuple(model_labels or ())
-    if task in TOKEN_TASKS:
+    if task in TOKEN_PRESETS:
         raise DataError(f"task {task!r} is a token task", "read it with read_tagged")
     if task != "tsv":
         spec = task_spec(task)
@@ -170,11 +172,11 @@ class TaskShape:
 
     @property
     def is_token_task(self) -> bool:
-        return self.task in TOKEN_TASKS
+        return self.task in TOKEN_PRESETS
 
     @property
     def is_span_task(self) -> bool:
-        return self.task in SPAN_TASKS
+        return self.task in SPAN_PRESETS
 
     @property
     def stride(self) -> int:

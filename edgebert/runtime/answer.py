@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgebert.bundle.task_registry import task_serving
 from edgebert.errors import ConfigError, DataError
 from edgebert.qa.answers import Answer, check_answer_options, pipeline_answers
 from edgebert.qa.squad_file import SquadExample
@@ -36,7 +37,7 @@ from edgebert.qa.windows import DOC_STRIDE, MAX_QUERY_LEN, MAX_SEQ_LEN, SquadWin
 from edgebert.runtime.tagging import batched_logits
 from edgebert.runtime.text import Encoded, check_text
 
-QA_TASK = "qa"
+QA_TASK = task_serving("answer").name      # the task whose bundles answer questions
 SPAN_OUTPUTS = ("start_logits", "end_logits")
 MAX_ANSWER_LEN = 15             # the pipeline's default, in tokens
 

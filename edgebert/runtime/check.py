@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle import ModelEntry, read_manifest, verify_files
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import BundleError, EdgebertError
 from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
-from edgebert.runtime.answer import QA_TASK
-from edgebert.runtime.fidelity import CHECK_BUDGETS, METRICS, OUTPUT, FidelityTracker, answer_spans
+from edgebert.runtime.fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker, answer_spans
 from edgebert.runtime.float_reference import measure_against_reference, read_reference
 from edgebert.runtime.hostcpu import PRECISION_OPTION, detect_host
 from edgebert.runtime.int8_choice import choose_openvino
@@ -120,7 +120,7 @@ def _describe_openvino(manifest, entry: ModelEntry, host) -> dict[str, Any]:
 
 
 def _texts(data: Path | None, max_texts: int, task: str) -> tuple[list, dict[str, Any]]:
-    if task == QA_TASK:
+    if bundle_task(task).inputs == "questions":
         from edgebert.qa.squad_file import builtin_questions, read_squad
 
         questions = (read_squad(data) if data is not None else builtin_questions())[:max_texts]
@@ -144,7 +144,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     bundle_dir = Path(bundle_dir)
     manifest = read_manifest(bundle_dir)
     host = detect_host()
-    task = manifest.task
+    task, spec = manifest.task, bundle_task(manifest.task)
     report = CheckReport(str(bundle_dir), task, False, "", {**host.as_dict(), "summary": host.summary()})
     try:
         verify_files(bundle_dir, manifest)
@@ -155,7 +155,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
         _describe_openvino(manifest, e, host) for e in manifest.models.values() if e.engine == ENGINE]
     texts, report.texts = _texts(Path(data) if data is not None else None, max_texts, task)
-    if task not in OUTPUT and task != QA_TASK:
+    if task not in OUTPUT and spec.inputs != "questions":
         report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"
         return report
     if not graphs:
@@ -179,18 +179,18 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     report.export_fidelity = {**{k: v for k, v in accuracy.items() if k in ("metric", "mean", "min", "n", "loss")},
                               "source": (accuracy.get("held_out") or {}).get("source")} if accuracy else None
     # the export's budget, where its gate measured this check's metric (older qa bundles: SQuAD F1 vs gold)
-    same_metric = accuracy.get("metric") == METRICS.get(task)
+    same_metric = accuracy.get("metric") == spec.metric
     exported = accuracy.get("max_accuracy_loss") if same_metric else None
     budget = max_accuracy_loss if max_accuracy_loss is not None else exported
-    report.budget = float(budget if budget is not None else CHECK_BUDGETS[task])
+    report.budget = float(budget if budget is not None else DEFAULT_BUDGETS[task])
     try:
         if packed:
             fidelity, report.texts = measure_against_reference(int8, task, max_texts,
                                                                *read_reference(bundle_dir, manifest))
         else:
-            measure = _measure_answers if task == QA_TASK else _measure
+            measure = _measure_answers if spec.inputs == "questions" else _measure
             fidelity, report.speed = measure(fp32, int8, task, texts)
-        if task == "token-cls" and data is not None and is_conll(data):
+        if spec.method == "tag" and data is not None and is_conll(data):
             report.entities = _entity_scores({"fp32": fp32, "int8": int8}, Path(data), max_texts)
     except EdgebertError as exc:        # the graphs fail, or give NaN, on this machine
         report.reason = f"FAIL: {exc.one_line()}"

@@ -1,16 +1,17 @@
 """How closely one graph's outputs follow a reference's on the same inputs: the task metrics of the
 INT8 accuracy gate (export), ``edgebert check`` (on the device) and ``edgebert bench``. numpy only.
 
-Metrics per task, each against the reference's own outputs:
+The metrics, each against the reference's own outputs (a task's metric is its entry's in
+``edgebert.bundle.task_registry``):
 
-* ``embed``: cosine of sentence embeddings (mean pooling over the attention mask); loss = 1 - mean.
-* ``cls``:   label agreement (argmax of logits);                                 loss = 1 - rate.
-* ``mlm``:   top-1 agreement over every non-pad token;                           loss = 1 - rate.
-* ``token-cls``: token label agreement (argmax per token) over the real tokens: not padding, and not
+* ``cosine`` (embed): of sentence embeddings (mean pooling over the attention mask); loss = 1 - mean.
+* ``label_agreement`` (cls; multiple-choice: the argmax over the choices): argmax of logits; loss = 1 - rate.
+* ``top1_agreement`` (mlm): top-1 agreement over every non-pad token;                loss = 1 - rate.
+* ``token_label_agreement`` (token-cls): argmax per token over the real tokens: not padding, and not
   the first ([CLS]) or last ([SEP]) token of a row (inputs are single texts);  loss = 1 - rate.
-* ``qa``:    overlap F1 of each question's answer with the reference's answer, on character offsets into
-  the context (1 for the same span, 0 for disjoint ones; two empty answers agree), the answers as
-  ``EdgeSession.answer`` gives them;                                              loss = 1 - mean.
+* ``answer_overlap_f1`` (qa): overlap F1 of each question's answer with the reference's answer, on
+  character offsets into the context (1 for the same span, 0 for disjoint ones; two empty answers
+  agree), the answers as ``EdgeSession.answer`` gives them;                     loss = 1 - mean.
   The export's INT8 gate measures this too, on held-out questions (``quantization.span_gate``).
 
 Agreement moves in steps of 1/n, too coarse to rank single graph nodes on a few dozen texts, so every
@@ -31,23 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgebert.bundle.task_registry import BUNDLE_TASKS, bundle_task
 from edgebert.runtime.numeric import nonfinite_rows, softmax
 
-METRICS = {"embed": "cosine", "cls": "label_agreement", "mlm": "top1_agreement",
-           "token-cls": "token_label_agreement", "qa": "answer_overlap_f1"}
-OUTPUT = {"embed": "last_hidden_state", "cls": "logits", "mlm": "logits", "token-cls": "logits"}
-TOKEN_TASKS = ("mlm", "token-cls")      # scored per token: the result also counts the tokens
-# The accuracy gate's default budget per task, in the metric's loss units (1 - mean). Embeddings:
-# a mean cosine of 0.995 keeps nearest-neighbour rankings. Labels: at most 1 in
-# 100 classifications may flip. MLM: top-1 over every token, 2 in 100 (top-1 among near-ties flips
-# more easily than a sentence label, and MLM bundles are rarely the product). Token labels (NER): 1 in 200
-# real tokens, half the sentence-label budget: one flipped token can split, cut or invent an entity, and
-# CoNLL-2003 has about one entity per 8 words (see TOKEN_CLS_BUDGET_NOTE).
-DEFAULT_BUDGETS = {"embed": 0.005, "cls": 0.01, "mlm": 0.02, "token-cls": 0.005}
-# qa, in the export's gate and in ``edgebert check``: the mean overlap F1 of the INT8 answers with fp32's
-# may fall 0.02 (a flipped answer costs 1/n: about one of the 62 built-in questions, a boundary moved by a
-# word a fraction of that)
-CHECK_BUDGETS = {**DEFAULT_BUDGETS, "qa": 0.02}
+# Each bundle task's metric, compared output and default budget are its registry entry's
+# (``edgebert.bundle.task_registry``: the budgets' reasons are there); these maps are read from it.
+METRICS = {t.name: t.metric for t in BUNDLE_TASKS}
+OUTPUT = {t.name: t.metric_output for t in BUNDLE_TASKS if t.inputs == "texts"}   # compared on single texts
+DEFAULT_BUDGETS = {t.name: t.budget for t in BUNDLE_TASKS}     # the export gate's and check's
+LABELS = ("label_agreement", "token_label_agreement")             # argmax agreement, per text or per token
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -68,12 +61,13 @@ def inner_tokens(mask: np.ndarray) -> np.ndarray:
 
 def summarize(task: str, output: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
     """What the metric compares, per batch (small: never the full MLM logits)."""
-    if task == "embed":
+    metric = METRICS[task]
+    if metric == "cosine":
         emb = mean_pool(output, mask)
         return {"emb": emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)}
-    if task == "cls":
+    if metric == "label_agreement":
         return {"label": output.argmax(-1), "probs": softmax(output.astype(np.float64))}
-    if task == "token-cls":
+    if metric == "token_label_agreement":
         real = output[inner_tokens(mask)].astype(np.float64)     # (tokens, C)
         return {"label": real.argmax(-1), "probs": softmax(real)}
     real = output[mask.astype(bool)].astype(np.float64)          # (tokens, V)
@@ -95,13 +89,14 @@ def span_overlap_f1(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
 
 def compare(task: str, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(per-item score, per-item distance) of ``got`` against ``ref`` for one batch."""
-    if task == "qa":
+    metric = METRICS[task]
+    if metric == "answer_overlap_f1":
         same = (ref["spans"] == got["spans"]).all(1)
         return span_overlap_f1(ref["spans"], got["spans"]), 1.0 - same.astype(np.float64)
-    if task == "embed":
+    if metric == "cosine":
         cos = (ref["emb"] * got["emb"]).sum(1)
         return cos, 1.0 - cos
-    if task in ("cls", "token-cls"):     # per text or per token
+    if metric in LABELS:                 # per text or per token
         return (ref["label"] == got["label"]).astype(np.float64), 0.5 * np.abs(ref["probs"] - got["probs"]).sum(1)
     rows = np.arange(len(ref["top1"]))
     p_ref = ref["probs"][rows, ref["top1"]]
@@ -139,9 +134,10 @@ class Fidelity:
 def compared_positions(task: str, output: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The part of a task output the metric looks at: real tokens (embed, mlm), the tokens between
     [CLS] and [SEP] (token-cls), every row (cls)."""
-    if task == "cls":
+    metric = METRICS[task]
+    if metric == "label_agreement":
         return output
-    return output[inner_tokens(mask) if task == "token-cls" else mask.astype(bool)]
+    return output[inner_tokens(mask) if metric == "token_label_agreement" else mask.astype(bool)]
 
 
 def _largest(current: float | None, diff: np.ndarray) -> float:
@@ -156,7 +152,7 @@ class FidelityTracker:
     def __init__(self, task: str):
         if task not in METRICS:
             raise ValueError(f"no fidelity metric for task {task!r}")
-        self.task = task
+        self.task, self.metric = task, METRICS[task]
         self.scores: list[np.ndarray] = []
         self.distances: list[np.ndarray] = []
         self.texts = 0
@@ -180,10 +176,10 @@ class FidelityTracker:
             self.add_outputs(ref[output], got[output], mask)
             ours, theirs = (compared_positions(self.task, o[output], mask) for o in (got, ref))
             self.diffs["max_abs_diff"] = _largest(self.diffs.get("max_abs_diff"), np.abs(ours - theirs))
-            if self.task in ("cls", "token-cls"):
+            if self.metric in LABELS:
                 self.diffs["prob_max_abs_diff"] = _largest(self.diffs.get("prob_max_abs_diff"),
                                                            np.abs(softmax(ours) - softmax(theirs)))
-            if self.task == "embed":
+            if self.metric == "cosine":
                 pooler = [o["pooler_output"] for o in (got, ref) if "pooler_output" in o]
                 diff = np.abs(pooler[0] - pooler[1]) if len(pooler) == 2 else np.zeros(0)
                 self.diffs["pooler_max_abs_diff"] = _largest(self.diffs.get("pooler_max_abs_diff"), diff)
@@ -194,6 +190,7 @@ class FidelityTracker:
         scores = np.concatenate(self.scores) if self.scores else np.zeros(0)
         distance = float(np.concatenate(self.distances).mean()) if self.distances else 0.0
         mean = float(scores.mean()) if len(scores) else float("nan")
-        return Fidelity(METRICS[self.task], mean, float(scores.min()) if self.task == "embed" and len(scores) else None,
-                        self.texts, 1.0 - mean, distance, tokens=len(scores) if self.task in TOKEN_TASKS else None,
+        return Fidelity(self.metric, mean, float(scores.min()) if self.metric == "cosine" and len(scores) else None,
+                        self.texts, 1.0 - mean, distance,
+                        tokens=len(scores) if bundle_task(self.task).token_level else None,
                         non_finite=self.non_finite, **self.diffs)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from edgebert.bundle import Manifest, bundle_file
+from edgebert.bundle.task_registry import BUNDLE_TASKS, bundle_task
 from edgebert.errors import BundleError
 from edgebert.runtime.fidelity import METRICS, OUTPUT, FidelityTracker, answer_spans, inner_tokens, summarize
 from edgebert.runtime.text import length_sorted_batches, pad_batch
@@ -34,9 +35,11 @@ __all__ = ["REFERENCE_FILE", "REFERENCE_TASKS", "FIELD", "compute_reference", "w
 REFERENCE_FILE = "fp32_reference.npz"
 FIELD = "fp32_reference"            # the manifest's key
 BATCH = 32                          # the check's batches (so padding matches)
-_KEYS = {"embed": ("emb",), "cls": ("label", "probs"), "token-cls": ("label", "probs", "offsets"),
-         "mlm": ("top1", "p_top1", "offsets"), "qa": ("spans",)}
-REFERENCE_TASKS = tuple(_KEYS)
+# what is kept per metric; the tasks whose check measures single texts or questions have a reference
+_KEYS = {"cosine": ("emb",), "label_agreement": ("label", "probs"),
+         "token_label_agreement": ("label", "probs", "offsets"), "top1_agreement": ("top1", "p_top1", "offsets"),
+         "answer_overlap_f1": ("spans",)}
+REFERENCE_TASKS = tuple(t.name for t in BUNDLE_TASKS if t.metric in _KEYS and t.inputs != "choices")
 
 
 def texts_digest(items: list) -> str:
@@ -53,10 +56,10 @@ def _default_items(task: str, limit: int = 1 << 30) -> tuple[list, dict[str, Any
 
 def compute_reference(session, task: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(arrays, manifest field) of ``session`` (an fp32 ``EdgeSession``) on the check's default texts."""
-    if task not in _KEYS:
+    if task not in REFERENCE_TASKS:
         raise BundleError(f"no fp32 reference for task {task!r}: `edgebert check` has no metric for it")
     items, source = _default_items(task)
-    if task == "qa":
+    if bundle_task(task).inputs == "questions":
         spans = [answer_spans(session.answer([e.question for e in items[i:i + BATCH]],
                                              [e.context for e in items[i:i + BATCH]]))["spans"]
                  for i in range(0, len(items), BATCH)]
@@ -80,27 +83,27 @@ def _summaries(session, task: str, texts: list) -> dict[str, np.ndarray]:
         mask = feeds["attention_mask"]
         out = session.run(feeds, [OUTPUT[task]])[OUTPUT[task]]
         summary = summarize(task, out, mask)
-        if task == "mlm":
+        if METRICS[task] == "top1_agreement":
             summary = {"top1": summary["top1"], "p_top1": summary["probs"][np.arange(len(summary["top1"])),
                                                                            summary["top1"]]}
         counts = _token_counts(task, mask)
         starts = np.concatenate([[0], np.cumsum(counts)]) if counts is not None else None
         for j, i in enumerate(idx):
             per_text[i] = {k: (v[starts[j]:starts[j + 1]] if starts is not None else v[j]) for k, v in summary.items()}
-    keys = [k for k in _KEYS[task] if k != "offsets"]
-    arrays = {k: np.concatenate([t[k] for t in per_text]) if task in ("mlm", "token-cls")
+    keys = [k for k in _KEYS[METRICS[task]] if k != "offsets"]
+    arrays = {k: np.concatenate([t[k] for t in per_text]) if bundle_task(task).token_level
               else np.stack([t[k] for t in per_text]) for k in keys}
     arrays = {k: v.astype(np.float32) if v.dtype.kind == "f" else v.astype(np.int64) for k, v in arrays.items()}
-    if task in ("mlm", "token-cls"):
+    if bundle_task(task).token_level:
         arrays["offsets"] = np.concatenate([[0], np.cumsum([len(t[keys[0]]) for t in per_text])]).astype(np.int64)
     return arrays
 
 
 def _token_counts(task: str, mask: np.ndarray) -> np.ndarray | None:
     """Tokens per row that ``summarize`` keeps (None: one item per row)."""
-    if task == "token-cls":
+    if METRICS[task] == "token_label_agreement":
         return inner_tokens(mask).sum(1)
-    if task == "mlm":
+    if METRICS[task] == "top1_agreement":
         return mask.astype(bool).sum(1)
     return None
 
@@ -138,7 +141,7 @@ def read_reference(bundle_dir: Path, manifest: Manifest) -> tuple[dict[str, np.n
         raise BundleError(f"{path} is not a readable fp32 reference ({' '.join(str(exc).split())[:200]})",
                           "re-pack the bundle") from exc
     task = manifest.task
-    missing = [k for k in _KEYS.get(task, ("?",)) if k not in arrays]
+    missing = [k for k in _KEYS.get(METRICS.get(task), ("?",)) if k not in arrays]
     n = int(field.get("n", -1))
     rows = len(arrays["offsets"]) - 1 if "offsets" in arrays else len(next(iter(arrays.values()), ()))
     if missing or rows != n:
@@ -168,7 +171,7 @@ def measure_against_reference(int8, task: str, max_texts: int, arrays: dict[str,
                           f"runs {int8.max_length}")
     items = items[:max_texts]
     tracker = FidelityTracker(task)
-    if task == "qa":
+    if bundle_task(task).inputs == "questions":
         for i in range(0, len(items), BATCH):
             chunk = items[i:i + BATCH]
             got = answer_spans(int8.answer([e.question for e in chunk], [e.context for e in chunk]))
@@ -180,7 +183,7 @@ def measure_against_reference(int8, task: str, max_texts: int, arrays: dict[str,
             feeds = pad_batch([rows[i] for i in idx], int8.pad_id)
             got = summarize(task, int8.run(feeds, [OUTPUT[task]])[OUTPUT[task]], feeds["attention_mask"])
             ref = _rows(arrays, idx)
-            if task == "mlm":           # the reference keeps only its top token's probability
+            if METRICS[task] == "top1_agreement":     # the reference keeps only its top token's probability
                 rows_ = np.arange(len(ref["top1"]))
                 tracker.scores.append((ref["top1"] == got["top1"]).astype(np.float64))
                 tracker.distances.append(np.abs(ref["p_top1"] - got["probs"][rows_, ref["top1"]]))

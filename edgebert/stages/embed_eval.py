@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from edgebert.bundle import read_manifest
+from edgebert.bundle.task_registry import task_serving
 from edgebert.data.corpus import paragraphs as corpus_paragraphs
 from edgebert.data.corpus import read_corpus
 from edgebert.data.tasks import read_task_tsv
@@ -159,7 +160,7 @@ def bundle_embedder(path: Path, precision: str | None = None, max_seq_len: int =
     limit = read_manifest(path).max_length
     session = EdgeSession(path, provider="cpu", precision=precision, batch_size=batch_size,
                           max_length=min(max_seq_len, limit))
-    if session.task != "embed":
+    if session.task != task_serving("embed").name:
         raise ConfigError(f"{path} is a '{session.task}' bundle; --task embed needs an 'embed' bundle",
                           "export the encoder with --task embed")
 

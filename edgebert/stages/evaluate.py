@@ -43,8 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle import read_manifest
+from edgebert.bundle.task_registry import task_serving
 from edgebert.data.corpus import read_corpus
-from edgebert.data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, read_tagged, read_task_tsv, spec_for_model
+from edgebert.data.tasks import (
+    SEQUENCE_PRESETS,
+    SPAN_PRESETS,
+    TOKEN_PRESETS,
+    read_tagged,
+    read_task_tsv,
+    spec_for_model,
+)
 from edgebert.errors import CheckpointError, ConfigError, DataError
 from edgebert.qa.squad_file import read_squad
 from edgebert.qa.windows import MAX_SEQ_LEN, check_window, default_stride
@@ -53,7 +61,7 @@ from edgebert.scores.labels import classification_metrics
 from edgebert.scores.squad import prediction_scores, require_torchmetrics
 from edgebert.stages.embed_eval import MAX_SEQ_LEN as EMBED_MAX_SEQ_LEN
 
-EVAL_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS, "mlm", "embed")
+EVAL_TASKS = (*SEQUENCE_PRESETS, *TOKEN_PRESETS, *SPAN_PRESETS, "mlm", "embed")
 
 
 @dataclass
@@ -86,20 +94,20 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
     take the defaults: 128 tokens (``ner``: the model's maximum; ``squad``: 384; at most the model's),
     batches of 64, corpus format ``auto``, a CoNLL file's last column as the tag, a window stride of 128
     (less for windows under 384 tokens)."""
-    if task in TOKEN_TASKS and max_seq_len is None:
+    if task in TOKEN_PRESETS and max_seq_len is None:
         max_seq_len = 4096                     # capped at the model's length below: no truncation
-    if task in SPAN_TASKS and max_seq_len is None:
+    if task in SPAN_PRESETS and max_seq_len is None:
         max_seq_len = MAX_SEQ_LEN
     if task == "embed" and max_seq_len is None:
         max_seq_len = EMBED_MAX_SEQ_LEN
     max_seq_len, batch_size, corpus_format = max_seq_len or 128, batch_size or 64, corpus_format or "auto"
     if task not in EVAL_TASKS:
         raise ConfigError(f"unknown task {task!r}", f"use one of {', '.join(EVAL_TASKS)}")
-    if tag_column is not None and task not in TOKEN_TASKS:
+    if tag_column is not None and task not in TOKEN_PRESETS:
         raise ConfigError(f"--tag-column is for CoNLL files (--task ner), not --task {task}")
-    if (with_no_answer or doc_stride is not None) and task not in SPAN_TASKS:
+    if (with_no_answer or doc_stride is not None) and task not in SPAN_PRESETS:
         raise ConfigError(f"--with-no-answer and --doc-stride are for SQuAD files (--task squad), not --task {task}")
-    if task in SPAN_TASKS:
+    if task in SPAN_PRESETS:
         require_torchmetrics()                 # before any model is loaded
     if not 8 <= max_seq_len <= 4096:
         raise ConfigError(f"max_seq_len={max_seq_len} must be between 8 and 4096")
@@ -115,7 +123,7 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
         return EvaluationResult(path, details["kind"], task, data, metrics, n, time.perf_counter() - t0, details)
     if not data.is_file():
         raise DataError(f"{data} not found", "pass an existing data file")
-    if task in SPAN_TASKS:
+    if task in SPAN_PRESETS:
         metrics, n, details = _evaluate_squad(path, data, max_seq_len, doc_stride, batch_size, max_examples,
                                               with_no_answer, precision, device)
         return EvaluationResult(path, "bundle" if is_bundle(path) else "model", task, data, metrics, n,
@@ -162,7 +170,7 @@ def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_s
                                    batch_size, mlm_probability)
         n = sum(len(b["input_ids"]) for b in batches)
         return mlm_metrics(model, batches), n, {"architecture": cfg.architecture}
-    wanted = "BertForTokenClassification" if task in TOKEN_TASKS else "BertForSequenceClassification"
+    wanted = "BertForTokenClassification" if task in TOKEN_PRESETS else "BertForSequenceClassification"
     if cfg.architecture != wanted:
         raise CheckpointError(f"{path} is a {cfg.architecture}, not a {wanted}",
                               f"fine-tune it first: edgebert finetune {path} --task {task} ...")
@@ -170,7 +178,7 @@ def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_s
     labels = _labels_of(cfg.id2label, cfg.num_labels)
     pad_id = SpecialIds.of(tok).pad
     details: dict[str, Any] = {"architecture": cfg.architecture, "labels": list(labels)}
-    if task in TOKEN_TASKS:
+    if task in TOKEN_PRESETS:
         sentences, tags = read_tagged(data, labels or None, tag_column)
         encoded = encode_tagged(sentences[:max_examples] if max_examples else sentences, tok, max_seq_len)
         gold, predicted = word_tags(predict_words(model, encoded, batch_size, pad_id), encoded, tags)
@@ -214,11 +222,12 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
             counts.add(logits[selected], batch["labels"][selected])
             n += len(batch["input_ids"])
         return counts.summary(), n, details
-    if task in TOKEN_TASKS:
+    if task in TOKEN_PRESETS:
         return _tag_bundle(session, data, max_examples, batch_size, tag_column, details)
-    if session.task != "cls":
-        raise ConfigError(f"{path} is a '{session.task}' bundle; --task {task} needs a 'cls' bundle",
-                          "export the fine-tuned classifier with --task cls")
+    classifying = task_serving("classify").name
+    if session.task != classifying:
+        raise ConfigError(f"{path} is a '{session.task}' bundle; --task {task} needs a '{classifying}' bundle",
+                          f"export the fine-tuned classifier with --task {classifying}")
     examples, spec = read_task_tsv(data, task, spec_for_model(task, data, tuple(session.label_names)))
     examples = examples[:max_examples] if max_examples else examples
     inputs = [(e.text_a, e.text_b) for e in examples] if spec.is_pair else [e.text_a for e in examples]
@@ -233,9 +242,10 @@ def _tag_bundle(session, data: Path, max_examples: int | None, batch_size: int, 
     """Entity scores of a ``token-cls`` bundle through ``EdgeSession.tag`` (see the module docstring)."""
     from edgebert.runtime.tagging import tag_sentences
 
-    if session.task != "token-cls":
-        raise ConfigError(f"{session.bundle_dir} is a '{session.task}' bundle; --task ner needs a 'token-cls' "
-                          "bundle", "export the fine-tuned token classifier (task token-cls)")
+    tagging = task_serving("tag").name
+    if session.task != tagging:
+        raise ConfigError(f"{session.bundle_dir} is a '{session.task}' bundle; --task ner needs a '{tagging}' "
+                          "bundle", f"export the fine-tuned token classifier (task {tagging})")
     labels = tuple(session.label_names)
     sentences, tags = read_tagged(data, labels or None, tag_column)
     sentences = sentences[:max_examples] if max_examples else sentences
@@ -307,7 +317,7 @@ def _bundle_spans(path: Path, examples, max_seq_len: int, doc_stride: int | None
     session = EdgeSession(path, provider="cpu", precision=precision, batch_size=batch_size)
     if session.task != QA_TASK:
         raise ConfigError(f"{path} is a '{session.task}' bundle; --task squad needs a '{QA_TASK}' bundle",
-                          "export the fine-tuned span model (task qa)")
+                          f"export the fine-tuned span model (task {QA_TASK})")
     length, stride = _window_shape(max_seq_len, doc_stride, session.max_length)
     windows = window_maker(str(session.encoder.file), length, stride)(examples)
     starts, ends = span_logits(lambda feeds: session.run(feeds, list(SPAN_OUTPUTS)), session.pad_id, windows,

@@ -42,7 +42,7 @@ from torch import nn
 
 from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.data.task_data import load_task_data
-from edgebert.data.tasks import SPAN_TASKS, TASKS, TOKEN_TASKS, TaskShape
+from edgebert.data.tasks import DATASET_PRESETS, SPAN_PRESETS, TOKEN_PRESETS, TaskShape
 from edgebert.data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import jsonable, write_json
@@ -87,8 +87,8 @@ class FinetuneConfig(TaskShape):
                 object.__setattr__(self, name, Path(value))
         if self.train_file is None:
             raise ConfigError("fine-tuning needs a training file", "pass --train FILE")
-        if self.task not in TASKS:
-            raise ConfigError(f"unknown task {self.task!r}", f"use one of {', '.join(TASKS)}")
+        if self.task not in DATASET_PRESETS:
+            raise ConfigError(f"unknown task {self.task!r}", f"use one of {', '.join(DATASET_PRESETS)}")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
             raise ConfigError(f"epochs={self.epochs} must be > 0")
         for name in ("max_train_examples", "max_eval_examples"):
@@ -175,7 +175,7 @@ def build_finetune_config(model: str | Path, task: str, train_file: str | Path |
     train = {k: v for k, v in (train or {}).items() if v is not None}
     if "max_steps" in train and "epochs" not in fields:
         fields["epochs"] = None
-    preset = preset or ("ner" if task in TOKEN_TASKS else "squad" if task in SPAN_TASKS else "glue")
+    preset = preset or ("ner" if task in TOKEN_PRESETS else "squad" if task in SPAN_PRESETS else "glue")
     return FinetuneConfig.preset(preset, model=model, task=task, train_file=train_file, out=out,
                                  train=train, **fields)
 

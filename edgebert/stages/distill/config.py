@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.data.corpus import FORMATS
-from edgebert.data.tasks import SEQUENCE_TASKS, SPAN_TASKS, TOKEN_TASKS, TaskShape
+from edgebert.data.tasks import SEQUENCE_PRESETS, SPAN_PRESETS, TOKEN_PRESETS, TaskShape
 from edgebert.errors import ConfigError
 from edgebert.files.atomic import jsonable
 from edgebert.model import BertConfig
@@ -25,7 +25,7 @@ from edgebert.qa.windows import check_window
 from edgebert.training import TrainConfig
 
 TEXT_MODES = ("mlm", "embed")              # distillation on unlabelled text (--corpus)
-LABELLED_TASKS = (*SEQUENCE_TASKS, *TOKEN_TASKS, *SPAN_TASKS)   # task distillation of a fine-tuned model
+LABELLED_TASKS = (*SEQUENCE_PRESETS, *TOKEN_PRESETS, *SPAN_PRESETS)   # task distillation of a fine-tuned model
 DISTILL_TASKS = (*TEXT_MODES, *LABELLED_TASKS)
 STUDENT_INITS = ("teacher", "random")
 CLOSEST = "closest"                        # --layer-map closest: measured (layer_choice)
@@ -332,11 +332,11 @@ def default_preset(teacher: str | Path, task: str | None) -> str:
     head: ``distilbert``; a bare encoder: ``embed``; a sequence classifier: ``task``; a token
     classifier: ``ner``; a span model: ``squad``)."""
     if task is not None:
-        if task in TOKEN_TASKS:
+        if task in TOKEN_PRESETS:
             return "ner"
-        if task in SPAN_TASKS:
+        if task in SPAN_PRESETS:
             return "squad"
-        return "task" if task in SEQUENCE_TASKS else "embed" if task == "embed" else "distilbert"
+        return "task" if task in SEQUENCE_PRESETS else "embed" if task == "embed" else "distilbert"
     config = Path(teacher) / "config.json"
     if not config.is_file():
         return "distilbert"       # distill() says the teacher is missing

@@ -22,7 +22,7 @@ from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.data.corpus import paragraphs
 from edgebert.data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
 from edgebert.data.task_data import collate, encode_texts, load_task_data
-from edgebert.data.tasks import SPAN_TASKS, TOKEN_TASKS
+from edgebert.data.tasks import SPAN_PRESETS, TOKEN_PRESETS
 from edgebert.data.tokenizer import TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import write_json
@@ -75,8 +75,8 @@ def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
                 "distil its hidden states with --task embed, use a BertForMaskedLM/BertForPreTraining "
                 "teacher (e.g. from edgebert pretrain), or fine-tune it and distil the classifier with --task")
     else:
-        wanted, kind = (("BertForTokenClassification", "token classifier") if task in TOKEN_TASKS
-                        else ("BertForQuestionAnswering", "span (question answering) model") if task in SPAN_TASKS
+        wanted, kind = (("BertForTokenClassification", "token classifier") if task in TOKEN_PRESETS
+                        else ("BertForQuestionAnswering", "span (question answering) model") if task in SPAN_PRESETS
                         else ("BertForSequenceClassification", "sequence classifier"))
         if cfg.architecture != wanted:
             raise CheckpointError(f"the teacher {teacher_dir} is a {cfg.architecture}, not a fine-tuned "
