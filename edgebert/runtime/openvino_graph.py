@@ -35,6 +35,7 @@ GRAPH_OPTIONS = ("DYNAMIC_QUANTIZATION_GROUP_SIZE",)
 def openvino_version() -> str | None:
     """The installed ``openvino`` distribution's version, or None when it is not installed."""
     import importlib.metadata  # here: every runtime start imports this module, few have openvino
+    import importlib.util
 
     if importlib.util.find_spec("openvino") is None:
         return None
