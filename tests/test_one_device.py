@@ -241,3 +241,27 @@ def test_pack_ort_format_ships_the_ort_graph_alone_and_checks(fleet, tmp_path):
     assert packed.model_file.suffix == ".ort"
     assert np.abs(packed.embed(TEXTS) - full.embed(TEXTS)).max() <= ORT_ATOL
     assert check_bundle(out, max_texts=24).passed
+
+
+@pytest.mark.parametrize("task, architecture", [("cls", "BertForSequenceClassification"), ("mlm", "BertForMaskedLM"),
+                                                ("token-cls", "BertForTokenClassification"),
+                                                ("qa", "BertForQuestionAnswering")])
+def test_a_packed_bundle_of_each_task_checks_as_the_full_one(tmp_path, task, architecture):
+    """The stored reference per task (labels, per-token labels, top tokens, answer spans) gives the figures
+    the live fp32 graph gives."""
+    from edgebert.runtime.pack import pack_bundle
+
+    labels = {i: tag for i, tag in enumerate(["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])}
+    model_dir = make_model_dir(tmp_path / "model", architecture, seed=3,
+                               **({"id2label": labels} if task == "token-cls" else {}))
+    bundle = export_bundle(ExportConfig(model_dir=model_dir, out_dir=tmp_path / "full", task=task, int8=True,
+                                        max_accuracy_loss=0.5, validation_batch_sizes=(1,),
+                                        validation_seq_lens=(7,))).bundle_dir
+    pack_bundle(bundle, "portable", tmp_path / "packed")
+    full, packed = check_bundle(bundle, max_texts=50), check_bundle(tmp_path / "packed", max_texts=50)
+    assert packed.passed, packed.reason
+    assert packed.fidelity["metric"] == full.fidelity["metric"]
+    assert packed.fidelity["n"] == full.fidelity["n"] == 50
+    assert packed.fidelity.get("tokens") == full.fidelity.get("tokens")
+    assert abs(packed.fidelity["mean"] - full.fidelity["mean"]) < 1e-9
+    assert abs(packed.fidelity["distance"] - full.fidelity["distance"]) < 1e-3
