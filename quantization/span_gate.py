@@ -9,7 +9,7 @@ against one budget; on the same questions they give the same figure. Over the fi
 ``max_sentences`` questions (the sensitivity ranking's subset) both sides are scored on that subset.
 
 The SQuAD F1 / EM of both graphs against the gold answers are reported beside it (information only:
-they need gold answers and torchmetrics, which a device need not have).
+they need gold answers, which a device need not have).
 
 F1 moves in steps of (a fraction of) one question, too coarse to rank single graph nodes, so every
 measurement also gives a continuous ``distance``: the total-variation distance between the graph's and
@@ -25,7 +25,6 @@ from typing import Sequence
 import numpy as np
 
 from edgebert.bundle.task_registry import task_serving
-from edgebert.errors import EdgebertError
 from edgebert.qa.answers import pipeline_answers
 from edgebert.qa.squad_file import SquadExample
 from edgebert.qa.windows import SquadWindows
@@ -73,13 +72,9 @@ def _tv(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _gold_scorer():
-    """``question_scores`` when torchmetrics is installed, else None (gold F1 is information only)."""
-    from edgebert.scores.squad import question_scores, require_torchmetrics
+    """``question_scores`` (plain Python: always there)."""
+    from edgebert.scores.squad import question_scores
 
-    try:
-        require_torchmetrics()
-    except EdgebertError:
-        return None
     return question_scores
 
 

@@ -82,3 +82,17 @@ def test_tag_is_the_pipelines_with_offsets_into_the_text(tagger, aggregation):
         for e in have:   # offsets index the original text (a byte-level token may split a letter: ë)
             assert 0 <= e["start"] <= e["end"] <= len(text)
     assert entities >= len(TEXTS)
+
+
+def test_evaluate_squad_of_a_bundle_runs_without_torch(qa, tmp_path):
+    """SQuAD EM / F1 of a bundle in the runtime install (torch and transformers refused at import)."""
+    from edgebert.stages.evaluate import evaluate
+
+    from squad_helpers import write_toy_squad
+    from test_evaluate import torch_free_metrics
+
+    result = qa[0]
+    dev = write_toy_squad(tmp_path / "dev.json", 12, seed=3, words=(6, 30))
+    metrics = evaluate(result.bundle_dir, "squad", dev, precision="fp32").metrics
+    assert {"exact_match", "f1"} <= set(metrics)
+    assert torch_free_metrics(result.bundle_dir, "squad", dev) == metrics

@@ -1,5 +1,5 @@
-"""SQuAD EM / F1 (torchmetrics' SQuAD metric, the official normalisation) on hand-made answers, and SQuAD
-2.0 scoring: the null threshold chosen on the file, the HasAns / NoAns split."""
+"""SQuAD EM / F1 (the official normalisation, in plain Python: equal to torchmetrics' SQuAD metric, and
+working without it) on hand-made answers, and SQuAD 2.0 scoring: the null threshold chosen on the file, the HasAns / NoAns split."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from edgebert.errors import DataError, MissingExtra
+from edgebert.errors import DataError
 from edgebert.qa.squad_file import SquadAnswer, SquadExample
 from edgebert.scores.squad import best_threshold, question_scores, squad_scores, squad_v2_scores
 
@@ -97,10 +97,23 @@ def test_best_threshold_edge_cases():
     assert (t, total) == (0.0, 200.0)
 
 
-def test_scores_say_which_package_is_missing(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torchmetrics", None)
-    monkeypatch.setitem(sys.modules, "torchmetrics.functional", None)
-    monkeypatch.setitem(sys.modules, "torchmetrics.functional.text", None)
-    with pytest.raises(MissingExtra, match="SQuAD scores need torchmetrics") as info:
-        question_scores("a", ["a"])
-    assert "edgebert[train]" in info.value.one_line()
+def test_scores_need_neither_torchmetrics_nor_torch(monkeypatch):
+    """A bundle is scored in the runtime install: no torch, no torchmetrics."""
+    for name in ("torch", "torchmetrics", "torchmetrics.functional", "torchmetrics.functional.text"):
+        monkeypatch.setitem(sys.modules, name, None)
+    assert question_scores("The Cat!", ["a cat", "dog"]) == (100.0, 100.0)
+    assert question_scores("", []) == (100.0, 100.0) and question_scores("x", []) == (0.0, 0.0)
+
+
+def test_scores_equal_torchmetrics_squad_on_random_answers():
+    squad = pytest.importorskip("torchmetrics.functional.text").squad
+    rng = random.Random(0)
+    words = ["the", "a", "An", "cat", "Cat.", "dog", "", "1976", "(1976)", "New York", "york,", "--", "É", "the the"]
+    for _ in range(2000):
+        answer = " ".join(rng.choice(words) for _ in range(rng.randint(0, 4)))
+        gold = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(1, 3))]
+        theirs = squad({"prediction_text": answer, "id": "q"},
+                       {"answers": {"answer_start": [0] * len(gold), "text": gold}, "id": "q"})
+        em, f1 = question_scores(answer, gold)
+        assert em == pytest.approx(float(theirs["exact_match"]), abs=1e-4), (answer, gold)
+        assert f1 == pytest.approx(float(theirs["f1"]), abs=1e-4), (answer, gold)

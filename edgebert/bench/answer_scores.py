@@ -34,7 +34,7 @@ from edgebert.runtime.answer import span_logits
 from edgebert.runtime.fidelity import Fidelity
 from edgebert.runtime.numeric import nonfinite_rows
 from edgebert.runtime.text import Encoded
-from edgebert.scores.squad import prediction_scores, require_torchmetrics
+from edgebert.scores.squad import prediction_scores
 
 BATCH = 32                  # windows per model call (length-sorted), as edgebert evaluate runs them
 METRIC = "span_agreement"   # start and end argmax both equal the reference's
@@ -65,7 +65,6 @@ class AnswerData:
         examples = read_squad(path)[:limit]
         if not any(e.has_answer for e in examples):
             raise DataError(f"{path} has no answerable question to score", "pass a SQuAD file with answers")
-        require_torchmetrics()
         length = min(MAX_SEQ_LEN, max_length)
         stride = default_stride(length)
         windows = WindowMaker(Tokenizer.from_file(str(tokenizer_file)), length, stride)(examples)

@@ -1,8 +1,9 @@
 """SQuAD scores: exact match (EM) and F1 of predicted answer texts, in percent, as SQuAD reports them.
 
-Every question's EM and F1 come from torchmetrics' ``SQuAD`` metric (the official SQuAD 1.1
-normalisation: lower case, punctuation and articles removed, whitespace collapsed; the best over the
-gold answers); nothing here re-implements the normalisation.
+Every question's EM and F1 follow the official SQuAD evaluation script (and torchmetrics' ``SQuAD``
+metric, tested equal): the answer lower-cased, punctuation and articles removed, whitespace collapsed;
+F1 over the tokens shared with a gold answer; an empty answer right only against an empty gold; the
+best over the gold answers. Plain Python, so bundles are scored in the runtime install (no torch).
 
 - ``squad_scores(examples, answers)``: EM / F1 over the answerable questions (SQuAD 1.1 scoring; a
   SQuAD 2.0 file's unanswerable questions are left out), ``n`` the questions scored.
@@ -11,19 +12,21 @@ gold answers); nothing here re-implements the normalisation.
   above a threshold, chosen on the file to maximise F1 (as the official evaluation script's
   ``best_f1_thresh``); EM / F1 at that threshold, over all questions and split into answerable
   (``has_answer_*``) and unanswerable (``no_answer_*``: the share answered "no answer").
-
-Torch-free module: torchmetrics (which brings PyTorch: the ``[train]`` extra) is imported when a
-score is asked for.
 """
 
 from __future__ import annotations
 
+import re
+import string
+from collections import Counter
 from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
 from edgebert.errors import DataError
-from edgebert.system.extras import import_extra
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
 
 
 class SquadExample(Protocol):
@@ -38,23 +41,31 @@ class SquadExample(Protocol):
     def has_answer(self) -> bool: ...
 
 
-def _squad_metric():
-    return import_extra("torchmetrics.functional.text", "SQuAD scores").squad
+def normalize_answer(text: str) -> str:
+    """The official SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def require_torchmetrics() -> None:
-    """``MissingExtra`` with the install hint when torchmetrics is missing (check before long work)."""
-    _squad_metric()
+def _f1(answer: list[str], gold: list[str]) -> float:
+    if not answer or not gold:            # "no answer" on either side: right only if both are
+        return float(answer == gold)
+    same = sum((Counter(answer) & Counter(gold)).values())
+    if not same:
+        return 0.0
+    precision, recall = same / len(answer), same / len(gold)
+    return 2 * precision * recall / (precision + recall)
 
 
 def question_scores(answer: str, gold: Sequence[str]) -> tuple[float, float]:
     """(EM, F1) in percent of one predicted answer against the gold answers (none: "no answer" is
     right, so "" scores 100 and any text 0)."""
-    squad = _squad_metric()
     texts = list(gold) or [""]
-    result = squad({"prediction_text": answer, "id": "q"},
-                    {"answers": {"answer_start": [0] * len(texts), "text": texts}, "id": "q"})
-    return float(result["exact_match"]), float(result["f1"])
+    ours = normalize_answer(answer)
+    exact = max(float(ours == normalize_answer(t)) for t in texts)
+    tokens = ours.split() if answer else []
+    f1 = max(_f1(tokens, normalize_answer(t).split() if t else []) for t in texts)
+    return 100.0 * exact, 100.0 * f1
 
 
 def _per_question(examples: Sequence[SquadExample], answers: Mapping[str, str]) -> tuple[np.ndarray, np.ndarray]:

@@ -11,12 +11,12 @@
   position), so the figure includes the runtime's tokenization, offsets and windowing. Sentences are
   never truncated by default (the model's full length; a bundle tags longer ones in windows);
 - extractive question answering (``squad``, a SQuAD 1.1 / 2.0 JSON file): EM and F1 (percent, the
-  official SQuAD normalisation, torchmetrics) over the answerable questions; with ``with_no_answer``
+  official SQuAD normalisation, ``edgebert.scores.squad``) over the answerable questions; with ``with_no_answer``
   SQuAD 2.0 scoring over all of them (a null threshold chosen on the file, HasAns / NoAns split;
   ``edgebert.scores.squad``). Contexts are cut into windows of ``max_seq_len`` tokens (384, at most the
   model's) sharing ``doc_stride`` (128) and the best span over an example's windows is its answer, as
   transformers' ``run_qa`` scores (``edgebert.qa``). A checkpoint and a ``qa`` bundle (through the
-  ``EdgeSession``'s graph, torch-free: tokenizers, numpy, onnxruntime and torchmetrics) get the same
+  ``EdgeSession``'s graph, torch-free: tokenizers, numpy and onnxruntime) get the same
   windows and the same post-processing, so their figures differ only by the graph's numbers;
 - masked LM (``mlm``, a text file): MLM accuracy and perplexity (exp of the mean cross-entropy on the
   masked tokens), on sentence-pair examples masked with a fixed seed: the same examples and masks
@@ -58,7 +58,7 @@ from edgebert.qa.squad_file import read_squad
 from edgebert.qa.windows import MAX_SEQ_LEN, check_window, default_stride
 from edgebert.scores.entities import entity_report, entity_scores
 from edgebert.scores.labels import classification_metrics
-from edgebert.scores.squad import prediction_scores, require_torchmetrics
+from edgebert.scores.squad import prediction_scores
 from edgebert.stages.embed_eval import MAX_SEQ_LEN as EMBED_MAX_SEQ_LEN
 
 EVAL_TASKS = (*SEQUENCE_PRESETS, *TOKEN_PRESETS, *SPAN_PRESETS, "mlm", "embed")
@@ -107,8 +107,6 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
         raise ConfigError(f"--tag-column is for CoNLL files (--task ner), not --task {task}")
     if (with_no_answer or doc_stride is not None) and task not in SPAN_PRESETS:
         raise ConfigError(f"--with-no-answer and --doc-stride are for SQuAD files (--task squad), not --task {task}")
-    if task in SPAN_PRESETS:
-        require_torchmetrics()                 # before any model is loaded
     if not 8 <= max_seq_len <= 4096:
         raise ConfigError(f"max_seq_len={max_seq_len} must be between 8 and 4096")
     if batch_size < 1 or (max_examples is not None and max_examples < 1):

@@ -1,6 +1,6 @@
 """Every metric a stage reports, counted one way: classification (accuracy, F1), named entities
 (entity-level precision / recall / F1 by seqeval, ``edgebert.scores.entities``), SQuAD answers (EM / F1
-by torchmetrics, ``edgebert.scores.squad``, of the spans ``edgebert.qa.spans`` picks), masked LM
+by the official rules, ``edgebert.scores.squad``, of the spans ``edgebert.qa.spans`` picks), masked LM
 (accuracy, mean cross-entropy, perplexity) and sentence embeddings (cosine, nearest-neighbour agreement).
 
 Fine-tuning, distillation, pretraining and ``edgebert evaluate`` (PyTorch models and ONNX bundles)
