@@ -19,8 +19,8 @@ from edgebert.runtime import EdgeSession
 from edgebert.runtime.trt_profile import TrtProfile
 from runtime_fixtures import GPU_PROFILE, tiny_gpu_bundle
 
-GPU_KEYS = {"fp32-trt": "model.trt.onnx", "int8-trt": "model.int8.trt.onnx", "fp32-cuda": "model.cuda.onnx",
-            "fp16-cuda": "model.fp16.cuda.onnx"}
+GPU_KEYS = {"fp32-trt": "onnx/model.trt.onnx", "int8-trt": "onnx/model.int8.trt.onnx",
+            "fp32-cuda": "onnx/model.cuda.onnx", "fp16-cuda": "onnx/model.fp16.cuda.onnx"}     # beside the CPU graphs
 
 
 @pytest.fixture(scope="module")
