@@ -61,6 +61,20 @@ def test_equal_graphs_share_one_file_and_every_target_opens(fleet):
     assert check_bundle(fleet, int8_target="arm64", max_texts=24).passed
 
 
+def test_an_archive_stores_no_byte_twice(fleet, tmp_path):
+    import tarfile
+
+    from edgebert.runtime.archive import write_archive
+
+    out = tmp_path / "fleet.tar.gz"
+    write_archive(fleet, out)
+    with tarfile.open(out) as tar:
+        digests = [hashlib.sha256(tar.extractfile(m).read()).hexdigest() for m in tar.getmembers() if m.isfile()]
+    assert len(digests) == len(set(digests))
+    graphs = {m["file"] for m in json.loads((fleet / "manifest.json").read_text())["models"].values()}
+    assert len(graphs) == 3 and len(digests) >= 3
+
+
 def test_an_old_bundle_with_one_file_per_target_still_opens(fleet, tmp_path):
     old = _copy(fleet, tmp_path / "old")
     manifest = json.loads((old / "manifest.json").read_text())
