@@ -87,7 +87,6 @@ def test_tag_is_the_pipelines_with_offsets_into_the_text(tagger, aggregation):
 def test_evaluate_squad_of_a_bundle_runs_without_torch(qa, tmp_path):
     """SQuAD EM / F1 of a bundle in the runtime install (torch and transformers refused at import)."""
     from edgebert.stages.evaluate import evaluate
-
     from squad_helpers import write_toy_squad
     from test_evaluate import torch_free_metrics
 
