@@ -14,7 +14,7 @@ from conftest import REPO
 
 WEB = REPO / "examples" / "web"
 CHROMIUM = Path("/usr/bin/chromium")
-INSTALL = "make web-deps (npm install --ignore-scripts in examples/web)"
+INSTALL = "make web-deps (npm ci --ignore-scripts in examples/web)"
 
 
 def need_node() -> str:
