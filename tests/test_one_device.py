@@ -154,6 +154,7 @@ def test_a_packed_bundle_holds_one_graph_and_checks_without_fp32(fleet, tmp_path
     session = EdgeSession(out)
     manifest = json.loads((session.bundle_dir / "manifest.json").read_text())
     assert list(manifest["models"]) == ["int8-arm64"] and manifest["packed"]["target"] == "arm64"
+    assert all(set(how) <= {"int8-arm64"} for how in manifest.get("loaders", {}).values() if isinstance(how, dict))
     left = {e["file"]: e for e in manifest["packed"]["left_out"]}
     assert set(left) == {files["fp32"], files["int8"]} and "fp32 graph" in left[files["fp32"]]["reason"]
     assert left[files["fp32"]]["bytes"] == (fleet / files["fp32"]).stat().st_size

@@ -49,6 +49,10 @@ def bundle_lines(path: Path) -> list[str]:
     graphs = [f"{key} ({entry.file}" + (f", target {entry.target}" if entry.target else "") + ")"
               for key, entry in manifest.models.items()]
     lines.append(f"  graphs: {', '.join(graphs)}")
+    packed = manifest.get_extra("packed")
+    if isinstance(packed, dict):
+        lines.append(f"  one-device bundle for {packed.get('target')}: left out "
+                     + ", ".join(f"{e.get('file')} ({e.get('model')})" for e in packed.get("left_out", [])))
     host_cpu = detect_host()
     chosen = choose_precision(None, manifest, host_cpu)
     lines.append(f"  default precision here: {chosen.precision} ({chosen.reason})")

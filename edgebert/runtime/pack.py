@@ -101,6 +101,10 @@ def _packed_manifest(manifest: Manifest, key: str, target: str, left_out: list[d
     entry = dict(value["models"][key])
     entry.pop("same_graph_as", None)
     value["models"] = {key: entry}
+    loaders = value.get("loaders")          # how other libraries load each graph: only the kept one's is true now
+    if isinstance(loaders, dict):
+        value["loaders"] = {name: {k: v for k, v in how.items() if k == key} if isinstance(how, dict) else how
+                            for name, how in loaders.items()}
     value.pop("files", None)
     value.pop("sizes", None)
     value[PACKED] = {"target": target, "model": key, "from": str(source),
@@ -155,6 +159,7 @@ def _as_ort(folder: Path, manifest: Manifest, key: str) -> tuple[Manifest, list[
     size = (folder / onnx_file).stat().st_size
     manifest, written = add_ort_graphs(folder, manifest, [key], replace=True)
     value = manifest.to_dict()
+    value.pop("loaders", None)              # Optimum, transformers.js and sentence-transformers load .onnx files
     value[PACKED]["left_out"].append({"file": onnx_file, "model": key, "bytes": size,
                                       "reason": f"shipped as {manifest.models[key].file} instead: onnxruntime "
                                                 f"mobile and reduced builds ({ORT_CONFIG}) load .ort graphs"})
