@@ -26,6 +26,7 @@ from edgebert.files.atomic import write_json, write_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # trained vocabularies start with these, so [PAD] = 0
+ROBERTA_SPECIALS = ("<pad>", "<unk>", "<s>", "</s>", "<mask>")   # the same roles in RoBERTa's vocabularies
 TOKENIZER_FILE, VOCAB_FILE = "tokenizer.json", "vocab.txt"
 TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE = "tokenizer_config.json", "special_tokens_map.json"
 TOKENIZER_OUTPUTS = (TOKENIZER_FILE, VOCAB_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)  # save_tokenizer's
@@ -43,12 +44,17 @@ class SpecialIds:
 
     @classmethod
     def of(cls, tok: Tokenizer) -> "SpecialIds":
+        """BERT's ``[PAD]`` ... or, in a byte-level BPE / SentencePiece vocabulary (RoBERTa, XLM-RoBERTa),
+        ``<pad>``, ``<unk>``, ``<s>``, ``</s>``, ``<mask>``."""
         ids = {}
-        for name, token in zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS):
+        for name, token, other in zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS, ROBERTA_SPECIALS):
             idx = tok.token_to_id(token)
             if idx is None:
+                idx = tok.token_to_id(other)
+            if idx is None:
                 raise DataError(f"the vocabulary has no {token} token",
-                                f"a BERT vocabulary needs {', '.join(SPECIAL_TOKENS)}")
+                                f"a BERT vocabulary needs {', '.join(SPECIAL_TOKENS)} "
+                                f"(a RoBERTa one {', '.join(ROBERTA_SPECIALS)})")
             ids[name] = idx
         return cls(**ids)
 
