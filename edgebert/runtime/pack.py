@@ -22,6 +22,7 @@ from typing import Any
 
 from edgebert.bundle import MANIFEST_NAME, Manifest, ModelEntry, bundle_file, read_manifest, verify_files
 from edgebert.errors import ConfigError
+from edgebert.files.atomic import sha256_file
 from edgebert.runtime.archive import archive_kind, bundle_folder
 from edgebert.runtime.float_reference import FIELD, REFERENCE_TASKS, write_reference
 
@@ -107,7 +108,9 @@ def _packed_manifest(manifest: Manifest, key: str, target: str, left_out: list[d
                             for name, how in loaders.items()}
     value.pop("files", None)
     value.pop("sizes", None)
+    value.pop("default_precision", None)    # said of graphs left out: the kept one met its budget (_target_entry)
     value[PACKED] = {"target": target, "model": key, "from": str(source),
+                     "from_manifest_sha256": sha256_file(source / MANIFEST_NAME),
                      "why": f"a one-device bundle: only what a {target} device runs",
                      "left_out": left_out}
     value["files"] = {}
@@ -168,7 +171,7 @@ def _as_ort(folder: Path, manifest: Manifest, key: str) -> tuple[Manifest, list[
 
 def _write_manifest(folder: Path, manifest: Manifest) -> Manifest:
     """``manifest`` with the hash and size of every file under ``folder``, written there."""
-    from edgebert.files.atomic import sha256_file, write_json
+    from edgebert.files.atomic import write_json
 
     paths = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()
              and p.name != MANIFEST_NAME}
