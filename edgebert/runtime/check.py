@@ -78,6 +78,8 @@ class CheckReport:
             f = self.fidelity
             line = (f"fidelity: {f['metric']} mean {f['mean']:.5f}" + (f" min {f['min']:.5f}" if f.get("min") is not None else "")
                     + f" vs fp32 on {f['n']} {self.texts['source']} texts")
+            if self.texts.get("reference"):             # a one-device bundle: no fp32 graph here
+                line += f" ({self.texts['reference']})"
             if self.export_fidelity:
                 e = self.export_fidelity        # the same text's first n lines, or the export's own text
                 where = (f"the first {e['n']} of these" if e.get("source") == f"{self.texts['source']} text"
