@@ -191,4 +191,4 @@ def measure_against_reference(int8, task: str, max_texts: int, arrays: dict[str,
             else:
                 tracker.add(ref, got, len(idx))
     return tracker.result(), {**source, "n": len(items),
-                              "reference": f"fp32 outputs stored at export ({field['file']})"}
+                              "reference": f"the fp32 outputs stored at export, {field['file']}"}
