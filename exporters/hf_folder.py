@@ -31,8 +31,9 @@ TOKENIZER_CONFIG, SPECIAL_TOKENS = "tokenizer_config.json", "special_tokens_map.
 HF_FILES = (TOKENIZER_CONFIG, SPECIAL_TOKENS)
 # the transformers.js dtype whose file name (onnx/model<suffix>.onnx) each bundle entry has
 _JS_DTYPES = {"fp32": "fp32", "int8": "q8", "fp16": "fp16"}
-_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-             "mask_token": "[MASK]"}
+# transformers' tokenizer class per model family (transformers.js picks its tokenizer by this name)
+_TOKENIZER_CLASSES = {"bert": "BertTokenizer", "distilbert": "DistilBertTokenizer", "roberta": "RobertaTokenizer",
+                      "xlm-roberta": "XLMRobertaTokenizer"}
 
 
 def clean_tokenizer(source: Path, target: Path) -> None:
@@ -50,11 +51,26 @@ def _hf_config(task: str, cfg: BertConfig, num_labels: int) -> dict[str, Any]:
     return cfg.replace(architecture=bundle_task(task).architecture, id2label=labels).to_hf_dict()
 
 
-def _tokenizer_config(tok_meta: dict, max_len: int) -> dict[str, Any]:
+def _special_tokens(tok_file: Path, tok_meta: dict, model_type: str) -> dict[str, str]:
+    """The tokenizer's own special tokens ([CLS] ... or <s> ...), by the ids the export found."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tok_file))
+    names = {"unk_token": "unk_id", "sep_token": "sep_id", "pad_token": "pad_id", "cls_token": "cls_id",
+             "mask_token": "mask_id"}
+    found = {name: tok.id_to_token(tok_meta[key]) for name, key in names.items() if tok_meta.get(key) is not None}
+    if model_type in ("roberta", "xlm-roberta"):
+        found.update(bos_token=found["cls_token"], eos_token=found["sep_token"])
+    return found
+
+
+def _tokenizer_config(specials: dict[str, str], tok_meta: dict, max_len: int, model_type: str) -> dict[str, Any]:
     """What transformers / transformers.js need to build the tokenizer (``tokenizer_class`` above all)."""
-    return {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(tok_meta["lowercase"]),
-            "model_max_length": int(max_len), "clean_up_tokenization_spaces": True,
-            "tokenize_chinese_chars": True, "strip_accents": None, **_SPECIALS}
+    config = {"tokenizer_class": _TOKENIZER_CLASSES.get(model_type, "BertTokenizer"),
+              "model_max_length": int(max_len), "clean_up_tokenization_spaces": True, **specials}
+    if model_type in ("bert", "distilbert"):
+        config.update(do_lower_case=bool(tok_meta["lowercase"]), tokenize_chinese_chars=True, strip_accents=None)
+    return config
 
 
 def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: int, tok_file: Path, tok_meta: dict,
@@ -65,8 +81,9 @@ def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: in
     staging = Path(staging)
     write_json(staging / CONFIG_NAME, _hf_config(task, cfg, num_labels))
     clean_tokenizer(tok_file, staging / tok_meta["file"])
-    write_json(staging / TOKENIZER_CONFIG, _tokenizer_config(tok_meta, max_len))
-    write_json(staging / SPECIAL_TOKENS, dict(_SPECIALS))
+    specials = _special_tokens(tok_file, tok_meta, cfg.model_type)
+    write_json(staging / TOKENIZER_CONFIG, _tokenizer_config(specials, tok_meta, max_len, cfg.model_type))
+    write_json(staging / SPECIAL_TOKENS, specials)
     names = [CONFIG_NAME, tok_meta["file"], *HF_FILES]
     if bundle_task(task).has_pooling:
         pooling = pooling or SentencePooling("mean", normalize=True, source="edgebert default (EdgeSession.embed)")

@@ -186,3 +186,34 @@ def test_minilm_bundle_in_sentence_transformers_and_optimum(minilm_dir, tmp_path
             assert float(1 - _cosine(got, fp32).mean()) <= int8_budget(bundle)[1]
     reference = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts)
     assert float(_cosine(fp32, reference).min()) > 0.99999
+
+
+# --------------------------------------------------------------------------- other families
+@pytest.mark.parametrize("family", ["distilbert", "roberta"])
+def test_other_families_open_in_optimum_with_their_own_tokenizer(family, tmp_path):
+    """A DistilBERT / RoBERTa bundle names its family's tokenizer class and special tokens: transformers'
+    AutoTokenizer gives EdgeSession's ids and Optimum EdgeSession's vectors."""
+    onnxruntime_optimum = pytest.importorskip("optimum.onnxruntime")
+    from transformers import AutoTokenizer
+
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.stages.import_hf import convert_hf
+    from family_fixtures import hf_dir
+
+    src, _ = hf_dir(tmp_path, family, "Model")
+    checkpoint = convert_hf(src, tmp_path / "checkpoint").out_dir
+    bundle = export_bundle(ExportConfig(model_dir=checkpoint, out_dir=tmp_path / "bundle", validation_batch_sizes=(1,),
+                                        validation_seq_lens=(7,))).bundle_dir
+    config = json.loads((bundle / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == {"distilbert": "DistilBertTokenizer", "roberta": "RobertaTokenizer"}[family]
+    texts = ["Marie Curie won the Nobel Prize in Paris.", "Hello world"]
+    tok = AutoTokenizer.from_pretrained(bundle)
+    session = _session(bundle, "fp32")
+    assert [list(e.ids) for e in session.tokenize(texts)] == tok(texts)["input_ids"]
+    enc = tok(texts, padding=True, return_tensors="np")
+    model = onnxruntime_optimum.ORTModelForFeatureExtraction.from_pretrained(bundle, subfolder="onnx",
+                                                                          file_name="model.onnx", **CPU_ONLY)
+    feeds = {k: enc[k] if k in enc else np.zeros_like(enc["input_ids"]) for k in session.input_names}
+    want = session.run(feeds)["last_hidden_state"]
+    got = model(**{k: v for k, v in enc.items()}).last_hidden_state
+    assert float(np.abs(np.asarray(got) - want).max()) <= FP32_TOL
