@@ -61,6 +61,9 @@ TagColumn = Annotated[Optional[int], typer.Option(
 DocStride = Annotated[Optional[int], typer.Option(
     "--doc-stride", help="squad: context tokens that consecutive windows of a long context share (default 128; "
                           "less for windows under 384 tokens).")]
+AnswerDocStride = Annotated[Optional[int], typer.Option(
+    "--doc-stride", help="Context tokens that consecutive windows of a long text share (default 128; less for "
+                         "windows under 384 tokens).")]
 MaxSeqLen = Annotated[Optional[int], typer.Option("--max-seq-len", help="Tokens per sequence, specials included.")]
 MaxTrainExamples = Annotated[Optional[int], typer.Option(
     "--max-train-examples", help="Train on a seeded random subset of this many examples.")]
@@ -97,6 +100,8 @@ LogEvery = Annotated[Optional[int], typer.Option("--log-every", help="Log a metr
 # --------------------------------------------------------------------------- export and bench
 Threads = Annotated[Optional[int], typer.Option(
     "--threads", help="onnxruntime/torch intra-op threads, 1 to the CPUs this process may use.")]
+RuntimeThreads = Annotated[Optional[int], typer.Option(   # torch-free commands: onnxruntime only
+    "--threads", help="onnxruntime intra-op threads, 1 to the CPUs this process may use.")]
 Calib = Annotated[Optional[Path], typer.Option(
     "--calib", help="INT8 calibration text (default: the built-in English text): one sentence per line, "
                     "a TSV with a 'sentence' column, or WikiText raw; the texts after the first "
@@ -105,13 +110,11 @@ MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
     "--max-accuracy-loss", help="INT8 budget vs fp32 on held-out data, 1 - the mean of the task's metric: "
                                 + ", ".join(f"{t.metric} ({t.name}, {t.budget})" for t in BUNDLE_TASKS)
                                 + f"; pipeline: {PIPELINE_INT8_BUDGET} (its embedding student). "
-                                "export keeps the most sensitive "
-                                "nodes float until it is met; check defaults to the budget the export used.")]
+                                "The most sensitive nodes stay float until it is met.")]
 Target = Annotated[Optional[str], typer.Option(
     "--target", help="INT8 deployment target(s), comma list: portable (any x86-64/ARM64 CPU) | x86-avx2 | "
-                     "x86-vnni | arm64 | openvino (an OpenVINO graph besides, needs the [openvino] extra) | host. "
-                     "export: the graphs to make (default portable; the first is the default graph). check: "
-                     "the graph to check instead of the one the runtime picks.")]
+                     "x86-vnni | arm64 | openvino (an OpenVINO graph besides, needs the [openvino] extra) | host: "
+                     "the graphs to make (default portable; the first is the default graph).")]
 LengthsFrom = Annotated[Optional[Path], typer.Option(
     "--lengths-from", help="Text or GLUE TSV whose real length mix the benchmark replays.")]
 

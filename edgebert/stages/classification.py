@@ -88,6 +88,12 @@ class ClassificationTask(TrainingTask):
     def num_train_examples(self) -> int:
         return len(self.data.train)
 
+    def describe_data(self) -> str:
+        if self.span_task:     # SQuAD: a question's long context gives several windows
+            questions = len(set(self.data.train.example_index.tolist()))
+            return f"{questions} questions in {len(self.data.train)} windows"
+        return f"{len(self.data.train)} training examples"
+
     def sampler(self, batch_size: int, seed: int) -> LengthGroupedBatches:
         self._sampler = LengthGroupedBatches(self.data.train.lengths, batch_size, seed)
         self.batch_size = batch_size

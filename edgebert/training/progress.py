@@ -34,6 +34,23 @@ class Progress:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
+    def say(self, line: str) -> None:
+        """A line above the bar (or a plain line without one), from the main process only."""
+        if self.enabled:
+            (self.bar.console if self.bar is not None else self.console).print(line, highlight=False, soft_wrap=True)
+
+    def started(self, data: str, steps: int, batch_size: int, first: int) -> None:
+        """The start line, before the first step: what is trained on, how many steps."""
+        where = f", from step {first}" if first else ""
+        self.say(f"training on {data}: {steps} steps of batch {batch_size}{where}; ETA after the first step")
+
+    def first_step(self, step: int, seconds: float, end: int) -> None:
+        """The ETA from the first step's time (the bar shows its own)."""
+        if self.bar is None:
+            left = seconds * (end - step)
+            self.say(f"step {step}/{self.cfg.max_steps} took {seconds:.2f} s: ETA {_duration(left)} "
+                     f"for the remaining {end - step} steps (evaluations not counted)")
+
     def update(self, step: int, record: dict[str, Any] | None) -> None:
         record = record or {}
         train_info = (f"loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
@@ -49,3 +66,11 @@ class Progress:
             line = "  ".join(x for x in (train_info, eval_info) if x)
             self.console.print(f"step {step}/{self.cfg.max_steps}  {line}", highlight=False,
                                soft_wrap=True)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"~{seconds:.0f} s"
+    if seconds < 5400:
+        return f"~{seconds / 60:.0f} min"
+    return f"~{seconds / 3600:.1f} h"

@@ -23,6 +23,10 @@ class TrainingTask:
     def num_train_examples(self) -> int:
         raise NotImplementedError
 
+    def describe_data(self) -> str:
+        """What one epoch trains on, for the run's start line (e.g. "160 questions in 230 windows")."""
+        return f"{self.num_train_examples()} training examples"
+
     def make_batch(self, indices: Sequence[int], keys: Sequence[int]) -> dict[str, torch.Tensor]:
         """Tensors for examples ``indices``; ``keys`` are their unique stream positions (seed with them)."""
         raise NotImplementedError

@@ -280,10 +280,16 @@ class Trainer:
         t0 = time.perf_counter()
         t_log, run_tokens, window_tokens_since = t0, 0, 0
         progress = Progress(self.console, cfg, enabled=self.dist.is_main, start=self.step)
+        first = self.step
         try:
             with progress:
+                if self.step < end:
+                    progress.started(task.describe_data(), cfg.max_steps, cfg.batch_size, first)
                 while self.step < end:
+                    t_step = time.perf_counter()
                     metrics, tokens = self.train_step()
+                    if self.step == first + 1:
+                        progress.first_step(self.step, time.perf_counter() - t_step, end)
                     self.window.add(metrics, tokens)
                     run_tokens += tokens
                     window_tokens_since += tokens
