@@ -280,3 +280,30 @@ def test_a_packed_bundle_of_each_task_checks_as_the_full_one(tmp_path, task, arc
     assert packed.fidelity.get("tokens") == full.fidelity.get("tokens")
     assert abs(packed.fidelity["mean"] - full.fidelity["mean"]) < 1e-9
     assert abs(packed.fidelity["distance"] - full.fidelity["distance"]) < 1e-3
+
+
+@pytest.mark.slow
+def test_a_packed_ort_bundle_checks_on_emulated_arm64(fleet, tmp_path):
+    """The mobile form end to end: the arm64 bundle packed with its .ort graph alone, checked by `edgebert
+    check` on an emulated aarch64 (QEMU, -cpu max) against the stored fp32 outputs. Uses the aarch64 runtime
+    install tests/test_arm64_emulated.py makes (skips without it)."""
+    import os
+    import subprocess
+
+    from conftest import REPO
+
+    from edgebert.runtime.pack import pack_bundle
+
+    tool = REPO.parent / "shared" / "tools" / "arm64-python"
+    sites = sorted(p.parent for p in (REPO / ".venv").glob("arm64-site-*/.complete"))
+    if not tool.is_file() or not sites:
+        pytest.skip("no aarch64 runtime install here (run tests/test_arm64_emulated.py first)")
+    out = tmp_path / "arm64.tar.gz"
+    pack_bundle(fleet, "arm64", out, ort_format=True)
+    env = {**os.environ, "PYTHONPATH": f"{sites[-1]}{os.pathsep}{REPO}", "EDGEBERT_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([str(tool), "-m", "edgebert.cli", "check", str(out), "--max-texts", "40"], env=env,
+                          capture_output=True, text=True, timeout=1200)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert lines[1].startswith("host: arm64") and ".ort" in done.stdout
+    assert lines[-1].startswith("PASS: INT8 graph 'arm64' follows fp32 on this arm64 CPU")
