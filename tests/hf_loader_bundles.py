@@ -17,17 +17,24 @@ QUESTION = ("what was the movie ?", "the actors are wonderful and the movie was 
 
 def loader_bundles(root: Path) -> dict[str, Path]:
     """``{task: bundle}``: fp32 + portable INT8 bundles of tiny seeded models (the QA one is the toy
-    fine-tuned span model of ``qa_bundles``, so that its answers are answers)."""
+    fine-tuned span model of ``qa_bundles``, so that its answers are answers), and ``targets``: the embed
+    model with a second INT8 target (x86-vnni)."""
     from edgebert.exporters import ExportConfig, export_bundle
     from qa_bundles import qa_bundle
 
     root = Path(root)
-    out = {"embed": tiny_bundle(root, "embed")[1], "cls": tiny_bundle(root, "cls")[1]}
+    embed_model, embed = tiny_bundle(root, "embed")
+    out = {"embed": embed, "cls": tiny_bundle(root, "cls")[1]}
     ner_dir, ner_bundle = root / "hf_ner_model", root / "hf_ner_bundle"
     if not (ner_bundle / "manifest.json").is_file():
         make_tiny_model_dir(ner_dir, "BertForTokenClassification", seed=5, id2label=NER_LABELS)
         export_bundle(ExportConfig(model_dir=ner_dir, out_dir=ner_bundle, int8=True, max_accuracy_loss=0.5, **LIGHT))
     out["token-cls"] = ner_bundle
+    targets = root / "hf_targets_bundle"          # a second INT8 target: its own file beside model_quantized.onnx
+    if not (targets / "manifest.json").is_file():
+        export_bundle(ExportConfig(model_dir=embed_model, out_dir=targets, int8=True,
+                                   int8_targets=("portable", "x86-vnni"), max_accuracy_loss=0.5, **LIGHT))
+    out["targets"] = targets
     out["qa"] = qa_bundle(root)
     return out
 

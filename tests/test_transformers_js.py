@@ -93,3 +93,24 @@ def test_question_answering_gives_edgesessions_answers(results, precision):
         want = session.answer(question, context)
         assert got["answer"] == want["answer"]
         assert abs(got["score"] - want["score"]) <= (FP32_TOL if precision == "fp32" else SAME_GRAPH_TOL)
+
+
+def test_another_int8_target_opens_by_the_file_name_the_manifest_gives(tmp_path_factory):
+    """An INT8 target other than the default has its own file (onnx/model_qint8_<target>.onnx); transformers.js
+    loads it by the manifest's ``model_file_name``. Compared where the 8-bit graph is exact (VNNI, ARM64)."""
+    from edgebert.bundle import read_manifest
+    from edgebert.runtime.hostcpu import detect_host
+
+    if detect_host().u8s8 != "exact":
+        pytest.skip("the x86-vnni graph is exact only on VNNI / ARM64 CPUs (EdgeSession corrects it elsewhere)")
+    root = tmp_path_factory.getbasetemp()
+    bundle = loader_bundles(root)["targets"]
+    how = read_manifest(bundle).get_extra("loaders")["transformers.js"]["int8-x86-vnni"]
+    assert how == {"dtype": "fp32", "model_file_name": "model_qint8_x86-vnni"}
+    job = {"task": "feature-extraction", "model": bundle.relative_to(root).as_posix(), "dtype": how["dtype"],
+           "load": {"model_file_name": how["model_file_name"]}, "options": {"pooling": "mean", "normalize": True},
+           "inputs": TEXTS}
+    out = run_node("node_pipeline.mjs", {"root": str(root), "jobs": [job]}, tmp_path_factory.mktemp("targets_js"))
+    got = np.array([o[0] for o in out[0]["outputs"]], dtype=np.float32)
+    want = EdgeSession(bundle, provider="cpu", int8_target="x86-vnni", threads=1).embed(TEXTS)
+    assert float(np.abs(got - want).max()) <= SAME_GRAPH_TOL
