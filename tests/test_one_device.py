@@ -307,3 +307,23 @@ def test_a_packed_ort_bundle_checks_on_emulated_arm64(fleet, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
     assert lines[1].startswith("host: arm64") and ".ort" in done.stdout
     assert lines[-1].startswith("PASS: INT8 graph 'arm64' follows fp32 on this arm64 CPU")
+
+
+def test_a_bundle_exported_before_references_gets_one_when_packed(fleet, tmp_path):
+    from edgebert.runtime.pack import pack_bundle
+
+    old = _copy(fleet, tmp_path / "old")
+    manifest = json.loads((old / "manifest.json").read_text())
+    reference = manifest.pop("fp32_reference")["file"]
+    (old / reference).unlink()
+    manifest["files"].pop(reference)
+    manifest.get("sizes", {}).pop(reference, None)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    result = pack_bundle(old, "x86-vnni", tmp_path / "vnni")
+    assert result.reference == "pack"
+    packed = json.loads((tmp_path / "vnni" / "manifest.json").read_text())
+    assert packed["fp32_reference"]["written_by"] == "pack" and reference in packed["files"]
+    report = check_bundle(tmp_path / "vnni", max_texts=30)
+    full = check_bundle(fleet, int8_target="x86-vnni", max_texts=30)
+    assert report.passed and abs(report.fidelity["mean"] - full.fidelity["mean"]) < 1e-6
+    assert "stored at pack" in report.lines()[-2]

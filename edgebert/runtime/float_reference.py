@@ -109,7 +109,7 @@ def _token_counts(task: str, mask: np.ndarray) -> np.ndarray | None:
 
 
 def write_reference(bundle_dir: Path, manifest: Manifest, threads: int | None = None,
-                    out_dir: Path | None = None) -> Manifest:
+                    out_dir: Path | None = None, stage: str = "export") -> Manifest:
     """Run the bundle's fp32 graph on the check's texts, write ``REFERENCE_FILE`` atomically into ``out_dir``
     (default: the bundle), and return the manifest with its ``fp32_reference`` field (the caller re-hashes
     the files)."""
@@ -122,7 +122,7 @@ def write_reference(bundle_dir: Path, manifest: Manifest, threads: int | None = 
         with open(tmp, "wb") as fh:
             np.savez_compressed(fh, **arrays)
     value = manifest.to_dict()
-    value[FIELD] = field
+    value[FIELD] = {**field, "written_by": stage}        # export, or pack (a bundle exported before references)
     return Manifest.from_dict(value)
 
 
@@ -191,4 +191,5 @@ def measure_against_reference(int8, task: str, max_texts: int, arrays: dict[str,
             else:
                 tracker.add(ref, got, len(idx))
     return tracker.result(), {**source, "n": len(items),
-                              "reference": f"the fp32 outputs stored at export, {field['file']}"}
+                              "reference": f"the fp32 outputs stored at {field.get('written_by', 'export')}, "
+                                           f"{field['file']}"}

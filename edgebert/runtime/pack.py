@@ -138,7 +138,10 @@ def pack_bundle(bundle: str | Path, target: str, out: str | Path, *, overwrite: 
                           "its fp32 graph could not be checked", "ship the full bundle")
     with work_dir("pack") as scratch:
         folder = Path(scratch) / "bundle"
-        reference_manifest = manifest if has_reference else write_reference(source, manifest, out_dir=folder)
+        if has_reference:
+            reference_manifest = manifest
+        else:                   # a bundle exported before references: computed now from its fp32 graph
+            reference_manifest = write_reference(source, manifest, out_dir=folder, stage="pack")
         for name in kept:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source / name, folder / name)
