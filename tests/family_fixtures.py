@@ -17,7 +17,8 @@ SENTENCES = [
 ] * 4
 FAMILIES = ("distilbert", "roberta", "xlm-roberta")
 CLASS_PREFIX = {"distilbert": "DistilBert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta"}
-HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+         "ForMultipleChoice")
 LABELS = {"ForSequenceClassification": {0: "NEGATIVE", 1: "POSITIVE"},
           "ForTokenClassification": {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}}
 

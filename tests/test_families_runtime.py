@@ -95,3 +95,36 @@ def test_evaluate_squad_of_a_bundle_runs_without_torch(qa, tmp_path):
     metrics = evaluate(result.bundle_dir, "squad", dev, precision="fp32").metrics
     assert {"exact_match", "f1"} <= set(metrics)
     assert torch_free_metrics(result.bundle_dir, "squad", dev) == metrics
+
+
+@pytest.mark.parametrize("family", ["distilbert", "roberta"])
+def test_embed_and_fill_mask_are_transformers(tmp_path, family):
+    """Mean-pooled embeddings equal transformers' hidden states pooled; fill_mask's top tokens and scores
+    equal the fill-mask pipeline's (the <mask> / [MASK] id read from either vocabulary)."""
+    import torch
+
+    from family_fixtures import hf_dir
+
+    quick = dict(validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32))
+    src, hf = hf_dir(tmp_path, family, "Model")
+    bundle = export_bundle(ExportConfig(model_dir=convert_hf(src, tmp_path / "model").out_dir,
+                                        out_dir=tmp_path / "embed", **quick)).bundle_dir
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(src))
+    feeds = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = hf(input_ids=feeds["input_ids"], attention_mask=feeds["attention_mask"]).last_hidden_state
+    mask = feeds["attention_mask"][..., None].float()
+    want = ((hidden * mask).sum(1) / mask.sum(1)).numpy()
+    got = EdgeSession(bundle, precision="fp32").embed(TEXTS, pooling="mean", normalize=False)
+    assert np.abs(got - want).max() < 1e-5
+
+    src, hf = hf_dir(tmp_path, family, "ForMaskedLM")
+    bundle = export_bundle(ExportConfig(model_dir=convert_hf(src, tmp_path / "mlm").out_dir,
+                                        out_dir=tmp_path / "fill", **quick)).bundle_dir
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(src))     # this folder's (trained anew)
+    pipe = transformers.pipeline("fill-mask", model=hf, tokenizer=tokenizer, device="cpu")
+    text = f"Zoë lives in {tokenizer.mask_token}."
+    want = pipe(text, top_k=3)
+    got = EdgeSession(bundle, precision="fp32").fill_mask(text, top_k=3)[0]
+    assert got.token_ids == [w["token"] for w in want], (got, want)
+    assert np.allclose(got.scores, [w["score"] for w in want], rtol=1e-4)
