@@ -153,10 +153,12 @@ def test_a_changed_or_missing_weights_file_is_refused(ov_bundle, tmp_path):
     data[100] ^= 0xFF
     weights.write_bytes(bytes(data))
     with pytest.raises(BundleError, match="does not match its manifest hash"):
-        EdgeSession(copy)
+        EdgeSession(copy, int8_target="openvino")
+    assert EdgeSession(copy, int8_target="portable").engine == "onnxruntime"   # a session hashes only what it loads
+    assert "model.int8-openvino.bin does not match" in check_bundle(copy, max_texts=4).reason
     weights.unlink()
     with pytest.raises(BundleError, match="model.int8-openvino.bin is missing"):
-        EdgeSession(copy, verify=False)
+        EdgeSession(copy, verify=False, int8_target="openvino")
 
 
 def test_target_openvino_always_ships_an_onnxruntime_graph_and_needs_its_packages(monkeypatch):
