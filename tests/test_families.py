@@ -92,3 +92,19 @@ def test_family_config_round_trip_and_refusals():
         BertConfig.preset("tiny", model_type="roberta", pad_token_id=1)
     with pytest.raises(ConfigError, match="model_type='gpt2' is not a BERT"):
         BertConfig.from_hf_dict({"model_type": "gpt2"})
+
+
+def test_roberta_tokenizer_json_is_built_from_vocab_and_merges(tmp_path):
+    """A RoBERTa folder with only vocab.json + merges.txt: import-hf builds the tokenizer.json transformers'
+    converter would (ids, pair layout and character offsets)."""
+    from tokenizers import Tokenizer
+
+    src, _ = hf_dir(tmp_path, "roberta", "ForQuestionAnswering")
+    original = Tokenizer.from_file(str(src / "tokenizer.json"))
+    (src / "tokenizer.json").unlink()
+    report = convert_hf(src, tmp_path / "out")
+    assert report.tokenizer_built_from_vocab and report.tokenizer_files[0] == "tokenizer.json"
+    built = Tokenizer.from_file(str(report.out_dir / "tokenizer.json"))
+    for item in (" Zoë  lives in Zürich.", ("Where does Zoë live?", "She lives in Zürich <mask>.")):
+        a, b = (t.encode(*item) if isinstance(item, tuple) else t.encode(item) for t in (built, original))
+        assert (a.ids, a.offsets, a.sequence_ids) == (b.ids, b.offsets, b.sequence_ids)

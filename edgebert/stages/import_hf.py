@@ -275,7 +275,8 @@ def _check_missing_and_shapes(sd: dict[str, torch.Tensor], target_of: dict[str, 
 
 # --------------------------------------------------------------------------- writing + checking
 def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], bool]:
-    """Copy the tokenizer files; build tokenizer.json from vocab.txt when it is the only one."""
+    """Copy the tokenizer files; build tokenizer.json from vocab.txt (WordPiece) or vocab.json + merges.txt
+    (a byte-level BPE: RoBERTa) when it is absent."""
     copied = []
     for name in TOKENIZER_FILES:
         if (src / name).is_file():
@@ -287,6 +288,10 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
 
         tok = load_vocab_tokenizer(out / "vocab.txt", lowercase=_do_lower_case(src))
         write_text(out / "tokenizer.json", tok.to_str())
+        copied.insert(0, "tokenizer.json")
+        built = True
+    elif "tokenizer.json" not in copied and {"vocab.json", "merges.txt"} <= set(copied):
+        write_text(out / "tokenizer.json", _byte_level_bpe(out, _tokenizer_config(src)).to_str())
         copied.insert(0, "tokenizer.json")
         built = True
     if "tokenizer.json" in copied:
@@ -301,6 +306,35 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
                                   f"{cfg.vocab_size} embeddings",
                                   "the tokenizer and weights come from different models")
     return copied, built
+
+
+def _tokenizer_config(src: Path) -> dict:
+    try:
+        config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _byte_level_bpe(folder: Path, config: dict):
+    """RoBERTa's fast tokenizer from its vocab.json + merges.txt, as transformers converts it: byte-level
+    BPE, <s> A </s></s> B </s>, offsets trimmed to the words (``add_prefix_space`` from tokenizer_config)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    prefix = bool(config.get("add_prefix_space", False))
+    tok = Tokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"),
+                                         continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix)
+    tok.decoder = decoders.ByteLevel()
+    specials = [AddedToken(t, lstrip=t == "<mask>", normalized=False, special=True)
+                for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>") if tok.token_to_id(t) is not None]
+    tok.add_special_tokens(specials)
+    cls_id, sep_id = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+    if cls_id is None or sep_id is None:
+        raise CheckpointError(f"{folder}/vocab.json has no <s> / </s>", "add the model's tokenizer.json")
+    tok.post_processor = processors.RobertaProcessing(("</s>", sep_id), ("<s>", cls_id), trim_offsets=True,
+                                                      add_prefix_space=prefix)
+    return tok
 
 
 def _do_lower_case(src: Path) -> bool:
