@@ -201,6 +201,14 @@ def test_packing_an_unknown_target_names_the_targets(fleet, tmp_path, capsys):
     code, _, err = run_cli(capsys, "pack", fleet, "--target", "arm64", "--out", mine, "--overwrite")
     assert_one_line_error(code, err, "was not written by `edgebert pack`")
     assert mine.read_text() == "mine"
+    folder = tmp_path / "mine"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "pack", fleet, "--target", "arm64", "--out", folder, "--overwrite")
+    assert_one_line_error(code, err, "not written by `edgebert pack`")
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "sub"]
+    code, _, err = run_cli(capsys, "pack", fleet, "--target", "arm64", "--out", fleet / "inside")
+    assert_one_line_error(code, err, "is inside the bundle")
 
 
 # --------------------------------------------------------------------------- the .ort format
