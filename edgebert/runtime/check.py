@@ -76,14 +76,16 @@ class CheckReport:
             out.append(f"chosen: {self.chosen['target']} ({self.chosen['reason']})")
         if self.fidelity:
             f = self.fidelity
+            unit = "questions" if bundle_task(self.task).inputs == "questions" else "texts"
             line = (f"fidelity: {f['metric']} mean {f['mean']:.5f}" + (f" min {f['min']:.5f}" if f.get("min") is not None else "")
-                    + f" vs fp32 on {f['n']} {self.texts['source']} texts")
+                    + f" vs fp32 on {f['n']} {self.texts['source']} {unit}")
             if self.texts.get("reference"):             # a one-device bundle: no fp32 graph here
                 line += f" ({self.texts['reference']})"
             if self.export_fidelity:
-                e = self.export_fidelity        # the same text's first n lines, or the export's own text
-                where = (f"the first {e['n']} of these" if e.get("source") == f"{self.texts['source']} text"
-                         else f"{e['n']} texts of {e.get('source') or 'its held-out text'}")
+                e = self.export_fidelity        # the same texts' (questions') first n, or the export's own
+                same = e.get("source") in (f"{self.texts['source']} text", f"{self.texts['source'].split()[0]} {unit}")
+                where = (f"the first {e['n']} of these" if same
+                         else f"{e['n']} {unit} of {e.get('source') or 'its held-out data'}")
                 other = f"{e['metric']} " if e.get("metric") != f["metric"] else ""     # qa: F1 vs gold answers
                 line += f" (the export's gate measured {other}{e['mean']:.5f} on {where})"
             out.append(line)
@@ -201,7 +203,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     where = f"this {host.kind} CPU"
     summary = (f"{fidelity.metric} {fidelity.mean:.5f}, loss {fidelity.loss:.5f} "
                f"{'<=' if fidelity.loss <= report.budget else '>'} budget {report.budget:g}, "
-               f"on {fidelity.n} {report.texts['source']} texts")
+               f"on {fidelity.n} {report.texts['source']} {'questions' if spec.inputs == 'questions' else 'texts'}")
     if fidelity.loss <= report.budget:
         report.passed = True
         report.reason = f"PASS: INT8 graph {choice.target!r} follows fp32 on {where} ({summary})"
