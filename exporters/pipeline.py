@@ -159,7 +159,7 @@ def _st_settings(model_dir: Path, task: str) -> dict:
     """An embed model's sentence-transformers prompts and similarity function, for the manifest."""
     from edgebert.bundle.st_settings import MANIFEST_KEY, read_settings
 
-    settings = read_settings(model_dir) if task == "embed" else None
+    settings = read_settings(model_dir) if bundle_task(task).has_pooling else None
     return {MANIFEST_KEY: settings} if settings else {}
 
 

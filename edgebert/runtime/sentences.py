@@ -31,6 +31,7 @@ import numpy as np
 
 from edgebert.bundle.pooling import SentencePooling
 from edgebert.bundle.st_settings import SIMILARITY_FUNCTIONS, manifest_settings
+from edgebert.bundle.task_registry import task_serving
 from edgebert.errors import ConfigError, DataError
 from edgebert.runtime.embedding_quantization import check_precision, quantize_embeddings
 from edgebert.runtime.text import TextEncoder, check_texts, length_sorted_batches, pad_batch
@@ -153,9 +154,10 @@ class SentenceMethods:
                convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
                normalize_embeddings: bool = False, truncate_dim: int | None = None, **kwargs: Any) -> Any:
         """Sentence embeddings as ``SentenceTransformer.encode`` gives them (see the module docstring)."""
-        if self.task != "embed":
-            raise ConfigError(f"encode() needs an 'embed' bundle; {self.bundle_dir} is a '{self.task}' bundle",
-                              "export the model with task 'embed'")
+        embedding = task_serving("embed").name
+        if self.task != embedding:
+            raise ConfigError(f"encode() needs an '{embedding}' bundle; {self.bundle_dir} is a '{self.task}' bundle",
+                              f"export the model with task '{embedding}'")
         _refuse_torch_options(convert_to_tensor, device, kwargs)
         check_precision(precision)
         if output_value not in OUTPUT_VALUES:
