@@ -15,6 +15,7 @@ from typing import Any
 from edgebert.bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from edgebert.bundle.manifest import ModelShape
 from edgebert.bundle.task_registry import bundle_task
+from edgebert.exporters.tokenizer_info import highest_token_id
 from edgebert.files.atomic import sha256_file, write_json
 from edgebert.model import BertConfig
 from edgebert.runtime.hostcpu import detect_host
@@ -72,8 +73,13 @@ def write_manifest(bundle_dir: Path, manifest: Manifest) -> Manifest:
     size into ``sizes`` (an archive is extracted at these sizes); write the manifest atomically. Returns
     it with the hashes."""
     paths = bundle_paths(bundle_dir)
-    manifest = manifest.with_files({n: sha256_file(p) for n, p in paths.items()},
-                                   {n: p.stat().st_size for n, p in paths.items()})
+    files = {n: sha256_file(p) for n, p in paths.items()}
+    manifest = manifest.with_files(files, {n: p.stat().st_size for n, p in paths.items()})
+    tok = manifest.tokenizer.file
+    if tok in paths:    # a session trusts this id for the very file hashed here and skips the vocabulary walk
+        value = manifest.to_dict()
+        value["tokenizer"].update(max_id=highest_token_id(paths[tok]), max_id_of=files[tok])
+        manifest = Manifest.from_dict(value, owned=True)
     write_json(Path(bundle_dir) / MANIFEST_NAME, manifest.to_dict())
     return manifest
 

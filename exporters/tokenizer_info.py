@@ -60,3 +60,12 @@ def tokenizer_metadata(path: str | Path) -> dict:
         raise CheckpointError(f"{path} has no [CLS]/[SEP] (or <s>/</s>) tokens", "a BERT-family tokenizer is needed")
     return {"file": TOKENIZER_NAME, "lowercase": _lowercase(spec.get("normalizer")), "pad_id": pad_id,
             **ids, "vocab_size": tok.get_vocab_size(with_added_tokens=True)}
+
+
+def highest_token_id(path: str | Path) -> int:
+    """The highest id the tokenizer at ``path`` can give: its vocabulary, added tokens and the special
+    tokens it frames a text with."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    return max([*tok.get_vocab(with_added_tokens=True).values(), *tok.encode("a").ids])

@@ -237,3 +237,24 @@ def test_nan_outputs_raise_naming_the_bundle_graph_and_rows(bundle, tmp_path, ca
     texts.write_text("a good film\nthe end of the day\n", encoding="utf-8")
     code, output = _check(path, capsys, "--data", str(texts))
     assert code == 1 and "gave NaN or infinite" in output.strip().splitlines()[-1], output
+
+
+def test_a_session_trusts_the_recorded_highest_id_only_for_the_file_it_was_recorded_for(bundle, tmp_path):
+    """The export records the tokenizer's highest id beside the tokenizer's hash, so a session skips
+    walking the vocabulary; where that hash is not the file's (a re-hashed tokenizer: the test above),
+    the session walks the vocabulary itself."""
+    from edgebert.bundle import read_manifest
+
+    manifest = read_manifest(bundle)
+    tok = manifest.to_dict()["tokenizer"]
+    assert tok["max_id_of"] == manifest.files[tok["file"]] and manifest.tokenizer.max_id == tok["max_id"] == 288
+
+    def claim(m, of=None):      # a recorded id past the table: refused only where the record is trusted
+        m["tokenizer"]["max_id"] = 5000
+        if of is not None:
+            m["tokenizer"]["max_id_of"] = of
+    with pytest.raises(BundleError, match=r"gives token ids up to 5000"):
+        _session(_copy(bundle, tmp_path / "trusted", manifest=claim)).embed("film")
+    stale = _copy(bundle, tmp_path / "stale", manifest=lambda m: claim(m, of="0" * 64))
+    assert read_manifest(stale).tokenizer.max_id is None
+    assert _session(stale).embed("film").shape[0] == 1

@@ -130,6 +130,11 @@ class ModelShape:
     type_vocab_size: int | None = None
 
 
+def _whole(value: Any) -> int | None:
+    """A recorded count or id if it is a whole number, else None (the reader then works it out itself)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 @dataclass(frozen=True)
 class TokenizerFacts:
     """The bundle's tokenizer file and the special-token ids the runtime feeds."""
@@ -141,6 +146,9 @@ class TokenizerFacts:
     unk_id: int | None = None
     vocab_size: int | None = None
     lowercase: bool | None = None
+    # the highest id the tokenizer can give, recorded with the tokenizer's hash at export; None where that
+    # hash is not the file's (older bundles, a re-hashed file): the runtime then reads the vocabulary
+    max_id: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,12 +166,14 @@ class ModelEntry(_JsonView):
     _json: dict[str, Any] = field(repr=False)
 
     @classmethod
-    def from_dict(cls, key: str, value: dict[str, Any], version: int = BUNDLE_VERSION) -> "ModelEntry":
-        """``value`` as an entry; ``BundleError`` if it lacks what the runtime reads."""
+    def from_dict(cls, key: str, value: dict[str, Any], version: int = BUNDLE_VERSION, *,
+                  owned: bool = False) -> "ModelEntry":
+        """``value`` as an entry; ``BundleError`` if it lacks what the runtime reads (``owned``: the
+        caller hands ``value`` over, so it is not copied)."""
         problem = _entry_problem(key, value, version)
         if problem:
             raise BundleError(f"{MANIFEST_NAME}: {problem}", "re-export the bundle")
-        value = copy.deepcopy(value)
+        value = value if owned else copy.deepcopy(value)
         precision = str(value.get("precision") or key.split("-", 1)[0])
         quant = value.get("quantization") if isinstance(value.get("quantization"), dict) else {}
         if precision == "int8" and "requires" not in value and "cpu" in _providers(precision, quant, value):
@@ -244,9 +254,10 @@ class Manifest(_JsonView):
 
     # ------------------------------------------------------------------ making one
     @classmethod
-    def from_dict(cls, value: Any, where: str | os.PathLike = MANIFEST_NAME) -> "Manifest":
+    def from_dict(cls, value: Any, where: str | os.PathLike = MANIFEST_NAME, *, owned: bool = False) -> "Manifest":
         """``value`` (parsed JSON) as a ``Manifest``; ``BundleError`` naming ``where`` and the first
-        field that is missing or wrong. Extra keys and entries are kept."""
+        field that is missing or wrong. Extra keys and entries are kept. ``owned``: the caller hands
+        ``value`` over (freshly parsed), so it is not copied."""
         if not isinstance(value, dict):
             raise BundleError(f"{where} must hold a JSON object", "re-export the bundle")
         if value.get("format") != BUNDLE_FORMAT:
@@ -266,13 +277,14 @@ class Manifest(_JsonView):
         problem = _problem(value)
         if problem:
             raise BundleError(f"{where}: {problem}", "re-export the bundle")
-        value = copy.deepcopy(value)
+        value = value if owned else copy.deepcopy(value)
         cfg, tok = value["config"], value["tokenizer"]
         shape = ModelShape(**{k: cfg.get(k) for k in ModelShape.__dataclass_fields__})
         facts = TokenizerFacts(file=tok["file"], **{k: tok.get(k) for k in _TOKEN_IDS if k != "pad_id"},
                                pad_id=tok.get("pad_id", 0), vocab_size=tok.get("vocab_size"),
-                               lowercase=tok.get("lowercase"))
-        models = {k: ModelEntry.from_dict(k, e, value["version"]) for k, e in value["models"].items()}
+                               lowercase=tok.get("lowercase"), max_id=_whole(tok.get("max_id"))
+                               if tok.get("max_id_of") == value["files"].get(tok["file"]) else None)
+        models = {k: ModelEntry.from_dict(k, e, value["version"], owned=True) for k, e in value["models"].items()}
         return cls(value["version"], value["task"], shape, value.get("max_sequence_length"), value.get("labels"),
                    facts, tuple(TensorSpec.from_dict(i) for i in value["inputs"]),
                    tuple(TensorSpec.from_dict(o) for o in value["outputs"]), models, dict(value["files"]), value,
@@ -298,7 +310,7 @@ class Manifest(_JsonView):
             raise BundleError(f"{path} is nested too deeply to be a manifest", "re-export the bundle") from exc
         except OSError as exc:
             raise BundleError(f"{path} cannot be read ({exc.strerror or exc})", "re-export the bundle") from exc
-        return cls.from_dict(value, path)
+        return cls.from_dict(value, path, owned=True)
 
     @classmethod
     def build(cls, *, task: str, config: ModelShape, num_labels: int, source: dict[str, Any],

@@ -139,7 +139,8 @@ class EdgeSession(SentenceMethods):
         self.label_names = self.manifest.label_names
         self._session, self.providers, self.provider_notes = self._create(provider, trt_cache_dir, trt_profile)
         # after the graph's own check (its tables), which names the graph when the manifest claims too much
-        self.encoder.check_ids(self.manifest.config.vocab_size, {n: getattr(tok, n) for n in SPECIAL_IDS})
+        self.encoder.check_ids(self.manifest.config.vocab_size, {n: getattr(tok, n) for n in SPECIAL_IDS},
+                               tok.max_id)
         # an OpenVINO graph runs on the CPU too; ``engine`` says which library runs it
         self.provider = short_name(self.providers[0]) if self.engine == "onnxruntime" else "cpu"
         self.input_names = [i.name for i in self._session.get_inputs()]

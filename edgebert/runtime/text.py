@@ -153,14 +153,16 @@ class TextEncoder:
             raise BundleError(f"{self.file} cannot encode text ({_one_line(exc)})",
                               "the bundle's tokenizer.json is broken; re-export the bundle") from exc
 
-    def check_ids(self, vocab_size: int, special_ids: dict[str, int | None]) -> None:
+    def check_ids(self, vocab_size: int, special_ids: dict[str, int | None], max_id: int | None = None) -> None:
         """``BundleError`` unless every id this tokenizer can give (its vocabulary, added tokens and the
         special tokens its post-processor frames texts with) is below ``vocab_size`` (the rows of the
         model's embedding table), and every id of ``special_ids`` (the manifest's ``pad_id`` ...) is a
         token of this tokenizer."""
-        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
         framing = [int(i) for part in self._frame[:2] for i in part]
-        highest = max([*vocab.values(), *framing], default=-1)
+        if max_id is not None:      # recorded at export for this very (hash-checked) file: no vocabulary walk
+            highest = max([max_id, *framing])
+        else:
+            highest = max([*self.tokenizer.get_vocab(with_added_tokens=True).values(), *framing], default=-1)
         if highest >= vocab_size:
             token = self.tokenizer.id_to_token(highest)
             raise BundleError(f"{self.file} gives token ids up to {highest} ({token!r}), but the model's embedding "
