@@ -43,6 +43,9 @@ class StaticQdqInt8Quantizer:
             # ORT basic optimizations (constant folding) + ONNX shape inference; standard ops only.
             quant_pre_process(str(fp32_unfused_path), str(self.source), skip_symbolic_shape=True)
         self.float_matmuls = activation_matmuls(self.source)
+        import onnx   # the inputs the graph takes (a DistilBERT's has no token_type_ids)
+
+        self.input_names = {i.name for i in onnx.load(str(self.source), load_external_data=False).graph.input}
 
     def candidates(self) -> list[str]:
         return weight_nodes(self.source, self.op_types)
@@ -54,7 +57,7 @@ class StaticQdqInt8Quantizer:
             extra["CalibPercentile"] = 99.999
         with quiet_logging():
             quantize_static(
-                str(self.source), str(out_path), TextCalibrationReader(self.batches),
+                str(self.source), str(out_path), TextCalibrationReader(self.batches, self.input_names),
                 quant_format=QuantFormat.QDQ,
                 op_types_to_quantize=list(self.op_types),
                 per_channel=self.cfg.static_per_channel,

@@ -128,3 +128,20 @@ def test_embed_and_fill_mask_are_transformers(tmp_path, family):
     got = EdgeSession(bundle, precision="fp32").fill_mask(text, top_k=3)[0]
     assert got.token_ids == [w["token"] for w in want], (got, want)
     assert np.allclose(got.scores, [w["score"] for w in want], rtol=1e-4)
+
+
+def test_distilbert_gpu_graphs_take_no_token_types(tmp_path):
+    """Every GPU graph of a DistilBERT (TensorRT fp32 and static INT8, fp16, CUDA) is made and validated
+    (on the CPU provider), calibrated without the token_type_ids its graph does not take."""
+    from family_fixtures import hf_dir
+
+    src, _ = hf_dir(tmp_path, "distilbert", "ForQuestionAnswering")
+    result = export_bundle(ExportConfig(model_dir=convert_hf(src, tmp_path / "model").out_dir, out_dir=tmp_path / "b",
+                                        int8=True, tensorrt=True, cuda=True, fp16=True,
+                                        validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    models = result.manifest.to_dict()["models"]
+    assert {"fp32", "fp32-trt", "int8", "int8-trt", "fp16", "fp32-cuda", "fp16-cuda"} <= set(models)
+    assert models["fp32"]["validation"]["max_abs_diff"] < 1e-5
+    assert models["fp16"]["validation"]["max_abs_diff"] < 1e-2
+    for key in ("fp32-trt", "int8-trt"):
+        assert list(models[key]["tensorrt_profile"]) == ["input_ids", "attention_mask"]
