@@ -115,11 +115,12 @@ class GuardResult:
         return d
 
 
-def rank_nodes(quantizer: Quantizer, probe: AccuracyProbe, sensitivity_size: int) -> list[dict]:
-    """Per-node sensitivity: the distance caused by quantizing that node alone; largest first."""
+def rank_nodes(quantizer: Quantizer, probe: AccuracyProbe, sensitivity_size: int, suffix: str = ".onnx") -> list[dict]:
+    """Per-node sensitivity: the distance caused by quantizing that node alone; largest first. ``suffix``:
+    the quantizer's file kind (``.xml``: an OpenVINO IR, which ``cpu_session`` opens as such)."""
     ranking = []
     with work_dir("sens") as tmp:
-        one = Path(tmp) / "one.onnx"
+        one = Path(tmp) / f"one{suffix}"
         for node in quantizer.candidates():
             quantizer.quantize(one, only=node)
             ranking.append({"node": node, "distance": float(f"{probe.measure(one, sensitivity_size).distance:.4g}")})
@@ -147,7 +148,7 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
     if budget is None or before.loss <= budget:
         return GuardResult(before, within_budget=True if allow_miss else None)
     say(f"INT8 {probe.metric} loss {before.loss:.5f} > budget {budget}: ranking nodes by sensitivity")
-    ranking = rank_nodes(quantizer, probe, sensitivity_size)
+    ranking = rank_nodes(quantizer, probe, sensitivity_size, out_path.suffix or ".onnx")
     nodes = [r["node"] for r in ranking]
     limit = len(nodes) if max_excluded is None else max(1, min(len(nodes), max_excluded))
     # first guess: the shortest prefix whose per-node distances add up to the distance to shed
