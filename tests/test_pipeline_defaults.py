@@ -33,9 +33,7 @@ def test_answer_has_the_question_answering_pipelines_defaults():
 def test_tag_has_the_token_classification_pipelines_grouping():
     from transformers.pipelines.token_classification import TokenClassificationPipeline
 
-    ours = defaults(EdgeSession.tag)
-    assert ours["ignore_labels"] == tuple(defaults(TokenClassificationPipeline._sanitize_parameters).get(
-        "ignore_labels") or ("O",))
-    # the pipeline's aggregation_strategy=None means "none" (one result per token); edgebert's default
-    # groups ("simple"), documented as its choice: the value names which one
-    assert ours["aggregation"] in ("none", "simple", "first")
+    ours, theirs = defaults(EdgeSession.tag), defaults(TokenClassificationPipeline._sanitize_parameters)
+    # the pipeline's ignore_labels=None means ["O"], aggregation_strategy=None means NONE (one result per token)
+    assert theirs["ignore_labels"] is None and ours["ignore_labels"] == ("O",)
+    assert theirs["aggregation_strategy"] is None and ours["aggregation"] == "none"

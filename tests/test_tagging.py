@@ -239,9 +239,9 @@ def test_tag_api(ner_bundle, tmp_path):
     from edgebert.runtime import EdgeSession
 
     session = EdgeSession(ner_bundle[1], precision="int8")
-    one = session.tag("Anna lives in Oslo.")
+    one = session.tag("Anna lives in Oslo.", "simple")
     assert isinstance(one, list) and all({"entity_group", "score", "word", "start", "end"} <= set(e) for e in one)
-    many = session.tag(["Anna lives in Oslo.", "", "and Bob ?"])
+    many = session.tag(["Anna lives in Oslo.", "", "and Bob ?"], "simple")
     assert len(many) == 3 and many[0] == one and many[1] == []
     assert session.tag([]) == []
     assert all(e["entity_group"] != "O" for e in one)

@@ -333,14 +333,15 @@ class EdgeSession(SentenceMethods):
         ids = probs.argmax(axis=1).astype(np.int64) if len(probs) else np.zeros(0, np.int64)
         return ClassificationResult([names[i] for i in ids], ids, probs, names)
 
-    def tag(self, texts: str | Sequence[str], aggregation: str = "simple", *, stride: int | None = None,
+    def tag(self, texts: str | Sequence[str], aggregation: str = "none", *, stride: int | None = None,
             ignore_labels: Sequence[str] = ("O",), batch_size: int | None = None
             ) -> list[Entity] | list[list[Entity]]:
         """Named entities of a ``token-cls`` bundle, grouped as Hugging Face's token-classification
         pipeline groups them (``edgebert.runtime.tagging``): for one str its list of entities, for a
         list of texts one list per text. Each entity: ``entity_group`` (``entity`` with
         ``aggregation="none"``), ``score``, ``word``, ``start``, ``end`` (character offsets into the
-        text). ``aggregation``: ``simple`` | ``first`` | ``none``. A text longer than ``max_length`` is
+        text). ``aggregation``: ``none`` (the pipeline's default: one result per sub-token) | ``simple`` |
+        ``first`` (entities grouped). A text longer than ``max_length`` is
         tagged in windows overlapping by ``stride`` sub-tokens (default: a quarter of a window), never
         truncated."""
         self._require("tag")
