@@ -39,7 +39,7 @@ def _nan_scale_bundle(src, dst):
     scale = next(i for i in model.graph.initializer if i.name in used and i.name.endswith("_scale") and i.dims)
     scale.CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(scale), np.nan), scale.name))
     onnx.save(model, path)
-    fixed = manifest.with_files({**manifest.files, path.name: sha256_file(path)})
+    fixed = manifest.with_files({**manifest.files, manifest.models["int8"].file: sha256_file(path)})
     (dst / "manifest.json").write_text(fixed.to_json(), encoding="utf-8")
     return dst
 

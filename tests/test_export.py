@@ -157,7 +157,9 @@ def test_manifest_schema_and_hashes(embed_bundle):
     assert manifest["config"]["num_hidden_layers"] == LAYERS and manifest["max_sequence_length"] == 128
     assert manifest["tokenizer"] == {"file": "tokenizer.json", "lowercase": True, "pad_id": 0, "cls_id": 2,
                                      "sep_id": 3, "mask_id": 4, "unk_id": 1,
-                                     "vocab_size": manifest["config"]["vocab_size"]}
+                                     "vocab_size": manifest["config"]["vocab_size"],
+                                     "max_id": manifest["config"]["vocab_size"] - 1,     # the tokenizer's highest id
+                                     "max_id_of": manifest["files"]["tokenizer.json"]}
     assert [i["name"] for i in manifest["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
     assert manifest["outputs"][0] == {"name": "last_hidden_state", "dtype": "float32",
                                       "shape": ["batch", "sequence", 64]}

@@ -42,6 +42,8 @@ def test_bundle_is_a_hugging_face_model_folder(bundles):
     from transformers import AutoConfig, AutoTokenizer
 
     for task, bundle in bundles.items():
+        if task not in ("embed", "cls", "token-cls", "qa"):
+            continue                                        # the multi-target bundle: its files are checked below
         manifest = read_manifest(bundle)
         assert {m.file for m in manifest.models.values()} <= {"onnx/model.onnx", "onnx/model_quantized.onnx"}
         config = AutoConfig.from_pretrained(bundle)

@@ -99,7 +99,7 @@ def test_static_int8_is_symmetric_s8s8_qdq_on_standard_ops(work, calib):
     manifest = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "static", int8=True,
                                           int8_mode="static", calib=calib, calib_size=32,
                                           validation_batch_sizes=(1, 3), validation_seq_lens=(7, 64))).manifest
-    model = onnx.load(str(work / "static" / "model.int8.trt.onnx"))   # static QDQ: the TensorRT INT8 graph
+    model = onnx.load(str(model_path(work / "static", "int8", key="int8-trt")))   # static QDQ: TensorRT's INT8 graph
     assert set(manifest["models"]) == {"fp32", "fp32-trt", "int8-trt"}        # and no CPU INT8 graph
     counts = op_type_counts(model)
     weight_matmuls = 6 * LAYERS + 1                            # Q, K, V, out, FFN1, FFN2 per layer + pooler

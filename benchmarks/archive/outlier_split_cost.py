@@ -170,15 +170,16 @@ def k_extension_inputs(int8_file: str | Path) -> list[str]:
 def calibration_ranges(bundle: Path, int8_file: str | Path, qcfg=None):
     """Per-channel ranges of the K-extended MatMuls' inputs on the calibration batches the export of ``bundle``
     used (``quantization.feeds``; ``qcfg``: that export's ``Int8Config``, default the built-in text)."""
-    from edgebert.bundle import read_manifest
+    from edgebert.bundle import model_path, read_manifest
     from edgebert.quantization.activations import ChannelStats
     from edgebert.quantization.config import Int8Config
     from edgebert.quantization.feeds import task_feeds
 
     manifest = read_manifest(bundle)
-    feeds = task_feeds(qcfg or Int8Config(), manifest.task, bundle / "model.onnx", tokenizer=bundle / "tokenizer.json",
+    fp32 = model_path(bundle, "fp32", manifest)
+    feeds = task_feeds(qcfg or Int8Config(), manifest.task, fp32, tokenizer=bundle / "tokenizer.json",
                        pad_id=manifest.tokenizer.pad_id, max_length=None, say=lambda *a, **k: None)
-    return ChannelStats.collect(bundle / "model.onnx", feeds.calibration(), k_extension_inputs(int8_file))
+    return ChannelStats.collect(fp32, feeds.calibration(), k_extension_inputs(int8_file))
 
 
 def _p50(lat: dict) -> str:
@@ -222,6 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default benchmarks/archive/results/outlier_split_cost_<kind>")
     args = parser.parse_args(argv)
     from edgebert.bench.measure import OtherCpuLoad
+    from edgebert.bundle import model_path
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.stages.import_hf import convert_hf
 
@@ -240,7 +242,7 @@ def main(argv=None) -> int:
     recipe = args.work / "variant0"
     stats = calibration_ranges(recipe, variants[RECIPE]["file"])
     for name, mode in K_EXTENSIONS.items():
-        variants[name] = {**k_extended(Path(variants[RECIPE]["file"]), recipe / "model.onnx", stats, mode,
+        variants[name] = {**k_extended(Path(variants[RECIPE]["file"]), model_path(recipe, "fp32"), stats, mode,
                                        args.work / f"kext-{mode}.onnx"), "rewrite_of": RECIPE}
     sst, wiki = texts()
     rows = tokenized(src / "tokenizer.json", sst[:300] + wiki[:100])
