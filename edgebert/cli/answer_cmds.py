@@ -66,4 +66,9 @@ def context_text(value: str) -> str:
         is_file = "\n" not in value and Path(value).is_file()
     except OSError:                       # a text too long to be a file name
         is_file = False
-    return read_utf8(value, "context file", "pass the text to answer from as UTF-8") if is_file else value
+    # one word shaped like a path (a folder part or a file suffix) that is not there: a mistyped file name,
+    # refused by read_utf8 ("not found") rather than answered from as if it were the text
+    looks_like_path = not is_file and len(value.split()) == 1 and ("/" in value or bool(Path(value).suffix))
+    if is_file or looks_like_path:
+        return read_utf8(value, "context file", "pass the text to answer from as UTF-8")
+    return value

@@ -25,13 +25,8 @@ def check(
     max_texts: Annotated[int, typer.Option("--max-texts", min=1, help="Measure on at most this many texts (the "
                                            "built-in held-out text has 202; the export's gate measured on the first "
                                            "--gate-size of them, 200 by default).")] = 256,
-    max_accuracy_loss: Annotated[Optional[float], typer.Option(
-        "--max-accuracy-loss", help="INT8 budget this check holds the bundle to: 1 - the mean of its task's "
-                                    "metric against fp32 on the texts measured (default: the budget the export "
-                                    "gated on).")] = None,
-    target: Annotated[Optional[str], typer.Option(
-        "--target", help="Check this INT8 graph of the bundle (portable | x86-avx2 | x86-vnni | arm64 | openvino) "
-                         "instead of the one the runtime picks on this CPU.")] = None,
+    max_accuracy_loss: o.CheckMaxAccuracyLoss = None,
+    target: o.CheckTarget = None,
     threads: o.RuntimeThreads = None,
     as_json: o.Json = False,
 ) -> None:

@@ -111,6 +111,18 @@ MaxAccuracyLoss = Annotated[Optional[float], typer.Option(
                                 + ", ".join(f"{t.metric} ({t.name}, {t.budget})" for t in BUNDLE_TASKS)
                                 + f"; pipeline: {PIPELINE_INT8_BUDGET} (its embedding student). "
                                 "The most sensitive nodes stay float until it is met.")]
+CheckMaxAccuracyLoss = Annotated[Optional[float], typer.Option(     # edgebert check's own words
+    "--max-accuracy-loss", help="INT8 budget this check holds the bundle to: 1 - the mean of its task's "
+                                "metric against fp32 on the texts measured (default: the budget the export "
+                                "gated on).")]
+PackOut = Annotated[Path, typer.Option(                           # edgebert pack's own words
+    "--out", "-o", help="The one-device bundle: a folder, or an archive (.tar.gz, .tgz or .zip).")]
+PackTarget = Annotated[str, typer.Option(                         # edgebert pack's own words
+    "--target", help="The INT8 target the device runs (portable, x86-vnni, arm64 ...: one the bundle was "
+                     "exported with).")]
+CheckTarget = Annotated[Optional[str], typer.Option(             # edgebert check's own words
+    "--target", help="Check this INT8 graph of the bundle (portable | x86-avx2 | x86-vnni | arm64 | openvino) "
+                     "instead of the one the runtime picks on this CPU.")]
 Target = Annotated[Optional[str], typer.Option(
     "--target", help="INT8 deployment target(s), comma list: portable (any x86-64/ARM64 CPU) | x86-avx2 | "
                      "x86-vnni | arm64 | openvino (an OpenVINO graph besides, needs the [openvino] extra) | host: "

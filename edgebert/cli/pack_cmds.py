@@ -17,10 +17,8 @@ from edgebert.cli.app import app, say
 def pack(
     bundle: Annotated[Path, typer.Argument(metavar="BUNDLE", help="Bundle folder or archive written by "
                                                                   "`edgebert export --int8`.")],
-    target: Annotated[str, typer.Option("--target", help="The INT8 target the device runs (portable, x86-vnni, "
-                                                         "arm64 ...: one the bundle was exported with).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="The one-device bundle: a folder, or an archive "
-                                                          "(.tar.gz, .tgz or .zip).")],
+    target: o.PackTarget,
+    out: o.PackOut,
     overwrite: o.Overwrite = False,
     ort_format: Annotated[bool, typer.Option(
         "--ort-format", help="Also write the graph in onnxruntime's .ort format and the required_operators.config "
