@@ -148,6 +148,11 @@ def avx2_check(fp32: Path, graphs: dict[str, Path], tokenizer: Path, texts: int)
     return out
 
 
+def _pair(acc: dict) -> str:
+    """``mean / min`` (a label-agreement metric has no min: ``mean / -``)."""
+    return " / ".join("-" if acc.get(k) is None else f"{acc[k]:.5f}" for k in ("mean", "min"))
+
+
 def markdown(r: dict) -> str:
     cpu = r["cpu_kind"]
     lines = [f"# INT8 embedding tables: {r['model']} ({r['date']})", "",
@@ -162,8 +167,7 @@ def markdown(r: dict) -> str:
             h, t = g["held_out"], g["task_set"]
             word = (g["embedding_tables"].get("word_embeddings") or {})
             lines.append(f"| {g['target']} | {variant} | {g['bytes']['file_mb']:.2f} | {word.get('dtype', '?')} | "
-                         f"{h['mean']:.5f} / {h.get('min', float('nan')):.5f} | "
-                         f"{t['mean']:.5f} / {t.get('min', float('nan')):.5f} | {len(g['excluded_nodes'])} |")
+                         f"{_pair(h)} | {_pair(t)} | {len(g['excluded_nodes'])} |")
     if r.get("avx2"):
         lines += ["", f"Portable graph on an emulated AVX2-only CPU ({AVX2.name}, QEMU Haswell), "
                       "plain onnxruntime session, texts one at a time, cosine vs fp32 (native):", "",
