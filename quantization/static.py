@@ -43,7 +43,7 @@ class StaticQdqInt8Quantizer:
             # ORT basic optimizations (constant folding) + ONNX shape inference; standard ops only.
             quant_pre_process(str(fp32_unfused_path), str(self.source), skip_symbolic_shape=True)
         self.float_matmuls = activation_matmuls(self.source)
-        import onnx   # the inputs the graph takes (a DistilBERT's has no token_type_ids)
+        import onnx  # the inputs the graph takes (a DistilBERT's has no token_type_ids)
 
         self.input_names = {i.name for i in onnx.load(str(self.source), load_external_data=False).graph.input}
 

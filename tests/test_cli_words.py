@@ -43,7 +43,6 @@ def qa_bundle(tmp_path_factory):
     from edgebert.exporters.config import ExportConfig
     from edgebert.exporters.pipeline import export_bundle
     from edgebert.stages.import_hf import import_hf
-
     from family_fixtures import hf_dir
 
     tmp = tmp_path_factory.mktemp("answer-cli")

@@ -9,12 +9,11 @@ import json
 import pytest
 import torch
 
+from distill_helpers import write_toy_tsv
 from edgebert.model import load_model
 from edgebert.stages.distill import DistillConfig, distill
 from edgebert.stages.finetune import FinetuneConfig, finetune
 from edgebert.stages.import_hf import convert_hf, output_tensors, probe_batch
-
-from distill_helpers import write_toy_tsv
 from family_fixtures import CLASS_PREFIX, hf_dir
 
 transformers = pytest.importorskip("transformers")

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("edgebert", "exporters", "quantization")
 BUDGET = 400
 EXEMPT = {"edgebert/model/bert.py"}                              # the one-file BERT (all heads), by design
-OVER_FOR_NOW = {"edgebert/runtime/session.py", "edgebert/bundle/manifest.py"}    # to be split
+OVER_FOR_NOW: set[str] = set()                                    # modules over the budget, while they are split
 
 
 def line_counts() -> dict[str, int]:

@@ -299,7 +299,6 @@ def test_a_packed_ort_bundle_checks_on_emulated_arm64(fleet, tmp_path):
     import subprocess
 
     from conftest import REPO
-
     from edgebert.runtime.pack import pack_bundle
 
     tool = REPO.parent / "shared" / "tools" / "arm64-python"

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from edgebert.bundle.manifest_checks import INPUT_NAMES, TASK_OUTPUTS, TOKEN_IDS, entry_problem, manifest_problem
 from edgebert.bundle.pooling import SentencePooling
-from edgebert.bundle.task_registry import BUNDLE_TASKS, TASK_NAMES, bundle_task
+from edgebert.bundle.task_registry import TASK_NAMES, bundle_task
 from edgebert.errors import BundleError
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "READABLE_VERSIONS", "TASKS", "PRECISIONS",
@@ -42,12 +43,7 @@ READABLE_VERSIONS = (1, 2)
 TASKS = TASK_NAMES                 # the bundle tasks (``task_registry``: one entry each)
 PRECISIONS = ("fp32", "int8", "fp16")
 # Output names per task, in graph order (read from the registry).
-TASK_OUTPUTS: dict[str, tuple[str, ...]] = {t.name: t.output_names for t in BUNDLE_TASKS}
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _REQUIRED_KEYS = ("format", "version", "task", "config", "tokenizer", "inputs", "outputs", "models", "files")
-_CONFIG_KEYS = ("hidden_size", "max_position_embeddings", "vocab_size", "num_hidden_layers", "num_attention_heads")
-_TOKEN_IDS = ("pad_id", "mask_id", "cls_id", "sep_id", "unk_id")
-_MAX_ID = 2 ** 31 - 1          # ids are int64 in the graph; anything past int32 is no vocabulary's
 
 # Version 1 bundles: their one INT8 graph has 8-bit weights, exact only where U8S8 products are.
 LEGACY_INT8 = {"target": "legacy-8bit",
@@ -56,9 +52,7 @@ LEGACY_INT8 = {"target": "legacy-8bit",
                             "elsewhere": "run with session.x64quantprecision=1"}}
 
 
-def _is_int(value: Any, minimum: int = 0, maximum: int | None = None) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-            and (maximum is None or value <= maximum))
+
 
 
 class _JsonView(Mapping):
@@ -170,7 +164,7 @@ class ModelEntry(_JsonView):
                   owned: bool = False) -> "ModelEntry":
         """``value`` as an entry; ``BundleError`` if it lacks what the runtime reads (``owned``: the
         caller hands ``value`` over, so it is not copied)."""
-        problem = _entry_problem(key, value, version)
+        problem = entry_problem(key, value, version)
         if problem:
             raise BundleError(f"{MANIFEST_NAME}: {problem}", "re-export the bundle")
         value = value if owned else copy.deepcopy(value)
@@ -218,23 +212,6 @@ def _providers(precision: str, quant: Mapping[str, Any], value: dict[str, Any]) 
     return ("cpu", "cuda")
 
 
-def _entry_problem(key: str, entry: Any, version: int) -> str | None:
-    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
-        return f"models.{key} must be an object with a file name"
-    if version >= 2 and not isinstance(entry.get("precision"), str):
-        return f"models.{key} has no precision"
-    if entry.get("providers") is not None and not (isinstance(entry["providers"], list)
-                                                   and all(isinstance(p, str) for p in entry["providers"])):
-        return f"models.{key}.providers must be a list of provider names"
-    if entry.get("quantization") is not None and not isinstance(entry["quantization"], dict):
-        return f"models.{key}.quantization must be an object"
-    precision = str(entry.get("precision") or key.split("-", 1)[0])
-    if precision == "int8" and "requires" in entry:
-        if not isinstance(entry["requires"], dict) or not isinstance(entry.get("target"), str):
-            return f"models.{key} must carry a target name and a requires object"
-    return None
-
-
 # --------------------------------------------------------------------------- the manifest
 @dataclass(frozen=True, eq=False)
 class Manifest(_JsonView):
@@ -274,13 +251,13 @@ class Manifest(_JsonView):
         # a one-device bundle (``packed``, ``runtime.pack``) leaves its fp32 graph out on purpose
         if not isinstance(value["models"], dict) or ("fp32" not in value["models"] and not value.get("packed")):
             raise BundleError(f"{where} lists no fp32 model", "re-export the bundle")
-        problem = _problem(value)
+        problem = manifest_problem(value)
         if problem:
             raise BundleError(f"{where}: {problem}", "re-export the bundle")
         value = value if owned else copy.deepcopy(value)
         cfg, tok = value["config"], value["tokenizer"]
         shape = ModelShape(**{k: cfg.get(k) for k in ModelShape.__dataclass_fields__})
-        facts = TokenizerFacts(file=tok["file"], **{k: tok.get(k) for k in _TOKEN_IDS if k != "pad_id"},
+        facts = TokenizerFacts(file=tok["file"], **{k: tok.get(k) for k in TOKEN_IDS if k != "pad_id"},
                                pad_id=tok.get("pad_id", 0), vocab_size=tok.get("vocab_size"),
                                lowercase=tok.get("lowercase"), max_id=_whole(tok.get("max_id"))
                                if tok.get("max_id_of") == value["files"].get(tok["file"]) else None)
@@ -388,49 +365,3 @@ class Manifest(_JsonView):
 
     def entry(self, key: str) -> ModelEntry | None:
         return self.models.get(key)
-
-
-def _problem(manifest: dict[str, Any]) -> str | None:
-    """The first structural problem of a manifest, as a phrase (None if it is usable)."""
-    cfg = manifest["config"]
-    if not isinstance(cfg, dict):
-        return "config must be an object"
-    for key in _CONFIG_KEYS:
-        if not _is_int(cfg.get(key), 1, _MAX_ID):
-            return f"config.{key} is {cfg.get(key)!r}, not a positive integer"
-    max_len = manifest.get("max_sequence_length")
-    if max_len is not None and not _is_int(max_len, 3, _MAX_ID):
-        return f"max_sequence_length is {max_len!r}, not an integer >= 3"
-    tok = manifest["tokenizer"]
-    if not isinstance(tok, dict) or not isinstance(tok.get("file"), str):
-        return "tokenizer must be an object with a file name"
-    for key in _TOKEN_IDS:
-        if tok.get(key) is not None and not _is_int(tok[key], 0, _MAX_ID):
-            return f"tokenizer.{key} is {tok[key]!r}, not a token id"
-    for key in ("inputs", "outputs"):
-        if not (isinstance(manifest[key], list) and manifest[key]
-                and all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in manifest[key])):
-            return f"{key} must be a non-empty list of objects with a name"
-    bad_inputs = sorted({i["name"] for i in manifest["inputs"]} - set(INPUT_NAMES))
-    if bad_inputs:
-        return f"input {bad_inputs[0]!r} is not one the runtime feeds ({', '.join(INPUT_NAMES)})"
-    expected = TASK_OUTPUTS.get(manifest["task"])
-    declared = tuple(o["name"] for o in manifest["outputs"])
-    if expected is not None and declared != expected:
-        return f"task {manifest['task']!r} has outputs {', '.join(expected)}, the manifest declares {', '.join(declared)}"
-    for key, entry in manifest["models"].items():
-        problem = _entry_problem(key, entry, manifest["version"])
-        if problem:
-            return problem
-    files = manifest["files"]
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-        return "files must map file names to sha256 strings"
-    sizes = manifest.get("sizes")
-    if sizes is not None and not (isinstance(sizes, dict) and all(isinstance(k, str) and _is_int(v, 0)
-                                                                  for k, v in sizes.items())):
-        return "sizes must map file names to byte counts"
-    labels = manifest.get("labels")
-    if labels is not None and not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
-                                   and sorted(labels, key=str) == sorted(map(str, range(len(labels))), key=str)):
-        return "labels must map 0..N-1 to label names"
-    return None

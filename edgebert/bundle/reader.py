@@ -58,8 +58,8 @@ from edgebert.bundle.manifest import (
     TASKS,
     Manifest,
     ModelEntry,
-    _is_int,
 )
+from edgebert.bundle.manifest_checks import is_whole as _is_int
 from edgebert.errors import BundleError
 from edgebert.files.atomic import sha256_file  # stdlib only, like this module
 from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph

@@ -38,6 +38,7 @@ from edgebert.runtime.precision import choose_precision
 from edgebert.runtime.providers import short_name
 from edgebert.runtime.results import ClassificationResult, MaskPrediction
 from edgebert.runtime.sentences import SentenceMethods
+from edgebert.runtime.session_args import ORT_LOG_ENV, check_batch_size, check_ort_log_level, int64_ids, is_int
 from edgebert.runtime.tagging import Entity, Tagger, batched_logits, tag_texts
 from edgebert.runtime.text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
 from edgebert.runtime.trt_profile import TrtProfile
@@ -45,8 +46,6 @@ from edgebert.runtime.vector_pooling import CALLER_POOLINGS, choose_pooling
 from edgebert.system.environment import check_threads
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
-ORT_LOG_ENV = "EDGEBERT_ORT_LOG_LEVEL"
-QUIET_ORT_LOG = 4            # onnxruntime's "fatal" only: its errors reach the caller as typed exceptions
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
 
 
@@ -105,10 +104,10 @@ class EdgeSession(SentenceMethods):
             raise ConfigError(f"graph_format={graph_format!r} must be 'onnx' or 'ort'",
                               "'ort' loads the graph's .ort form (export or pack with --ort-format)")
         self.graph_format = graph_format
-        _check_batch_size(batch_size)
-        if max_length is not None and not _is_int(max_length):
+        check_batch_size(batch_size)
+        if max_length is not None and not is_int(max_length):
             raise ConfigError(f"max_length={max_length!r} must be an integer or None")
-        self.ort_log_level = _ort_log_level(ort_log_level)
+        self.ort_log_level = check_ort_log_level(ort_log_level)
         self.source = Path(bundle_dir)                       # as given: a folder or an archive
         self.bundle_dir = _bundle_folder(self.source)
         # only what this session reads is hashed: the manifest's names here, the tokenizer now, the graph it
@@ -210,7 +209,7 @@ class EdgeSession(SentenceMethods):
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise DataError(f"run() needs inputs {', '.join(missing)}")
-        feeds = {n: _int64(n, feeds[n]) for n in self.input_names}
+        feeds = {n: int64_ids(n, feeds[n]) for n in self.input_names}
         self._check_feeds(feeds)
         arrays = self._run_bound(feeds, names)
         result = {n: np.asarray(a, dtype=np.float32) for n, a in zip(names, arrays)}
@@ -280,7 +279,7 @@ class EdgeSession(SentenceMethods):
         return self.truncate if truncate is None else bool(truncate)
 
     def _batch_size(self, batch_size: int | None) -> int:
-        return self.batch_size if batch_size is None else _check_batch_size(batch_size)
+        return self.batch_size if batch_size is None else check_batch_size(batch_size)
 
     def _batches(self, rows: list[Encoded], outputs: list[str], batch_size: int | None
                  ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]]:
@@ -399,38 +398,3 @@ def _bundle_folder(source: Path) -> Path:
     from edgebert.runtime.archive import bundle_folder
 
     return bundle_folder(source)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _check_batch_size(batch_size: Any) -> int:
-    """A positive integer (0 is an error, not "the default": leave it None for that)."""
-    if not _is_int(batch_size) or batch_size < 1:
-        raise ConfigError(f"batch_size={batch_size!r} must be a positive integer",
-                          "leave it unset (None) for the session's default")
-    return int(batch_size)
-
-
-def _int64(name: str, value: Any) -> np.ndarray:
-    """``value`` as a contiguous int64 array; ``DataError`` naming the input if it is not integers."""
-    array = np.asarray(value)
-    if array.dtype.kind not in "iub":
-        raise DataError(f"run(): {name} is {array.dtype} data, not integer ids",
-                        "pass int64 arrays (edgebert.runtime.pad_batch makes them)")
-    return np.ascontiguousarray(array, dtype=np.int64)
-
-
-def _ort_log_level(level: Any) -> int:
-    """``level``, else ``$EDGEBERT_ORT_LOG_LEVEL``, else 4 (quiet); ``ConfigError`` unless 0..4."""
-    source = "ort_log_level"
-    if level is None:
-        level, source = os.environ.get(ORT_LOG_ENV, "").strip() or QUIET_ORT_LOG, ORT_LOG_ENV
-    text = str(level).strip()
-    value = int(text) if isinstance(level, (int, str)) and not isinstance(level, bool) and text.isdigit() else -1
-    if not 0 <= value <= 4:
-        raise ConfigError(f"{source}={level!r} must be an onnxruntime log severity from 0 (verbose) to 4 "
-                          "(fatal only)", f"leave it unset for {QUIET_ORT_LOG} (onnxruntime's errors arrive "
-                                          "as exceptions)")
-    return value

@@ -25,7 +25,6 @@ The other direction needs no converter: every edgebert checkpoint loads with
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from torch import nn
 
 from edgebert.bundle.pooling import POOLING_FILES, SentencePooling, read_pooling, write_pooling
 from edgebert.bundle.st_settings import ST_SETTINGS_NAME, read_settings
+from edgebert.data.hf_tokenizer_files import byte_level_bpe, do_lower_case, tokenizer_config
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, ValidationError
 from edgebert.files.atomic import copy_file, write_text
 from edgebert.files.jsonfile import read_json_object
@@ -286,12 +286,12 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
     if "tokenizer.json" not in copied and "vocab.txt" in copied:
         from edgebert.data.tokenizer import load_vocab_tokenizer
 
-        tok = load_vocab_tokenizer(out / "vocab.txt", lowercase=_do_lower_case(src))
+        tok = load_vocab_tokenizer(out / "vocab.txt", lowercase=do_lower_case(src))
         write_text(out / "tokenizer.json", tok.to_str())
         copied.insert(0, "tokenizer.json")
         built = True
     elif "tokenizer.json" not in copied and {"vocab.json", "merges.txt"} <= set(copied):
-        write_text(out / "tokenizer.json", _byte_level_bpe(out, _tokenizer_config(src)).to_str())
+        write_text(out / "tokenizer.json", byte_level_bpe(out, tokenizer_config(src)).to_str())
         copied.insert(0, "tokenizer.json")
         built = True
     if "tokenizer.json" in copied:
@@ -306,44 +306,6 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
                                   f"{cfg.vocab_size} embeddings",
                                   "the tokenizer and weights come from different models")
     return copied, built
-
-
-def _tokenizer_config(src: Path) -> dict:
-    try:
-        config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return config if isinstance(config, dict) else {}
-
-
-def _byte_level_bpe(folder: Path, config: dict):
-    """RoBERTa's fast tokenizer from its vocab.json + merges.txt, as transformers converts it: byte-level
-    BPE, <s> A </s></s> B </s>, offsets trimmed to the words (``add_prefix_space`` from tokenizer_config)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
-
-    prefix = bool(config.get("add_prefix_space", False))
-    tok = Tokenizer(models.BPE.from_file(str(folder / "vocab.json"), str(folder / "merges.txt"),
-                                         continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix)
-    tok.decoder = decoders.ByteLevel()
-    specials = [AddedToken(t, lstrip=t == "<mask>", normalized=False, special=True)
-                for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>") if tok.token_to_id(t) is not None]
-    tok.add_special_tokens(specials)
-    cls_id, sep_id = tok.token_to_id("<s>"), tok.token_to_id("</s>")
-    if cls_id is None or sep_id is None:
-        raise CheckpointError(f"{folder}/vocab.json has no <s> / </s>", "add the model's tokenizer.json")
-    tok.post_processor = processors.RobertaProcessing(("</s>", sep_id), ("<s>", cls_id), trim_offsets=True,
-                                                      add_prefix_space=prefix)
-    return tok
-
-
-def _do_lower_case(src: Path) -> bool:
-    """do_lower_case from the source tokenizer_config.json (default True, as bert-*-uncased)."""
-    path = src / "tokenizer_config.json"
-    try:
-        return bool(json.loads(path.read_text(encoding="utf-8")).get("do_lower_case", True))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return True
 
 
 def probe_batch(cfg: BertConfig, batch: int = 2, seq: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
