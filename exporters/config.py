@@ -58,7 +58,6 @@ class ExportConfig:
     int8_mode: str = "dynamic"                 # dynamic: CPU integer-op graphs per target | static: QDQ (TensorRT)
     int8_targets: tuple[str, ...] = ("portable",)   # quantization.targets; the first is the default graph
     per_channel: bool | None = None            # None: the target recipe's (per-channel)
-    int8_embedding_tables: bool | None = None  # None: the recipe's (int8 per row); False: tables stay fp32
     quantize_attention: bool = True            # dynamic: Attention -> QAttention
     calib: Path | None = None                  # None: the built-in English text
     calib_size: int = 256
@@ -67,6 +66,7 @@ class ExportConfig:
     max_accuracy_loss: float | None = None     # None: the task's default budget (the gate is always on)
     outlier_ratio: float | None = None         # None: the recipe's (3); 0: no outlier split
     activation_scales: str | None = None       # None: the recipe's (calibrated); per-call: dynamic
+    int8_embedding_tables: bool | None = None  # None: the recipe's (int8 per row); False: tables stay fp32
     # FP16
     fp16: bool = False
     fp16_tolerance: float = 2e-2

@@ -156,8 +156,8 @@ def test_k_extension_rewrite_keeps_the_split_accuracy_without_its_float_matmuls(
     bench = importlib.util.module_from_spec(spec)
     sys.modules["outlier_split_cost"] = bench
     spec.loader.exec_module(bench)
-    common = dict(model_dir=work / "model", int8=True, int8_targets=("x86-vnni",), calib=calib, calib_size=48,
     # embedding tables fp32: their int8 error, equal in all three graphs, would hide the split's effect
+    common = dict(model_dir=work / "model", int8=True, int8_targets=("x86-vnni",), calib=calib, calib_size=48,
                   max_accuracy_loss=0.5, validation_batch_sizes=(1,), validation_seq_lens=(7,),
                   int8_embedding_tables=False)
     split_dir, plain_dir = work / "kext-split", work / "kext-plain"
