@@ -66,7 +66,10 @@ def transformers_js_folder(model_dir: Path, bundle: Path, work: Path) -> Path:
     if (out / FILES["q8"]).is_file():
         return out
     raw = work / "tjs-export"
-    main_export(str(model_dir), output=raw, task="feature-extraction", do_validation=False)
+    # library_name: the plain encoder (last_hidden_state, token_type_ids), as transformers.js' conversion makes
+    # Xenova/all-MiniLM-L6-v2; the sentence-transformers export would add pooling outputs and drop token types
+    main_export(str(model_dir), output=raw, task="feature-extraction", do_validation=False,
+                library_name="transformers")
     (out / "onnx").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(raw / "model.onnx", out / FILES["fp32"])
     quantize_dynamic(out / FILES["fp32"], out / FILES["q8"], weight_type=QuantType.QInt8, per_channel=False,

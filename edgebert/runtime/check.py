@@ -32,9 +32,10 @@ from typing import Any
 from edgebert.bundle import ModelEntry, read_manifest, verify_files
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import BundleError, EdgebertError
-from edgebert.files.textfiles import builtin_texts, is_conll, iter_texts, read_conll
+from edgebert.files.textfiles import is_conll, read_conll
 from edgebert.runtime.fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker, answer_spans
 from edgebert.runtime.float_reference import measure_against_reference, read_reference
+from edgebert.runtime.held_out import measured_texts
 from edgebert.runtime.hostcpu import PRECISION_OPTION, detect_host
 from edgebert.runtime.int8_choice import choose_openvino
 from edgebert.runtime.openvino_graph import ENGINE
@@ -123,19 +124,6 @@ def _describe_openvino(manifest, entry: ModelEntry, host) -> dict[str, Any]:
     return {"target": str(entry.target), "file": entry.file, "here": here, "needs": "the openvino package"}
 
 
-def _texts(data: Path | None, max_texts: int, task: str) -> tuple[list, dict[str, Any]]:
-    if bundle_task(task).inputs == "questions":
-        from edgebert.qa.squad_file import builtin_questions, read_squad
-
-        questions = (read_squad(data) if data is not None else builtin_questions())[:max_texts]
-        return questions, {"source": str(data) if data is not None else "built-in held-out", "n": len(questions)}
-    if data is None:
-        texts = builtin_texts("held-out")[:max_texts]
-        return texts, {"source": "built-in held-out", "n": len(texts)}
-    texts = list(iter_texts(data, max_texts, pairs=True, what="--data file"))
-    return texts, {"source": str(data), "n": len(texts)}
-
-
 def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_texts: int = 256,
                  max_accuracy_loss: float | None = None, int8_target: str | None = None,
                  threads: int | None = None) -> CheckReport:
@@ -158,7 +146,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     graphs = manifest.int8_graphs()
     report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
         _describe_openvino(manifest, e, host) for e in manifest.models.values() if e.engine == ENGINE]
-    texts, report.texts = _texts(Path(data) if data is not None else None, max_texts, task)
+    texts, report.texts = measured_texts(Path(data) if data is not None else None, max_texts, task)
     if task not in OUTPUT and spec.inputs != "questions":
         report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"
         return report

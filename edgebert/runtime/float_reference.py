@@ -27,6 +27,7 @@ from edgebert.bundle import Manifest, bundle_file
 from edgebert.bundle.task_registry import BUNDLE_TASKS, bundle_task
 from edgebert.errors import BundleError
 from edgebert.runtime.fidelity import METRICS, OUTPUT, FidelityTracker, answer_spans, inner_tokens, summarize
+from edgebert.runtime.held_out import measured_texts  # the check's own choice of texts
 from edgebert.runtime.text import length_sorted_batches, pad_batch
 
 __all__ = ["REFERENCE_FILE", "REFERENCE_TASKS", "FIELD", "compute_reference", "write_reference", "read_reference",
@@ -49,9 +50,7 @@ def texts_digest(items: list) -> str:
 
 
 def _default_items(task: str, limit: int = 1 << 30) -> tuple[list, dict[str, Any]]:
-    from edgebert.runtime.check import _texts  # the check's own choice of texts: one definition
-
-    return _texts(None, limit, task)
+    return measured_texts(None, limit, task)
 
 
 def compute_reference(session, task: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

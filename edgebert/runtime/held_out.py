@@ -1,0 +1,26 @@
+"""The texts and questions ``edgebert check`` measures a bundle on (and the export stores fp32's outputs on):
+a ``--data`` file, else the built-in held-out ones; one definition for the check and its fp32 reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgebert.bundle.task_registry import bundle_task
+from edgebert.files.textfiles import builtin_texts, iter_texts
+
+__all__ = ["measured_texts"]
+
+
+def measured_texts(data: Path | None, max_texts: int, task: str) -> tuple[list, dict[str, Any]]:
+    """The items to measure (texts, pairs or questions) and where they came from (``source``, ``n``)."""
+    if bundle_task(task).inputs == "questions":
+        from edgebert.qa.squad_file import builtin_questions, read_squad
+
+        questions = (read_squad(data) if data is not None else builtin_questions())[:max_texts]
+        return questions, {"source": str(data) if data is not None else "built-in held-out", "n": len(questions)}
+    if data is None:
+        texts = builtin_texts("held-out")[:max_texts]
+        return texts, {"source": "built-in held-out", "n": len(texts)}
+    texts = list(iter_texts(data, max_texts, pairs=True, what="--data file"))
+    return texts, {"source": str(data), "n": len(texts)}
