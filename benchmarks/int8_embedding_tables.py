@@ -28,6 +28,12 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+
+def _shown(path: Path) -> str:
+    """A path as results files record it: relative to the repository where it lies inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 SST2_DEV = SHARED / "data" / "sst2" / "dev.tsv"
 AVX2 = SHARED / "tools" / "avx2-python"
 VARIANTS = {"before (tables fp32)": False, "after (tables int8)": True}
@@ -235,7 +241,7 @@ def main() -> int:
         fp32 = out / models["fp32"]["file"]
         graphs = {k: out / e["file"] for k, e in models.items() if e["precision"] == "int8"}
         accuracy = task_accuracy(task, fp32, graphs, out / "tokenizer.json", args.texts_file, args.texts)
-        report["variants"][variant] = {"bundle": str(out), "task": task, "graphs": {
+        report["variants"][variant] = {"bundle": _shown(out), "task": task, "graphs": {
             k: {"target": models[k]["target"], "file": models[k]["file"], "bytes": graph_bytes(path),
                 "embedding_tables": models[k]["quantization"].get("embedding_tables") or {},
                 "excluded_nodes": models[k]["quantization"]["excluded_nodes"],
