@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,16 @@ RUNTIME_TESTS = ("test_runtime.py", "test_archive_trust.py", "test_bundle_faults
                  "test_encode_archive.py", "test_manifest.py", "test_tokenizer.py", "test_textfiles.py",
                  "test_bench_schema.py", "test_hostcpu_arm64.py", "test_openvino_target.py", "test_squad_data.py")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def pytest_configure(config) -> None:
+    """Verification stamps, the CPU probe's verdicts, extracted archives: the run's own cache, never the user's."""
+    config._edgebert_cache = tempfile.mkdtemp(prefix="edgebert-test-cache-")
+    os.environ["EDGEBERT_CACHE"] = config._edgebert_cache
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(getattr(config, "_edgebert_cache", ""), ignore_errors=True)
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:

@@ -62,6 +62,7 @@ from edgebert.bundle.manifest import (
 from edgebert.bundle.manifest_checks import is_whole as _is_int
 from edgebert.errors import BundleError
 from edgebert.files.atomic import sha256_file  # stdlib only, like this module
+from edgebert.files.stamps import stamped_sha256
 from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
 
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "TASKS", "PRECISIONS", "TASK_OUTPUTS",
@@ -206,9 +207,10 @@ def check_tables(where: str, initializers: dict[str, tuple[int, ...]], manifest:
 
 
 def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None,
-                 names: list[str] | None = None) -> dict[str, str]:
+                 names: list[str] | None = None, stamps: bool = False) -> dict[str, str]:
     """Re-hash every file listed in ``manifest.files`` (or only ``names``: the files a session loads);
-    ``BundleError`` on a missing or changed file.
+    ``BundleError`` on a missing or changed file. ``stamps``: a file unchanged on disk since it was last
+    hashed keeps that hash (``files.stamps``; what a session does, never ``check``).
 
     Also checks that every model file and the tokenizer named in the manifest is listed.
     Returns the verified ``{name: sha256}``.
@@ -226,7 +228,7 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
         path = bundle_file(bundle_dir, name)
         if not path.is_file():
             raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
-        actual = sha256_file(path)
+        actual = stamped_sha256(path) if stamps else sha256_file(path)
         if actual != expected:
             raise BundleError(f"{path} does not match its manifest hash "
                               f"(sha256 {actual[:12]}..., expected {expected[:12]}...)",
@@ -244,13 +246,13 @@ def entry_files(manifest: Manifest, key: str, file: str | None = None) -> list[s
 
 
 def verify_entry(bundle_dir: str | os.PathLike, manifest: Manifest, key: str, hashes: bool = True,
-                 file: str | None = None) -> None:
+                 file: str | None = None, stamps: bool = False) -> None:
     """What a session checks of the one graph it loads, just before loading it: its files' hashes
     (``hashes``) and its inputs, outputs and tables against the manifest (``check_graph_io``). The
     bundle's other graphs are left unread (``edgebert check`` verifies every file). ``file``: the entry's
     ``.ort`` form is loaded instead of its ``file`` (checked on the loaded session)."""
     if hashes:
-        verify_files(bundle_dir, manifest, entry_files(manifest, key, file))
+        verify_files(bundle_dir, manifest, entry_files(manifest, key, file), stamps)
     if file is None or file == manifest.models[key].file:
         check_graph_io(bundle_dir, manifest, key)
 

@@ -19,14 +19,23 @@ unless ``EDGEBERT_ORT_LOG_LEVEL`` (0 verbose ... 4 fatal) or ``EdgeSession(ort_l
 """
 
 from edgebert.errors import BundleError, ProviderUnavailable, RuntimeFault
-from edgebert.runtime.answer import answer_questions
 from edgebert.runtime.numeric import softmax
 from edgebert.runtime.providers import PROVIDERS, ProviderStatus, probe
 from edgebert.runtime.results import ClassificationResult, MaskPrediction
 from edgebert.runtime.session import POOLINGS, EdgeSession
-from edgebert.runtime.tagging import AGGREGATIONS
 from edgebert.runtime.text import Encoded, pad_batch
 
 __all__ = ["EdgeSession", "ClassificationResult", "MaskPrediction", "ProviderStatus", "probe",
            "PROVIDERS", "POOLINGS", "AGGREGATIONS", "BundleError", "ProviderUnavailable", "RuntimeFault", "Encoded",
            "pad_batch", "softmax", "answer_questions"]
+
+
+def __getattr__(name: str):
+    """The question-answering and tagging helpers load on first use (an embedding app never pays for them)."""
+    if name == "answer_questions":
+        from edgebert.runtime.answer import answer_questions
+        return answer_questions
+    if name == "AGGREGATIONS":
+        from edgebert.runtime.tagging import AGGREGATIONS
+        return AGGREGATIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

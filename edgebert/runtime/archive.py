@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from edgebert.bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from edgebert.errors import BundleError, ConfigError
 from edgebert.files.atomic import current_umask, remove_path, remove_stale_temps, temp_prefix
+from edgebert.files.user_cache import cache_root as user_cache_root
 from edgebert.runtime.archive_read import ARCHIVE_SUFFIXES, LABELS, MAX_BYTES, STAMP_FORMAT, ArchiveFile, archive_kind
 
 __all__ = ["ARCHIVE_SUFFIXES", "MAX_BYTES", "RECORD_NAME", "archive_kind", "check_archive_name", "write_archive",
@@ -160,8 +161,7 @@ def _some(members: list) -> str:
 # --------------------------------------------------------------------------- reading
 def cache_root() -> Path:
     """``$EDGEBERT_CACHE/bundles``; unset or empty: ``~/.cache/edgebert/bundles`` (never the current folder)."""
-    value = os.environ.get("EDGEBERT_CACHE", "").strip()
-    return Path(value or Path.home() / ".cache" / "edgebert") / "bundles"
+    return user_cache_root() / "bundles"
 
 
 def bundle_folder(path: str | os.PathLike, cache: str | os.PathLike | None = None) -> Path:

@@ -191,7 +191,7 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
         model_file = bundle_file(request.bundle_dir, name)
         if not model_file.is_file():
             raise BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
-        verify_entry(request.bundle_dir, request.manifest, choice.key, request.verify, name)
+        verify_entry(request.bundle_dir, request.manifest, choice.key, request.verify, name, stamps=True)
     except BundleError as error:
         raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error) from error
     if choice.entry.engine == ENGINE:

@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import json
 import os
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from edgebert.files.stamps import write_record
+from edgebert.files.user_cache import cache_root
 from edgebert.system.environment import cpu_model, cpuinfo, sysctl
 
 PROBE_FILE = Path(__file__).resolve().parents[1] / "assets" / "u8s8_probe.onnx"
@@ -253,9 +257,42 @@ def host_from(arch: str, isa: dict[str, bool | None], u8s8: str, precise_fix: bo
 
 @functools.lru_cache(maxsize=1)
 def detect_host() -> HostCpu:
-    """This machine (cached per process; ``EDGEBERT_ASSUME_U8S8=saturating|exact`` overrides the
-    probe's verdict for tests of the selection logic)."""
+    """This machine (cached per process; the probe's verdicts also across processes, ``remembered_probe``;
+    ``EDGEBERT_ASSUME_U8S8=saturating|exact`` overrides the probe's verdict for tests of the selection logic)."""
     arch = _machine()
-    u8s8 = os.environ.get("EDGEBERT_ASSUME_U8S8") or probe_u8s8()
-    fix = probe_u8s8(precise=True) == "exact" if u8s8 == "saturating" else None
-    return host_from(arch, isa_flags(arch), u8s8, fix, cpu_model())
+    isa = isa_flags(arch)
+    u8s8 = os.environ.get("EDGEBERT_ASSUME_U8S8") or remembered_probe(arch, isa, precise=False)
+    fix = remembered_probe(arch, isa, precise=True) == "exact" if u8s8 == "saturating" else None
+    return host_from(arch, isa, u8s8, fix, cpu_model())
+
+
+def probe_identity(arch: str, isa: Mapping[str, bool | None], precise: bool) -> str | None:
+    """What the probe's verdict depends on: onnxruntime's build, the CPU as the OS names it, and the
+    instruction sets the CPU itself reports to this process (numpy's CPUID reading: under an emulator
+    that passes the host's ``/proc/cpuinfo`` through, these are the emulated CPU's). ``None`` without them."""
+    try:
+        import onnxruntime as ort
+        from numpy._core._multiarray_umath import __cpu_features__ as cpuid
+    except ImportError:
+        return None
+    return json.dumps([ort.__version__, ort.__file__, arch, cpu_model(), sorted(k for k, v in isa.items() if v),
+                       sorted(k for k, v in cpuid.items() if v), precise, PROBE_EXACT, PROBE_K])
+
+
+def remembered_probe(arch: str, isa: Mapping[str, bool | None], precise: bool) -> str:
+    """``probe_u8s8``, its verdict kept in the user cache under ``probe_identity``: a second process on the
+    same machine and onnxruntime skips the probe session; any change of either probes again."""
+    identity = probe_identity(arch, isa, precise)
+    if identity is None:
+        return probe_u8s8(precise)
+    record = cache_root() / "u8s8" / hashlib.sha1(identity.encode()).hexdigest()
+    try:
+        kept = json.loads(record.read_text(encoding="utf-8"))
+        if kept.get("identity") == identity and kept.get("u8s8") in ("exact", "saturating"):
+            return kept["u8s8"]
+    except (OSError, ValueError):
+        pass
+    verdict = probe_u8s8(precise)
+    if verdict != "unknown":
+        write_record(record, {"identity": identity, "u8s8": verdict})
+    return verdict

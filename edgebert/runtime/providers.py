@@ -13,12 +13,12 @@ creation, one attempt per provider, lives in ``attempts``. Here:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from edgebert.errors import ConfigError
+from edgebert.files.user_cache import cache_root
 from edgebert.runtime.gpu_probe import ProviderStatus, probe_gpu_provider
 from edgebert.runtime.trt_profile import TrtProfile
 
@@ -54,8 +54,6 @@ def probe(name: str) -> ProviderStatus:
     return ProviderStatus("cpu", True) if name == "cpu" else probe_gpu_provider(name)
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("EDGEBERT_CACHE", Path.home() / ".cache" / "edgebert"))
 
 
 def trt_cache_dirs(model_file: Path, precision: str, profile: TrtProfile,

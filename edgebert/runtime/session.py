@@ -1,30 +1,28 @@
 """``EdgeSession``: an exported bundle behind ``embed`` / ``classify`` / ``tag`` / ``fill_mask``.
 
-Imports only onnxruntime, tokenizers and numpy (plus torch-free edgebert modules), so an app that
-ships a bundle does not need torch. One session is safe to share between threads: onnxruntime's
-``run`` is thread-safe and nothing here mutates shared state per call.
+Imports only onnxruntime, tokenizers and numpy (plus torch-free edgebert modules), so an app that ships a bundle
+does not need torch. One session is safe to share between threads: onnxruntime's ``run`` is thread-safe and
+nothing here mutates shared state per call.
 
 Failures are typed, never onnxruntime's own:
 
-* opening: the bundle's parts must agree (``bundle.verify_entry``: the hashes of the files it loads,
-  the manifest vs the loaded graph's inputs, outputs and embedding tables; ``TextEncoder.check_ids``:
-  the tokenizer's ids vs the embedding table), else ``BundleError``; a bad argument is a ``ConfigError``;
-* ``run`` (and every task method, which all go through it): inputs the graph cannot take (ids outside
-  the vocabulary, more tokens than positions, inputs of different shapes) are a ``DataError`` naming the
-  input; anything onnxruntime still refuses is a ``RuntimeFault`` naming the bundle, graph and input
-  shape; and an output holding NaN or infinity is a ``RuntimeFault`` naming the bundle, the graph key
-  and how many rows of the batch are affected (never silently NaN vectors or probabilities).
+* opening: the bundle's parts must agree (``verify_entry``: the hashes of the files it loads, ``files.stamps``,
+  the manifest vs the loaded graph's inputs, outputs and embedding tables; ``TextEncoder.check_ids``: the
+  tokenizer's ids vs the embedding table), else ``BundleError``; a bad argument is a ``ConfigError``;
+* ``run`` (and every task method, which all go through it): inputs the graph cannot take (ids outside the
+  vocabulary, more tokens than positions, inputs of different shapes) are a ``DataError`` naming the input;
+  anything onnxruntime still refuses is a ``RuntimeFault`` naming the bundle, graph and input shape; an output
+  holding NaN or infinity is a ``RuntimeFault`` naming the bundle, the graph key and the rows affected.
 
-onnxruntime's own log lines stay off stderr: sessions log at severity 4 (fatal only; its errors reach
-the caller as the exceptions above). ``ort_log_level=`` (0 verbose ... 4 fatal) or the environment
-variable ``EDGEBERT_ORT_LOG_LEVEL`` turns them back on, e.g. ``EDGEBERT_ORT_LOG_LEVEL=2`` for warnings.
+onnxruntime's own log lines stay off stderr: sessions log at severity 4 (fatal only; its errors reach the caller
+as the exceptions above). ``ort_log_level=`` (0 verbose ... 4 fatal) or ``EDGEBERT_ORT_LOG_LEVEL=2`` (warnings) ...
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
@@ -39,11 +37,13 @@ from edgebert.runtime.providers import short_name
 from edgebert.runtime.results import ClassificationResult, MaskPrediction
 from edgebert.runtime.sentences import SentenceMethods
 from edgebert.runtime.session_args import ORT_LOG_ENV, check_batch_size, check_ort_log_level, int64_ids, is_int
-from edgebert.runtime.tagging import Entity, Tagger, batched_logits, tag_texts
 from edgebert.runtime.text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
 from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.runtime.vector_pooling import CALLER_POOLINGS, choose_pooling
 from edgebert.system.environment import check_threads
+
+if TYPE_CHECKING:   # task-specific modules load with their first call, not with every session
+    from edgebert.runtime.tagging import Entity
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
@@ -115,7 +115,7 @@ class EdgeSession(SentenceMethods):
         self.manifest = read_manifest(self.bundle_dir)
         self.verify = bool(verify)
         if self.verify:
-            verify_files(self.bundle_dir, self.manifest, [self.manifest.tokenizer.file])
+            verify_files(self.bundle_dir, self.manifest, [self.manifest.tokenizer.file], stamps=True)
         self.task: str = self.manifest.task
         self.threads = threads
         self.allow_spinning = bool(allow_spinning)
@@ -337,17 +337,17 @@ class EdgeSession(SentenceMethods):
             ) -> list[Entity] | list[list[Entity]]:
         """Named entities of a ``token-cls`` bundle, grouped as Hugging Face's token-classification
         pipeline groups them (``edgebert.runtime.tagging``): for one str its list of entities, for a
-        list of texts one list per text. Each entity: ``entity_group`` (``entity`` with
-        ``aggregation="none"``), ``score``, ``word``, ``start``, ``end`` (character offsets into the
-        text). ``aggregation``: ``none`` (the pipeline's default: one result per sub-token) | ``simple`` |
-        ``first`` (entities grouped). A text longer than ``max_length`` is
-        tagged in windows overlapping by ``stride`` sub-tokens (default: a quarter of a window), never
-        truncated."""
+        list of texts one list per text. Each entity: ``entity_group`` (``entity`` with ``aggregation="none"``),
+        ``score``, ``word``, ``start``, ``end`` (character offsets into the text). ``aggregation``: ``none`` (the
+        pipeline's default: one result per sub-token) | ``simple`` | ``first`` (entities grouped). A text longer
+        than ``max_length`` is tagged in windows overlapping by ``stride`` sub-tokens (default: a quarter of a
+        window), never truncated."""
         self._require("tag")
         items, _ = check_texts(texts)
         width = int(self.manifest.outputs[0].shape[-1])     # labels of a manifest that names none
         labels = tuple(self.label_names) or tuple(f"LABEL_{i}" for i in range(width))
 
+        from edgebert.runtime.tagging import Tagger, batched_logits, tag_texts
         run = batched_logits(lambda feeds: self.run(feeds, ["logits"])["logits"], self.pad_id,
                              self._batch_size(batch_size))
         results = tag_texts(Tagger(self.encoder, labels), items, run, aggregation, stride, ignore_labels)

@@ -1,0 +1,72 @@
+"""Verification stamps: a file's sha256 remembered against its identity on disk, so that a session does
+not hash an unchanged graph again each time it opens.
+
+A stamp records ``(device, inode, size, mtime_ns, ctime_ns)`` beside the sha256 computed from the bytes.
+Any write to the file, a ``touch``, a rename over it or a copy in its place changes at least one of them
+(the kernel sets ``ctime`` on every change; a program cannot set it back), and then the file is hashed
+again. As git does for its index, a stamp is recorded only once the file's times are more than
+``SETTLE_NS`` old, so that a write in the same clock tick as the hash (coarse timestamps: FAT, some
+network file systems) cannot go unseen.
+
+Stamps guard against damage and mix-ups (a half-copied or replaced graph), like the hashes they stand for;
+whoever can write the user's cache can also write the bundle. ``EDGEBERT_STAMPS=0`` turns them off; ``edgebert
+check`` never uses them. A cache that cannot be written costs only the hash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from edgebert.files.atomic import sha256_file
+from edgebert.files.user_cache import cache_root
+
+SETTLE_NS = 2_000_000_000
+
+
+def stamps_enabled() -> bool:
+    return os.environ.get("EDGEBERT_STAMPS", "1").strip() != "0"
+
+
+def _identity(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _record(identity: str) -> Path:
+    return cache_root() / "stamps" / hashlib.sha1(identity.encode()).hexdigest()
+
+
+def stamped_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of ``path``: from its stamp while the file is unchanged, else hashed (and stamped)."""
+    if not stamps_enabled():
+        return sha256_file(path)
+    before = os.stat(path)
+    identity = _identity(before)
+    record = _record(identity)
+    try:
+        stamp = json.loads(record.read_text(encoding="utf-8"))
+        if stamp.get("identity") == identity and isinstance(stamp.get("sha256"), str):
+            return stamp["sha256"]
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(path)
+    settled = time.time_ns() - max(before.st_mtime_ns, before.st_ctime_ns) > SETTLE_NS
+    if settled and _identity(os.stat(path)) == identity:
+        write_record(record, {"identity": identity, "sha256": digest})
+    return digest
+
+
+def write_record(record: Path, stamp: dict) -> None:
+    """A small JSON record written atomically into the user cache; a failure only means it is not kept."""
+    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(stamp), encoding="utf-8")
+        os.replace(tmp, record)
+    except OSError:   # a read-only or full cache: the next session hashes again
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)

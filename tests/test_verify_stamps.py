@@ -1,0 +1,115 @@
+"""A session hashes what it loads once: an unchanged file keeps its hash from a stamp (``files.stamps``), any
+change to the file hashes it again, ``edgebert check`` never trusts a stamp; the CPU probe's verdict is kept
+per onnxruntime build and CPU (``hostcpu.remembered_probe``); a blank ``EDGEBERT_CACHE`` is never the
+current folder."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from edgebert.errors import BundleError
+from edgebert.files import stamps
+from edgebert.runtime import EdgeSession, hostcpu
+from edgebert.runtime.check import check_bundle
+from runtime_fixtures import tiny_bundle
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    return tiny_bundle(tmp_path_factory.getbasetemp(), "embed")[1]
+
+
+@pytest.fixture
+def hashed(tmp_path, monkeypatch) -> list[str]:
+    """A fresh cache, stamps recorded at once (no settling wait), and the files really hashed."""
+    monkeypatch.setenv("EDGEBERT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(stamps, "SETTLE_NS", -1)
+    seen: list[str] = []
+    real = stamps.sha256_file
+    monkeypatch.setattr(stamps, "sha256_file", lambda path: seen.append(Path(path).name) or real(path))
+    return seen
+
+
+def test_a_second_session_does_not_hash_unchanged_files_again(bundle, hashed):
+    first = EdgeSession(bundle, threads=1)
+    assert sorted(hashed) == sorted({"tokenizer.json", first.model_file.name})   # what it loads, nothing else
+    hashed.clear()
+    second = EdgeSession(bundle, threads=1)
+    assert hashed == [] and second.model_file == first.model_file
+    assert float(abs(first.embed(["a film"]) - second.embed(["a film"])).max()) == 0.0
+
+
+def test_a_changed_file_is_hashed_again_and_refused(tmp_path, hashed):
+    bundle = tiny_bundle(tmp_path / "own", "embed")[1]
+    session = EdgeSession(bundle, threads=1)
+    graph = session.model_file
+    hashed.clear()
+    data = bytearray(graph.read_bytes())
+    data[-1] ^= 1                                    # same size, one bit: a damaged copy
+    graph.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="does not match its manifest hash"):
+        EdgeSession(bundle, threads=1)
+    assert graph.name in hashed
+
+
+def test_a_file_stamped_under_its_identity_is_trusted_by_sessions_but_never_by_check(tmp_path, hashed):
+    bundle = tiny_bundle(tmp_path / "own", "embed")[1]
+    tokenizer = bundle / "tokenizer.json"
+    identity = stamps._identity(os.stat(tokenizer))
+    stamps.write_record(stamps._record(identity), {"identity": identity, "sha256": "0" * 64})
+    with pytest.raises(BundleError, match="tokenizer.json does not match"):
+        EdgeSession(bundle, threads=1)                # the stamp stood for the hash
+    assert check_bundle(bundle, max_texts=8).passed    # check re-hashes every byte
+    os.environ["EDGEBERT_STAMPS"] = "0"
+    try:
+        EdgeSession(bundle, threads=1)                 # stamps off: hashed, and right
+    finally:
+        del os.environ["EDGEBERT_STAMPS"]
+
+
+def test_a_file_younger_than_the_settling_time_is_not_stamped(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEBERT_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "graph.bin"
+    path.write_bytes(b"weights" * 1000)
+    assert stamps.stamped_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert not (tmp_path / "cache" / "stamps").exists()       # written just now: same clock tick possible
+    monkeypatch.setattr(stamps, "SETTLE_NS", -1)
+    stamps.stamped_sha256(path)
+    records = list((tmp_path / "cache" / "stamps").iterdir())
+    assert len(records) == 1 and json.loads(records[0].read_text())["sha256"] == hashlib.sha256(
+        path.read_bytes()).hexdigest()
+
+
+def test_the_probe_verdict_is_kept_per_onnxruntime_and_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEBERT_CACHE", str(tmp_path / "cache"))
+    calls: list[bool] = []
+    monkeypatch.setattr(hostcpu, "probe_u8s8", lambda precise=False: calls.append(precise) or "saturating")
+    isa = {"avx2": True, "avx512_vnni": False}
+    assert hostcpu.remembered_probe("x86_64", isa, False) == "saturating" and calls == [False]
+    assert hostcpu.remembered_probe("x86_64", isa, False) == "saturating" and calls == [False]   # kept
+    assert hostcpu.remembered_probe("x86_64", {**isa, "avx512_vnni": True}, False) == "saturating"
+    assert calls == [False, False]                       # other CPU flags: probed again
+    assert hostcpu.remembered_probe("x86_64", isa, True) == "saturating" and calls == [False, False, True]
+    monkeypatch.setattr(hostcpu, "probe_identity", lambda *a: json.dumps(["emulated cpuid", *a]))
+    hostcpu.remembered_probe("x86_64", isa, False)
+    assert calls == [False, False, True, False]          # what the CPU tells this process differs: probed again
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_a_blank_cache_variable_is_the_default_folder_for_every_cache(value, monkeypatch, tmp_path):
+    from edgebert.files.user_cache import cache_root
+    from edgebert.runtime.providers import trt_cache_dirs
+    from edgebert.runtime.trt_profile import TrtProfile
+
+    monkeypatch.setenv("EDGEBERT_CACHE", value)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.onnx").write_bytes(b"graph")
+    assert cache_root() == Path.home() / ".cache" / "edgebert"
+    engines, timing = trt_cache_dirs(tmp_path / "model.onnx", "fp16", TrtProfile.parse("min=1x1,opt=1x8,max=2x16"))
+    home_cache = Path.home() / ".cache" / "edgebert" / "tensorrt"
+    assert engines.is_absolute() and engines.parent == home_cache and timing == home_cache / "timing"
