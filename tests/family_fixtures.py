@@ -1,7 +1,8 @@
 """Tiny seeded DistilBERT / RoBERTa / XLM-RoBERTa checkpoints built by transformers from a config, with
-tokenizers built locally (no downloads): a WordPiece vocabulary for DistilBERT, a byte-level BPE trained
-with the ``tokenizers`` library on a few sentences for the RoBERTa family, each saved as a transformers
-tokenizer folder (``save_pretrained``: tokenizer.json + its config files)."""
+tokenizers built locally (no downloads): a WordPiece vocabulary for DistilBERT, a byte-level BPE for RoBERTa
+and a SentencePiece Unigram model for XLM-RoBERTa (its own kind: ``▁`` word starts, Metaspace), each trained
+with the ``tokenizers`` library on a few sentences and saved as a transformers tokenizer folder
+(``save_pretrained``: tokenizer.json + its config files)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def hf_model(family: str, head: str = "Model", seed: int = 0, layers: int = 2):
 
 
 def save_tokenizer(family: str, out: Path) -> None:
-    """A tokenizer folder for ``family``: WordPiece (DistilBERT), byte-level BPE (RoBERTa family)."""
+    """A tokenizer folder for ``family``: WordPiece (DistilBERT), byte-level BPE (RoBERTa), Unigram (XLM-R)."""
     import transformers
     from tokenizers import ByteLevelBPETokenizer, Tokenizer, models, normalizers, pre_tokenizers, processors
 
@@ -70,6 +71,19 @@ def save_tokenizer(family: str, out: Path) -> None:
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
             special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
         fast = transformers.DistilBertTokenizerFast(tokenizer_object=tok, do_lower_case=False)
+    elif family == "xlm-roberta":      # as XLM-R's own tokenizer.json: Unigram, Metaspace, <s> A </s></s> B </s>
+        from tokenizers import SentencePieceUnigramTokenizer
+
+        unigram = SentencePieceUnigramTokenizer()
+        unigram.train_from_iterator(SENTENCES, vocab_size=300, unk_token="<unk>",
+                                    special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+        tok = unigram._tokenizer
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+        fast = transformers.XLMRobertaTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                                    sep_token="</s>", cls_token="<s>", unk_token="<unk>",
+                                                    pad_token="<pad>", mask_token="<mask>")
     else:
         bpe = ByteLevelBPETokenizer(add_prefix_space=False, trim_offsets=True)
         bpe.train_from_iterator(SENTENCES, vocab_size=300, min_frequency=1,
@@ -78,9 +92,9 @@ def save_tokenizer(family: str, out: Path) -> None:
         tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")),
                                                           ("<s>", tok.token_to_id("<s>")), trim_offsets=True,
                                                           add_prefix_space=False)
-        cls = transformers.RobertaTokenizerFast if family == "roberta" else transformers.XLMRobertaTokenizerFast
-        fast = cls(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
-                   unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+        fast = transformers.RobertaTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                                 sep_token="</s>", cls_token="<s>", unk_token="<unk>",
+                                                 pad_token="<pad>", mask_token="<mask>")
     fast.save_pretrained(str(out))
 
 

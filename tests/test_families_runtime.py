@@ -1,7 +1,7 @@
-"""DistilBERT and RoBERTa bundles end to end: export with full fusion (and INT8), then EdgeSession's
-``tag`` and ``answer`` give transformers' pipelines' entities and answers with the same character
-offsets, for byte-level BPE too (a leading space, repeated spaces, non-ASCII letters split across
-tokens). Tiny seeded models from tests/family_fixtures.py."""
+"""DistilBERT, RoBERTa and XLM-RoBERTa bundles end to end: export with full fusion (and INT8), then
+EdgeSession's ``tag`` and ``answer`` give transformers' pipelines' entities and answers with the same
+character offsets, for byte-level BPE and SentencePiece Unigram too (a leading space, repeated spaces,
+non-ASCII letters split across tokens, ``▁`` word starts). Tiny seeded models from tests/family_fixtures.py."""
 
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ def bundle(tmp_path_factory, family: str, head: str, int8: bool = False):
     return result, hf, tokenizer, BertConfig.load(checkpoint)
 
 
-@pytest.fixture(scope="module", params=["distilbert", "roberta"])
+@pytest.fixture(scope="module", params=["distilbert", "roberta", "xlm-roberta"])
 def qa(request, tmp_path_factory):
     return bundle(tmp_path_factory, request.param, "ForQuestionAnswering", int8=True)
 
 
-@pytest.fixture(scope="module", params=["distilbert", "roberta"])
+@pytest.fixture(scope="module", params=["distilbert", "roberta", "xlm-roberta"])
 def tagger(request, tmp_path_factory):
     return bundle(tmp_path_factory, request.param, "ForTokenClassification")
 

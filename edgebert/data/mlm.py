@@ -209,12 +209,13 @@ class MaskingCollator:
     """
 
     def __init__(self, ids: SpecialIds, vocab_size: int, seed: int = 0, mlm_probability: float = 0.15,
-                 mask_ratio: float = 0.8, random_ratio: float = 0.1):
+                 mask_ratio: float = 0.8, random_ratio: float = 0.1, segment_types: bool = True):
         if not 0.0 < mlm_probability < 1.0:
             raise ConfigError(f"mlm_probability={mlm_probability} must be in (0, 1)")
         if mask_ratio < 0 or random_ratio < 0 or mask_ratio + random_ratio > 1:
             raise ConfigError("mask_ratio + random_ratio must be within [0, 1]")
         self.ids, self.vocab_size, self.seed = ids, vocab_size, seed
+        self.segment_types = segment_types   # False: a model with one token type (RoBERTa, XLM-R) sees B as type 0
         self.mlm_probability, self.mask_ratio, self.random_ratio = mlm_probability, mask_ratio, random_ratio
         special = np.zeros(vocab_size, dtype=bool)
         special[[i for i in ids.all if i < vocab_size]] = True
@@ -252,7 +253,8 @@ class MaskingCollator:
             ids, lab = self.mask(examples.input_ids[i], int(key))
             L = len(ids)
             input_ids[row, :L], labels[row, :L] = ids, lab
-            token_type_ids[row, :L] = examples.token_type_ids(i)
+            if self.segment_types:
+                token_type_ids[row, :L] = examples.token_type_ids(i)
             attention_mask[row, :L] = 1
         return {
             "input_ids": torch.from_numpy(input_ids),
@@ -294,10 +296,11 @@ def masked_batches(examples: PretrainingExamples, collator: MaskingCollator,
 
 def mlm_eval_batches(documents: Sequence[str], tok: Tokenizer, max_seq_len: int = 128,
                      max_examples: int = 2000, batch_size: int = 64, mlm_probability: float = 0.15,
-                     short_seq_prob: float = 0.1) -> list[dict[str, torch.Tensor]]:
-    """The evaluation set of ``documents``: examples and masks both drawn with ``EVAL_SEED``."""
+                     short_seq_prob: float = 0.1, segment_types: bool = True) -> list[dict[str, torch.Tensor]]:
+    """The evaluation set of ``documents``: examples and masks both drawn with ``EVAL_SEED``
+    (``segment_types``: see ``MaskingCollator``)."""
     examples = mlm_examples(regroup_documents(list(documents)), tok, max_seq_len, seed=EVAL_SEED,
                             short_seq_prob=short_seq_prob, max_examples=max_examples)
     collator = MaskingCollator(SpecialIds.of(tok), tok.get_vocab_size(), seed=EVAL_SEED,
-                               mlm_probability=mlm_probability)
+                               mlm_probability=mlm_probability, segment_types=segment_types)
     return masked_batches(examples, collator, batch_size)

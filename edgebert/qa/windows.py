@@ -144,6 +144,9 @@ class WindowMaker:
         self.max_seq_len, self.max_query_len = max_seq_len, query_budget(max_seq_len, max_query_len)
         self._questions = _plain_copy(tok)
         self._pairs = _plain_copy(tok)
+        # a template that gives both sequences type 0 (XLM-R's tokenizer.json) still gets type 1 on the context
+        # of every overflowing window from the tokenizers library: follow the template, not the overflow
+        self._typed_pairs = any(self._pairs.encode("a", "b").type_ids)
         self._pairs.enable_truncation(max_seq_len, stride=self.doc_stride, strategy="only_second")
 
     def __call__(self, examples: Sequence[SquadExample]) -> SquadWindows:
@@ -164,7 +167,8 @@ class WindowMaker:
                 spans = np.asarray(window.offsets, dtype=np.int32).reshape(-1, 2)
                 spans[np.asarray([s != 1 for s in window.sequence_ids])] = NOT_CONTEXT
                 input_ids.append(np.asarray(window.ids, dtype=np.int32))
-                type_ids.append(np.asarray(window.type_ids, dtype=np.int8))
+                type_ids.append(np.asarray(window.type_ids, dtype=np.int8) if self._typed_pairs
+                                else np.zeros(len(window.ids), dtype=np.int8))
                 offsets.append(spans)
                 words.append(word_spans(spans, window.word_ids))
                 index.append(i)

@@ -165,7 +165,7 @@ def _evaluate_model(path: Path, task: str, data: Path, max_seq_len: int, batch_s
                                   "--task mlm needs a BertForMaskedLM or BertForPreTraining model")
         model = load_model(path).to(device)
         batches = mlm_eval_batches(read_corpus(data, corpus_format), tok, max_seq_len, max_examples or 2000,
-                                   batch_size, mlm_probability)
+                                   batch_size, mlm_probability, segment_types=cfg.type_vocab_size > 1)
         n = sum(len(b["input_ids"]) for b in batches)
         return mlm_metrics(model, batches), n, {"architecture": cfg.architecture}
     wanted = "BertForTokenClassification" if task in TOKEN_PRESETS else "BertForSequenceClassification"
@@ -211,7 +211,8 @@ def _evaluate_bundle(path: Path, task: str, data: Path, max_seq_len: int, batch_
         from edgebert.stages.metrics import MlmCounts
 
         batches = mlm_eval_batches(read_corpus(data, corpus_format), load_tokenizer(path), session.max_length,
-                                   max_examples or 2000, batch_size, mlm_probability)
+                                   max_examples or 2000, batch_size, mlm_probability,
+                                   segment_types=(session.manifest.config.type_vocab_size or 1) > 1)
         counts, n = MlmCounts(), 0
         for batch in batches:
             feeds = {k: v.numpy() for k, v in batch.items() if k in session.input_names}

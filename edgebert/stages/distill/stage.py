@@ -171,7 +171,7 @@ def _task(cfg: DistillConfig, teacher: nn.Module, student: nn.Module, tok, layer
         return task, len(task.train_data)
     examples = mlm_examples(train_docs, tok, cfg.max_seq_len, seed=cfg.train.seed, dupe_factor=cfg.dupe_factor)
     batches = mlm_eval_batches(eval_docs, tok, cfg.max_seq_len, cfg.eval_limit, cfg.eval_batch_size,
-                               cfg.mlm_probability)
+                               cfg.mlm_probability, segment_types=student.config.type_vocab_size > 1)
     return MlmDistillationTask(student, teacher, tok, examples, batches, cfg, layer_map), len(examples)
 
 

@@ -77,7 +77,8 @@ class MlmDistillationTask(_DistillationTask):
         self.model = StudentMLM(student)
         self.train_examples, self.eval_batches = train_examples, eval_batches_
         self.collator = MaskingCollator(SpecialIds.of(tokenizer), student.config.vocab_size,
-                                        seed=cfg.train.seed, mlm_probability=cfg.mlm_probability)
+                                        seed=cfg.train.seed, mlm_probability=cfg.mlm_probability,
+                                        segment_types=student.config.type_vocab_size > 1)
 
     def num_train_examples(self) -> int:
         return len(self.train_examples)
