@@ -108,3 +108,52 @@ def test_roberta_tokenizer_json_is_built_from_vocab_and_merges(tmp_path):
     for item in (" Zoë  lives in Zürich.", ("Where does Zoë live?", "She lives in Zürich <mask>.")):
         a, b = (t.encode(*item) if isinstance(item, tuple) else t.encode(item) for t in (built, original))
         assert (a.ids, a.offsets, a.sequence_ids) == (b.ids, b.offsets, b.sequence_ids)
+
+
+def _sentencepiece_folder(tmp_path):
+    """An XLM-R folder as older fine-tunes ship it: weights + ``sentencepiece.bpe.model``, no tokenizer.json."""
+    import io
+
+    spm = pytest.importorskip("sentencepiece")
+    from family_fixtures import SENTENCES
+
+    src, _ = hf_dir(tmp_path, "xlm-roberta", "ForTokenClassification")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (src / name).unlink(missing_ok=True)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(SENTENCES), model_writer=model, vocab_size=120,
+                                   model_type="unigram", character_coverage=1.0, pad_id=-1, bos_id=-1, eos_id=-1,
+                                   unk_id=0, hard_vocab_limit=False, minloglevel=2)
+    (tmp_path / "sp.model").write_bytes(model.getvalue())
+    transformers.XLMRobertaTokenizer(vocab_file=str(tmp_path / "sp.model")).save_pretrained(str(src))
+    assert (src / "sentencepiece.bpe.model").is_file() and not (src / "tokenizer.json").exists()
+    return src
+
+
+def test_xlmr_sentencepiece_model_is_converted_as_transformers_converts_it(tmp_path):
+    from tokenizers import Tokenizer
+
+    src = _sentencepiece_folder(tmp_path)
+    report = convert_hf(src, tmp_path / "out")
+    assert report.tokenizer_built_from_vocab and "sentencepiece.bpe.model" in report.tokenizer_files
+    built = Tokenizer.from_file(str(report.out_dir / "tokenizer.json"))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(src))
+    for item in (" Zoë  lives in Zürich.", ("Where does Zoë live?", "She lives in Zürich <mask>.")):
+        a = built.encode(*item) if isinstance(item, tuple) else built.encode(item)
+        b = theirs(*item) if isinstance(item, tuple) else theirs(item)
+        assert a.ids == b["input_ids"] and a.ids[0] == theirs.cls_token_id
+
+
+def test_xlmr_sentencepiece_model_without_its_converter_is_one_line(tmp_path, monkeypatch):
+    from edgebert.errors import CheckpointError
+
+    src = _sentencepiece_folder(tmp_path)
+
+    def no_converter(*args, **kwargs):
+        raise ImportError("XLMRobertaTokenizerFast requires the protobuf library")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_converter)
+    with pytest.raises(CheckpointError, match="sentencepiece.bpe.model is a SentencePiece model") as err:
+        convert_hf(src, tmp_path / "out")
+    assert "pip install sentencepiece protobuf" in err.value.hint
+    assert not (tmp_path / "out").exists()        # nothing half-written

@@ -54,8 +54,10 @@ from edgebert.model.config import ARCHITECTURES, BertConfig
 from edgebert.model.families import CLASS_PREFIX, MODEL_TYPES, internal_key, split_architecture, supports
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
+SENTENCEPIECE_FILES = ("sentencepiece.bpe.model", "spiece.model")   # XLM-R's SentencePiece model, as some folders ship it
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.json", "merges.txt")   # the last two: a byte-level BPE's (RoBERTa), for transformers
+                   "vocab.json", "merges.txt",   # a byte-level BPE's (RoBERTa), for transformers
+                   *SENTENCEPIECE_FILES)
 IMPORT_OUTPUTS = (CONFIG_NAME, WEIGHTS_NAME, *TOKENIZER_FILES, *POOLING_FILES, ST_SETTINGS_NAME)
 CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification")
 # Config keys that describe how the *source* was stored; edgebert always writes float32.
@@ -294,6 +296,10 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
         write_text(out / "tokenizer.json", byte_level_bpe(out, tokenizer_config(src)).to_str())
         copied.insert(0, "tokenizer.json")
         built = True
+    elif "tokenizer.json" not in copied and set(SENTENCEPIECE_FILES) & set(copied):
+        write_text(out / "tokenizer.json", _converted_sentencepiece(src))
+        copied.insert(0, "tokenizer.json")
+        built = True
     if "tokenizer.json" in copied:
         from tokenizers import Tokenizer
 
@@ -306,6 +312,22 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
                                   f"{cfg.vocab_size} embeddings",
                                   "the tokenizer and weights come from different models")
     return copied, built
+
+
+def _converted_sentencepiece(src: Path) -> str:
+    """tokenizer.json from a SentencePiece model (XLM-R's ``sentencepiece.bpe.model``), converted by transformers
+    as its fast tokenizer converts it (needs the ``sentencepiece`` and ``protobuf`` packages)."""
+    try:
+        import transformers
+
+        fast = transformers.AutoTokenizer.from_pretrained(str(src), use_fast=True)
+        return fast.backend_tokenizer.to_str()
+    except Exception as exc:  # noqa: BLE001  (missing sentencepiece / protobuf, or an unreadable model)
+        name = next(n for n in SENTENCEPIECE_FILES if (src / n).is_file())
+        raise CheckpointError(f"{src}/{name} is a SentencePiece model and the folder has no tokenizer.json; converting "
+                              f"it failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})",
+                              "pip install sentencepiece protobuf transformers, or add the tokenizer.json that "
+                              "transformers' AutoTokenizer.from_pretrained(folder).save_pretrained(folder) writes") from exc
 
 
 def probe_batch(cfg: BertConfig, batch: int = 2, seq: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
