@@ -7,12 +7,24 @@ Three ways to get one result (one text, batch 1), each measured in a fresh Pytho
 (the kinds interleaved, so slow drift in the machine hits them alike):
 
 * ``edgebert``: ``EdgeSession(BUNDLE, threads=T)`` (defaults otherwise: the graph it picks for this host)
-  and ``embed`` / ``classify`` / ``run`` of one text: imports, hash checks, tokenizer, session, the call;
+  and ``embed`` / ``classify`` / ``run`` of one text: imports, hash checks, tokenizer, session, the call; as
+  an app opens it every time after the first (the files it loads hashed once and stamped, the CPU probe's
+  verdict kept: the run's own ``EDGEBERT_CACHE``, filled by the parent's session first);
+* ``edgebert-first``: the same with an empty cache in each child: the first open on a device (every file
+  it loads hashed, the CPU probed);
 * ``plain-same``: what a minimal app does by hand: ``tokenizers.Tokenizer.from_file`` of the bundle's
   tokenizer and ``onnxruntime.InferenceSession`` of the very graph file ``EdgeSession`` picked, same
   thread count (no hash check, no input checks, no CPU probe);
 * ``plain-ort-int8``: the same with onnxruntime's own ``quantize_dynamic`` (its defaults) of the bundle's
-  fp32 graph, made once by the parent (not timed).
+  fp32 graph, made once by the parent (not timed);
+* with ``--checkpoint DIR`` (the model the bundle was exported from), the peers' own INT8 of it, made the
+  way their users make it: ``plain-optimum-int8`` (Optimum's export, then its ``AutoQuantizationConfig``
+  preset for this CPU, dynamic, per channel: ``benchmarks/int8_targets.optimum_int8``) and
+  ``plain-st-int8`` (``SentenceTransformer(DIR, backend="onnx")`` and sentence-transformers'
+  ``export_dynamic_quantized_onnx_model`` with the same preset).
+
+Accuracy (embedding bundles, where ``../shared/data`` has SST-2): cosine of each graph's sentence vectors
+(the model's pooling, unit length) with the bundle's fp32 graph's on the first 300 SST-2 dev sentences.
 
 Peak memory: the child's resident-set high-water mark (``VmHWM``; the interpreter included).
 Time to first result: wall clock in the child from before its first import of onnxruntime / edgebert to
@@ -32,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +55,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "footprint"
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
-KINDS = ("edgebert", "plain-same", "plain-ort-int8")
+KINDS = ("edgebert", "edgebert-first", "plain-same", "plain-ort-int8", "plain-optimum-int8", "plain-st-int8")
+SST2_DEV = REPO.parent / "shared" / "data" / "sst2" / "dev.tsv"
 GOALS = {"rss_vs_ort_int8": 1.15, "first_result_vs_plain_same": 1.2}
 
 
@@ -50,7 +64,7 @@ GOALS = {"rss_vs_ort_int8": 1.15, "first_result_vs_plain_same": 1.2}
 def child(args: argparse.Namespace) -> None:
     """One fresh process: open, run once, print {rss_peak_mb, first_result_s, ...} as JSON."""
     start = time.perf_counter()
-    if args.kind == "edgebert":
+    if args.kind.startswith("edgebert"):
         from edgebert.runtime import EdgeSession
 
         t_import = time.perf_counter()
@@ -114,7 +128,14 @@ def _measure(kind: str, bundle: Path, graph: Path | None, tokenizer: Path, threa
     cmd = [sys.executable, __file__, "--child", kind, "--threads", str(threads), str(bundle)]
     if graph is not None:
         cmd += ["--graph", str(graph), "--tokenizer", str(tokenizer)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    env = dict(os.environ)
+    if kind == "edgebert-first":
+        env["EDGEBERT_CACHE"] = tempfile.mkdtemp(prefix="footprint-first-")    # nothing stamped, nothing probed
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    finally:
+        if kind == "edgebert-first":
+            shutil.rmtree(env["EDGEBERT_CACHE"], ignore_errors=True)
     if out.returncode != 0:
         raise SystemExit(f"{kind} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -140,6 +161,59 @@ def _one_device(bundle: Path, target: str, work: Path) -> dict:
             "files": result.kept, "left_out": [e["file"] for e in result.left_out]}
 
 
+def _st_int8(checkpoint: Path, work: Path, preset: str) -> Path:
+    """sentence-transformers' own INT8: its ONNX backend's export, then ``export_dynamic_quantized_onnx_model``."""
+    from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
+
+    model = SentenceTransformer(str(checkpoint), backend="onnx", device="cpu")
+    model.save(str(work / "st"))
+    export_dynamic_quantized_onnx_model(model, preset, str(work / "st"))
+    return work / "st" / "onnx" / f"model_qint8_{preset}.onnx"
+
+
+def _peers(checkpoint: Path, work: Path, kind: str) -> dict[str, Path]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from int8_targets import optimum_int8
+
+    optimum = optimum_int8(checkpoint, work, kind)
+    return {"plain-optimum-int8": optimum["int8"], "plain-st-int8": _st_int8(checkpoint, work, optimum["preset"])}
+
+
+def _accuracy(bundle: Path, paths: dict[str, Path | None], threads: int) -> dict | None:
+    """Cosine with the fp32 graph's sentence vectors on the first 300 SST-2 dev sentences, per way."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from edgebert.runtime import EdgeSession, pad_batch
+
+    if not SST2_DEV.is_file():
+        return None
+    texts = [line.split("\t")[0] for line in SST2_DEV.read_text(encoding="utf-8").splitlines()[1:301]]
+    reference = EdgeSession(bundle, precision="fp32", threads=threads)
+    pooling = reference.manifest.pooling
+    if reference.task != "embed" or pooling is None or pooling.mode != "mean":
+        return None
+    fp32 = reference.embed(texts)
+    out = {}
+    for kind, graph in paths.items():
+        if graph is None:
+            vectors = EdgeSession(bundle, threads=threads).embed(texts)
+        else:
+            session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+            names = {i.name for i in session.get_inputs()}
+            rows = []
+            for text in texts:     # one at a time: no padding question between the ways
+                feeds = pad_batch(reference.tokenize([text]), reference.pad_id)
+                hidden = session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
+                mask = feeds["attention_mask"][..., None].astype(np.float32)
+                rows.append((hidden * mask).sum(1)[0] / mask.sum())
+            vectors = np.stack(rows)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        cos = (vectors * fp32).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(fp32, axis=1)
+        out[kind] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
+    return {"texts": len(texts), "data": "SST-2 dev, first 300 sentences", "cosine_vs_fp32": out}
+
+
 def _summary(rows: list[dict]) -> dict:
     out = {}
     for key in ("rss_peak_mb", "first_result_s", "import_s", "open_s", "first_run_s"):
@@ -155,6 +229,8 @@ def run(args: argparse.Namespace) -> dict:
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.system.environment import versions
 
+    cache = tempfile.mkdtemp(prefix="footprint-cache-")
+    os.environ["EDGEBERT_CACHE"] = cache     # the children's ``edgebert``: stamped and probed by this session
     bundle = bundle_folder(Path(args.bundle))
     manifest = read_manifest(bundle)
     load_before = list(os.getloadavg())
@@ -165,11 +241,18 @@ def run(args: argparse.Namespace) -> dict:
               for k, e in manifest.models.items() if (bundle / e.file).is_file()}
     with tempfile.TemporaryDirectory(prefix="footprint-") as tmp:
         work = Path(tmp)
-        paths = {"edgebert": None, "plain-same": probe.model_file}
+        paths = {"edgebert": None, "edgebert-first": None, "plain-same": probe.model_file}
         if "fp32" in manifest.models:
             paths["plain-ort-int8"] = _ort_int8(bundle / manifest.models["fp32"].file, work)
             graphs["ort-quantize-dynamic"] = {"file": "(onnxruntime quantize_dynamic of fp32, defaults)",
                                               "mb": round(paths["plain-ort-int8"].stat().st_size / 1e6, 3)}
+        if args.checkpoint:
+            for kind, graph in _peers(args.checkpoint, work, host.kind).items():
+                paths[kind] = graph
+                graphs[kind.removeprefix("plain-")] = {"file": f"({kind} of {args.checkpoint.name})",
+                                                       "mb": round(graph.stat().st_size / 1e6, 3)}
+        accuracy = _accuracy(bundle, {k: v for k, v in paths.items() if k not in ("edgebert-first", "plain-same")},
+                             args.threads) if not args.no_accuracy else None
         target = probe.int8_choice.target if probe.int8_choice else None
         one_device = _one_device(bundle, target, work) if target and "fp32" in manifest.models else None
         del probe
@@ -178,14 +261,17 @@ def run(args: argparse.Namespace) -> dict:
             for kind, graph in paths.items():
                 measured[kind].append(_measure(kind, bundle, graph, tokenizer, args.threads))
     load_after = list(os.getloadavg())
+    shutil.rmtree(cache, ignore_errors=True)
     summary = {k: _summary(v) for k, v in measured.items()}
     ratios = {}
     med = {k: {m: s[m]["median"] for m in ("rss_peak_mb", "first_result_s")} for k, s in summary.items()}
     if "plain-ort-int8" in med:
         ratios["rss_vs_ort_int8"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-ort-int8"]["rss_peak_mb"], 3)
     ratios["rss_vs_plain_same"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-same"]["rss_peak_mb"], 3)
-    ratios["first_result_vs_plain_same"] = round(med["edgebert"]["first_result_s"]
-                                                 / med["plain-same"]["first_result_s"], 3)
+    for kind in ("edgebert", "edgebert-first"):
+        suffix = "" if kind == "edgebert" else "_first_open"
+        ratios[f"first_result_vs_plain_same{suffix}"] = round(med[kind]["first_result_s"]
+                                                              / med["plain-same"]["first_result_s"], 3)
     return {"bundle": str(args.bundle), "name": args.name, "smoke": args.smoke, "task": manifest.task,
             "picked": {"model": measured["edgebert"][0].get("model"), "graph": measured["edgebert"][0].get("graph"),
                        "target": target},
@@ -194,6 +280,7 @@ def run(args: argparse.Namespace) -> dict:
             "versions": versions(), "threads": args.threads, "repeats": args.repeats, "text": TEXT,
             "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
             "graphs_mb": graphs, "one_device_bundle": one_device, "measured": summary, "ratios": ratios,
+            "accuracy": accuracy, "checkpoint": str(args.checkpoint) if args.checkpoint else None,
             "goals": GOALS, "method": __doc__.split("\n\n", 2)[2].split("Also recorded")[0].strip()}
 
 
@@ -215,6 +302,11 @@ def markdown(r: dict) -> str:
                                                  for k, v in r["ratios"].items()), "",
               "| graph | file | MB |", "|---|---|---|"]
     lines += [f"| {k} | {g['file']} | {g['mb']} |" for k, g in r["graphs_mb"].items()]
+    if r.get("accuracy"):
+        a = r["accuracy"]
+        lines += ["", f"Accuracy: cosine with the fp32 graph's sentence vectors, {a['data']} ({a['texts']} texts), "
+                      f"{m['kind']}:", "", "| way | mean | min |", "|---|---|---|"]
+        lines += [f"| {k} | {v['mean']} | {v['min']} |" for k, v in a["cosine_vs_fp32"].items()]
     d = r["one_device_bundle"]
     if d:
         lines += ["", f"One-device bundle ({d['target']}): {d['archive_mb']} MB as .tar.gz, {d['files_mb']} MB of "
@@ -230,6 +322,9 @@ def main() -> None:
     parser.add_argument("--name", default=None, help="results file name (default: the bundle folder's)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     parser.add_argument("--smoke", action="store_true", help="mark the output a smoke run (names end in _smoke)")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="the model the bundle was exported from: adds Optimum's and sentence-transformers' INT8")
+    parser.add_argument("--no-accuracy", action="store_true", help="skip the cosine table")
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--graph", help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", help=argparse.SUPPRESS)

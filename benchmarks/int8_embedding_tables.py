@@ -55,14 +55,15 @@ def cpu_kind() -> dict:
             "int8_kind": detect_host().summary()}
 
 
-def export(model_dir: Path, out: Path, task: str | None, targets: tuple[str, ...], tables: bool, reuse: bool) -> dict:
+def export(model_dir: Path, out: Path, task: str | None, targets: tuple[str, ...], tables: bool, reuse: bool,
+           calib: Path | None = None) -> dict:
     from edgebert.exporters import ExportConfig, export_bundle
 
     if reuse and (out / "manifest.json").is_file():
         return json.loads((out / "manifest.json").read_text())
     t0 = time.time()
     cfg = ExportConfig(model_dir=model_dir, out_dir=out, overwrite=True, task=task, int8=True, int8_targets=targets,
-                       int8_embedding_tables=tables)
+                       int8_embedding_tables=tables, calib=calib)
     return dict(export_bundle(cfg, on_step=lambda m: print(f"  [{time.time() - t0:6.1f}s] {m}", flush=True)).manifest)
 
 
@@ -208,6 +209,7 @@ def main() -> int:
     ap.add_argument("--evaluate", nargs=2, metavar=("TASK", "DATA"),
                     help="also score each bundle's fp32 and INT8 graphs with `edgebert evaluate --task TASK --data DATA`")
     ap.add_argument("--evaluate-max", type=int, default=None, help="--max-eval-examples for --evaluate")
+    ap.add_argument("--calib", type=Path, default=None, help="export's --calib (e.g. a SQuAD train file for a qa model)")
     ap.add_argument("--reuse", action="store_true", help="reuse bundles already exported in --work")
     ap.add_argument("--work", type=Path, default=REPO / "runs" / "int8_embedding_tables" / "minilm")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "int8_embedding_tables" / "minilm")
@@ -235,7 +237,7 @@ def main() -> int:
     for variant, tables in VARIANTS.items():
         print(f"{variant}: exporting {model_name} INT8 {','.join(targets)}", flush=True)
         out = args.work / ("int8_tables" if tables else "fp32_tables")
-        manifest = export(args.model_dir, out, args.task, targets, tables, args.reuse)
+        manifest = export(args.model_dir, out, args.task, targets, tables, args.reuse, args.calib)
         models = manifest["models"]
         task = manifest["task"]
         fp32 = out / models["fp32"]["file"]

@@ -96,11 +96,13 @@ def train_features(examples, tokenizer, max_length: int, stride: int) -> dict:
     return {**enc, "start_positions": starts, "end_positions": ends}
 
 
-def train_reference(out: Path, limit: int | None, max_steps: int | None) -> dict:
+def train_reference(out: Path, limit: int | None, max_steps: int | None, epochs: float = RUN_QA["epochs"],
+                    bf16: bool = False) -> dict:
     """Fine-tune all-MiniLM-L6-v2 with transformers' model as its run_qa example does, in the loop its
     ``Trainer`` runs with those arguments (written out: the Trainer needs accelerate, not installed here):
     AdamW (lr 1e-4, betas 0.9 / 0.999, eps 1e-8, no weight decay), linear decay to 0 without warmup,
-    gradient norm clipped at 1.0, batches of 16 shuffled with seed 42, dropout on; saved to ``out``."""
+    gradient norm clipped at 1.0, batches of 16 shuffled with seed 42, dropout on; saved to ``out``.
+    ``bf16``: forward and loss under bfloat16 autocast (weights and optimizer stay fp32)."""
     import torch
     import transformers as tf
 
@@ -115,14 +117,15 @@ def train_reference(out: Path, limit: int | None, max_steps: int | None) -> dict
                 train_features(examples, tokenizer, RUN_QA["max_length"], RUN_QA["stride"]).items()}
     n = len(features["input_ids"])
     per_epoch = -(-n // RUN_QA["batch"])
-    steps = max_steps or int(per_epoch * RUN_QA["epochs"])
+    steps = max_steps or int(per_epoch * epochs)
     optimizer = torch.optim.AdamW(model.parameters(), lr=RUN_QA["lr"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.0, 1 - step / steps))
     generator = torch.Generator().manual_seed(RUN_QA["seed"])
     t0, step, losses = time.perf_counter(), 0, []
     while step < steps:
         for idx in torch.randperm(n, generator=generator).split(RUN_QA["batch"]):
-            loss = model(**{k: v[idx] for k, v in features.items()}).loss
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(**{k: v[idx] for k, v in features.items()}).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -136,7 +139,8 @@ def train_reference(out: Path, limit: int | None, max_steps: int | None) -> dict
     model.eval().save_pretrained(out)
     tokenizer.save_pretrained(out)
     return {"command": "transformers BertForQuestionAnswering, run_qa recipe (benchmarks/squad_qa.py train_reference)",
-            "reused": False, "wall_s": round(wall, 1), "windows": n, "steps": steps, "recipe": RUN_QA,
+            "reused": False, "wall_s": round(wall, 1), "windows": n, "steps": steps,
+            "recipe": {**RUN_QA, "epochs": epochs, "bf16": bf16},
             "final_loss_mean_last_50": round(sum(losses[-50:]) / len(losses[-50:]), 4)}
 
 
