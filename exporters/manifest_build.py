@@ -16,7 +16,8 @@ from edgebert.bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from edgebert.bundle.manifest import ModelShape
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.exporters.tokenizer_info import highest_token_id
-from edgebert.files.atomic import sha256_file, write_json
+from edgebert.files.atomic import write_json
+from edgebert.files.hashing import sha256_file
 from edgebert.model import BertConfig
 from edgebert.runtime.hostcpu import detect_host
 from edgebert.runtime.trt_profile import TrtProfile

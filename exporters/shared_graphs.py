@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgebert.files.atomic import sha256_file
+from edgebert.files.hashing import sha256_file
 
 __all__ = ["share_equal_graphs"]
 

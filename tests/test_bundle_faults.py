@@ -15,7 +15,7 @@ import pytest
 from edgebert.bundle import model_path
 from edgebert.cli import main
 from edgebert.errors import BundleError, ConfigError, DataError, RuntimeFault
-from edgebert.files.atomic import sha256_file
+from edgebert.files.hashing import sha256_file
 from edgebert.runtime import EdgeSession
 from runtime_fixtures import tiny_bundle
 

@@ -146,7 +146,7 @@ def test_optimum_ortmodel_gives_edgesessions_outputs(bundles, task, precision):
 # --------------------------------------------------------------------------- old bundles
 def test_a_bundle_laid_out_the_old_way_still_opens(bundles, tmp_path):
     """Graphs at the root under their old names, no Hugging Face files: EdgeSession reads the manifest's names."""
-    from edgebert.files.atomic import sha256_file
+    from edgebert.files.hashing import sha256_file
 
     old = tmp_path / "old"
     shutil.copytree(bundles["embed"], old)

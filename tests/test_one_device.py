@@ -95,7 +95,7 @@ def test_an_old_bundle_with_one_file_per_target_still_opens(fleet, tmp_path):
 def test_a_session_hashes_only_the_files_it_loads(fleet, tmp_path, monkeypatch):
     """A corrupted graph the session does not load costs it nothing; the session that loads it, and
     `edgebert check`, refuse it."""
-    import edgebert.files.stamps as reader            # what a session hashes with (a stamp stands for nothing yet)
+    import edgebert.files.stamps as reader  # what a session hashes with (a stamp stands for nothing yet)
     from edgebert.errors import BundleError
 
     bundle = _copy(fleet, tmp_path / "b")

@@ -61,7 +61,7 @@ from edgebert.bundle.manifest import (
 )
 from edgebert.bundle.manifest_checks import is_whole as _is_int
 from edgebert.errors import BundleError
-from edgebert.files.atomic import sha256_file  # stdlib only, like this module
+from edgebert.files.hashing import sha256_file  # stdlib only, like this module
 from edgebert.files.stamps import stamped_sha256
 from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
 

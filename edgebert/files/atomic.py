@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import hashlib
 import json
 import os
 import re
@@ -230,14 +229,6 @@ def _publish_dir(tmp: Path, target: Path, accept_old: Callable[[Path], None] | N
             raise
     os.replace(tmp, target)
     shutil.rmtree(old)
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 _WORK = re.compile(r"^edgebert-[a-z0-9]+-(\d+)-")

@@ -22,7 +22,7 @@ import os
 import time
 from pathlib import Path
 
-from edgebert.files.atomic import sha256_file
+from edgebert.files.hashing import sha256_file
 from edgebert.files.user_cache import cache_root
 
 SETTLE_NS = 2_000_000_000

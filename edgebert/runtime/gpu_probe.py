@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import glob
 import importlib.util
 import io
 import os
@@ -147,6 +146,8 @@ def preload_gpu_libraries() -> tuple[str, ...]:
 def _preload_tensorrt_libs() -> list[str]:
     """pip's ``tensorrt`` wheels keep libnvinfer in ``site-packages/tensorrt_libs``; load it globally so
     onnxruntime's TensorRT provider finds it (a no-op where TensorRT comes from the system)."""
+    import glob
+
     spec = importlib.util.find_spec("tensorrt_libs")
     if spec is None or not spec.submodule_search_locations:
         return []

@@ -22,7 +22,7 @@ from typing import Any
 
 from edgebert.bundle import MANIFEST_NAME, Manifest, ModelEntry, bundle_file, read_manifest, verify_files
 from edgebert.errors import ConfigError
-from edgebert.files.atomic import sha256_file
+from edgebert.files.hashing import sha256_file
 from edgebert.runtime.archive import archive_kind, bundle_folder
 from edgebert.runtime.float_reference import FIELD, REFERENCE_TASKS, write_reference
 

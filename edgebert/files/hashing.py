@@ -1,0 +1,14 @@
+"""sha256 of a file, read in 1 MiB blocks (stdlib only: what opening a bundle needs, without the write helpers)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
