@@ -2,6 +2,11 @@
 ``EdgeSession`` against plain onnxruntime sessions.
 
     python benchmarks/footprint.py BUNDLE [--threads 1] [--repeats 5] [--name minilm] [--out-dir DIR] [--smoke]
+        [--checkpoint DIR] [--child-python .venv-device/bin/python]
+
+``--child-python``: the timed processes run this interpreter; a device-like install (``python -m venv .venv-device &&
+.venv-device/bin/pip install '.[cpu]'``: plain onnxruntime, edgebert as a wheel, no torch) measures what an app on a
+CPU device starts, without the GPU provider probes an onnxruntime-gpu install adds or an editable install's finder.
 
 Three ways to get one result (one text, batch 1), each measured in a fresh Python process per repeat
 (the kinds interleaved, so slow drift in the machine hits them alike):
@@ -124,8 +129,8 @@ def _first_result(session) -> None:
 
 
 # --------------------------------------------------------------------------- the parent
-def _measure(kind: str, bundle: Path, graph: Path | None, tokenizer: Path, threads: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, "--threads", str(threads), str(bundle)]
+def _measure(kind: str, bundle: Path, graph: Path | None, tokenizer: Path, threads: int, python: str) -> dict:
+    cmd = [python, __file__, "--child", kind, "--threads", str(threads), str(bundle)]
     if graph is not None:
         cmd += ["--graph", str(graph), "--tokenizer", str(tokenizer)]
     env = dict(os.environ)
@@ -139,6 +144,16 @@ def _measure(kind: str, bundle: Path, graph: Path | None, tokenizer: Path, threa
     if out.returncode != 0:
         raise SystemExit(f"{kind} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _child_versions(python: str) -> dict:
+    """What the timed children run: onnxruntime's package and version, edgebert's install, torch present or not."""
+    code = ("import importlib.metadata as m, importlib.util as u, json, onnxruntime, edgebert; "
+            "d = [x.metadata['Name'] for x in m.distributions() if x.metadata['Name'].startswith('onnxruntime')]; "
+            "print(json.dumps({'onnxruntime': onnxruntime.__version__, 'onnxruntime_packages': d, "
+            "'edgebert_from': edgebert.__file__, 'torch_installed': u.find_spec('torch') is not None}))")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd="/")
+    return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-300:]}
 
 
 def _ort_int8(fp32: Path, work: Path) -> Path:
@@ -256,10 +271,11 @@ def run(args: argparse.Namespace) -> dict:
         target = probe.int8_choice.target if probe.int8_choice else None
         one_device = _one_device(bundle, target, work) if target and "fp32" in manifest.models else None
         del probe
+        _measure("edgebert", bundle, None, tokenizer, args.threads, args.child_python)  # its cache, as an app's
         measured: dict[str, list[dict]] = {k: [] for k in paths}
         for _ in range(args.repeats):                            # interleaved
             for kind, graph in paths.items():
-                measured[kind].append(_measure(kind, bundle, graph, tokenizer, args.threads))
+                measured[kind].append(_measure(kind, bundle, graph, tokenizer, args.threads, args.child_python))
     load_after = list(os.getloadavg())
     shutil.rmtree(cache, ignore_errors=True)
     summary = {k: _summary(v) for k, v in measured.items()}
@@ -278,6 +294,7 @@ def run(args: argparse.Namespace) -> dict:
             "machine": {"cpu": host.model, "kind": host.kind, "arch": host.arch, "u8s8": host.u8s8,
                         "usable_cpus": len(os.sched_getaffinity(0))},
             "versions": versions(), "threads": args.threads, "repeats": args.repeats, "text": TEXT,
+            "child_python": args.child_python, "child_versions": _child_versions(args.child_python),
             "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
             "graphs_mb": graphs, "one_device_bundle": one_device, "measured": summary, "ratios": ratios,
             "accuracy": accuracy, "checkpoint": str(args.checkpoint) if args.checkpoint else None,
@@ -290,6 +307,7 @@ def markdown(r: dict) -> str:
              f"Machine: {m['cpu']} ({m['kind']}, {m['usable_cpus']} usable CPUs), threads {r['threads']}, "
              f"{r['repeats']} fresh processes per kind; load average before {r['load_average']['before']}, "
              f"after {r['load_average']['after']}.",
+             f"Timed children: {r.get('child_python')} ({r.get('child_versions')}).",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v), "",
              f"EdgeSession picked {r['picked']['model']} ({Path(r['picked']['graph'] or '?').name}).", "",
              "| way | peak RSS MB (median / min) | first result s (median / min) | import s | open s | first run s |",
@@ -325,6 +343,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="the model the bundle was exported from: adds Optimum's and sentence-transformers' INT8")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the cosine table")
+    parser.add_argument("--child-python", default=sys.executable,
+                        help="the interpreter every timed child runs (e.g. a device-like `pip install .[cpu]` venv: "
+                             "plain onnxruntime, edgebert installed, no torch); default: this one")
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--graph", help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", help=argparse.SUPPRESS)
