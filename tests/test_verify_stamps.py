@@ -113,3 +113,21 @@ def test_a_blank_cache_variable_is_the_default_folder_for_every_cache(value, mon
     engines, timing = trt_cache_dirs(tmp_path / "model.onnx", "fp16", TrtProfile.parse("min=1x1,opt=1x8,max=2x16"))
     home_cache = Path.home() / ".cache" / "edgebert" / "tensorrt"
     assert engines.is_absolute() and engines.parent == home_cache and timing == home_cache / "timing"
+
+
+def test_the_graph_io_check_is_kept_for_the_same_graph_and_manifest_bytes(tmp_path, hashed, monkeypatch):
+    import edgebert.bundle.reader as reader
+
+    bundle = tiny_bundle(tmp_path / "own", "embed")[1]
+    checked = []
+    real = reader.check_graph_io
+    monkeypatch.setattr(reader, "check_graph_io", lambda *a: checked.append(a[2]) or real(*a))
+    EdgeSession(bundle, threads=1)
+    EdgeSession(bundle, threads=1)
+    assert len(checked) == 1                                   # the same graph and manifest bytes: checked once
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["outputs"][0]["shape"][-1] += 1                   # a manifest that no longer describes the graph
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="last_hidden_state"):
+        EdgeSession(bundle, threads=1)
+    assert len(checked) == 2

@@ -8,6 +8,9 @@ again. As git does for its index, a stamp is recorded only once the file's times
 ``SETTLE_NS`` old, so that a write in the same clock tick as the hash (coarse timestamps: FAT, some
 network file systems) cannot go unseen.
 
+The same store keeps checks that passed on exact bytes (``known`` / ``remember``): a graph's declared inputs and
+outputs against its manifest, named by both files' sha256, are not read again for the same pair.
+
 Stamps guard against damage and mix-ups (a half-copied or replaced graph), like the hashes they stand for;
 whoever can write the user's cache can also write the bundle. ``EDGEBERT_STAMPS=0`` turns them off; ``edgebert
 check`` never uses them. A cache that cannot be written costs only the hash.
@@ -70,3 +73,19 @@ def write_record(record: Path, stamp: dict) -> None:
     except OSError:   # a read-only or full cache: the next session hashes again
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def known(fact: str) -> bool:
+    """Whether ``fact`` (a string naming a check and the exact bytes it judged, by hash) was recorded as passed."""
+    if not stamps_enabled():
+        return False
+    try:
+        return json.loads(_record(fact).read_text(encoding="utf-8")).get("identity") == fact
+    except (OSError, ValueError):
+        return False
+
+
+def remember(fact: str) -> None:
+    """Record that the check ``fact`` names passed (``known``)."""
+    if stamps_enabled():
+        write_record(_record(fact), {"identity": fact})
