@@ -354,6 +354,7 @@ def main() -> None:
         args.kind = args.child
         return child(args)
     args.name = args.name or Path(args.bundle).name.split(".")[0]
+    args.child_python = os.path.abspath(args.child_python)   # not resolved: a venv's python is a link
     result = run(args)
     from edgebert.files.atomic import write_json, write_text
 
