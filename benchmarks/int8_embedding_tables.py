@@ -202,7 +202,7 @@ def main() -> int:
     ap.add_argument("--model-dir", type=Path, default=None, help="default: all-MiniLM-L6-v2")
     ap.add_argument("--task", default=None, help="default: the model's architecture's task")
     ap.add_argument("--targets", default="portable,x86-vnni")
-    ap.add_argument("--texts", type=int, default=300, help="texts of --texts-file for the task-set figure")
+    ap.add_argument("--texts", type=int, default=300, help="texts of --texts-file for the task-set figure (0: none)")
     ap.add_argument("--texts-file", type=Path, default=SST2_DEV,
                     help="the task set: SST-2 dev (default) or a text file, one text per line")
     ap.add_argument("--avx2-texts", type=int, default=50, help="0: skip the emulated AVX2 check (embed only)")
@@ -242,7 +242,8 @@ def main() -> int:
         task = manifest["task"]
         fp32 = out / models["fp32"]["file"]
         graphs = {k: out / e["file"] for k, e in models.items() if e["precision"] == "int8"}
-        accuracy = task_accuracy(task, fp32, graphs, out / "tokenizer.json", args.texts_file, args.texts)
+        accuracy = (task_accuracy(task, fp32, graphs, out / "tokenizer.json", args.texts_file, args.texts)
+                    if args.texts else {k: {} for k in graphs})      # --texts 0: the gate's and --evaluate's only
         report["variants"][variant] = {"bundle": _shown(out), "task": task, "graphs": {
             k: {"target": models[k]["target"], "file": models[k]["file"], "bytes": graph_bytes(path),
                 "embedding_tables": models[k]["quantization"].get("embedding_tables") or {},
