@@ -63,7 +63,7 @@ from edgebert.bundle.manifest import (
 from edgebert.bundle.manifest_checks import is_whole as _is_int
 from edgebert.errors import BundleError
 from edgebert.files.hashing import sha256_file  # stdlib only, like this module
-from edgebert.files.stamps import known, remember, stamped_sha256
+from edgebert.files.stamps import keep, recall, stamped_sha256
 from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
 
 GRAPH_IO_CHECK = 1   # raise when check_graph_io checks more: graphs passed by an older check are read again
@@ -261,11 +261,11 @@ def verify_entry(bundle_dir: str | os.PathLike, manifest: Manifest, key: str, ha
         if stamps and hashes:   # this graph's bytes were just verified: the check is the same for the same pair
             manifest_sha = hashlib.sha256(Path(bundle_dir, MANIFEST_NAME).read_bytes()).hexdigest()
             fact = f"graph-io/{GRAPH_IO_CHECK}/{manifest_sha}/{key}/{manifest.files[manifest.models[key].file]}"
-            if known(fact):
+            if recall(fact) is not None:
                 return
         check_graph_io(bundle_dir, manifest, key)
         if fact is not None:
-            remember(fact)
+            keep(fact)
 
 
 def int8_graphs(manifest: Manifest) -> dict[str, ModelEntry]:

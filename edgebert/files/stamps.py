@@ -8,8 +8,9 @@ again. As git does for its index, a stamp is recorded only once the file's times
 ``SETTLE_NS`` old, so that a write in the same clock tick as the hash (coarse timestamps: FAT, some
 network file systems) cannot go unseen.
 
-The same store keeps checks that passed on exact bytes (``known`` / ``remember``): a graph's declared inputs and
-outputs against its manifest, named by both files' sha256, are not read again for the same pair.
+The same store (``recall`` / ``keep``) keeps checks that passed on exact bytes: a graph's declared inputs and
+outputs against its manifest, named by both files' sha256, are not read again for the same pair; and the CPU
+probe's verdict (``runtime.hostcpu``).
 
 Stamps guard against damage and mix-ups (a half-copied or replaced graph), like the hashes they stand for;
 whoever can write the user's cache can also write the bundle. ``EDGEBERT_STAMPS=0`` turns them off; ``edgebert
@@ -49,43 +50,37 @@ def stamped_sha256(path: str | os.PathLike) -> str:
         return sha256_file(path)
     before = os.stat(path)
     identity = _identity(before)
-    record = _record(identity)
-    try:
-        stamp = json.loads(record.read_text(encoding="utf-8"))
-        if stamp.get("identity") == identity and isinstance(stamp.get("sha256"), str):
-            return stamp["sha256"]
-    except (OSError, ValueError):
-        pass
+    stamp = recall(identity)
+    if stamp is not None and isinstance(stamp.get("sha256"), str):
+        return stamp["sha256"]
     digest = sha256_file(path)
     settled = time.time_ns() - max(before.st_mtime_ns, before.st_ctime_ns) > SETTLE_NS
     if settled and _identity(os.stat(path)) == identity:
-        write_record(record, {"identity": identity, "sha256": digest})
+        keep(identity, sha256=digest)
     return digest
 
 
-def write_record(record: Path, stamp: dict) -> None:
-    """A small JSON record written atomically into the user cache; a failure only means it is not kept."""
+def recall(identity: str) -> dict | None:
+    """The record kept under ``identity`` (a string naming exactly what it stands for), or None."""
+    if not stamps_enabled():
+        return None
+    try:
+        record = json.loads(_record(identity).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("identity") == identity else None
+
+
+def keep(identity: str, **values) -> None:
+    """Record ``values`` under ``identity``, atomically; a read-only or full cache only means it is not kept."""
+    if not stamps_enabled():
+        return
+    record = _record(identity)
     tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
     try:
         record.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(stamp), encoding="utf-8")
+        tmp.write_text(json.dumps({"identity": identity, **values}), encoding="utf-8")
         os.replace(tmp, record)
-    except OSError:   # a read-only or full cache: the next session hashes again
+    except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-
-
-def known(fact: str) -> bool:
-    """Whether ``fact`` (a string naming a check and the exact bytes it judged, by hash) was recorded as passed."""
-    if not stamps_enabled():
-        return False
-    try:
-        return json.loads(_record(fact).read_text(encoding="utf-8")).get("identity") == fact
-    except (OSError, ValueError):
-        return False
-
-
-def remember(fact: str) -> None:
-    """Record that the check ``fact`` names passed (``known``)."""
-    if stamps_enabled():
-        write_record(_record(fact), {"identity": fact})

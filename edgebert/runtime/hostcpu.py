@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import json
 import os
 import platform
@@ -41,8 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from edgebert.files.stamps import write_record
-from edgebert.files.user_cache import cache_root
+from edgebert.files.stamps import keep, recall
 from edgebert.system.environment import cpu_model, cpuinfo, sysctl
 
 PROBE_FILE = Path(__file__).resolve().parents[1] / "assets" / "u8s8_probe.onnx"
@@ -275,7 +273,7 @@ def probe_identity(arch: str, isa: Mapping[str, bool | None], precise: bool) -> 
         from numpy._core._multiarray_umath import __cpu_features__ as cpuid
     except ImportError:
         return None
-    return json.dumps([ort.__version__, ort.__file__, arch, cpu_model(), sorted(k for k, v in isa.items() if v),
+    return json.dumps(["u8s8-probe", ort.__version__, ort.__file__, arch, cpu_model(), sorted(k for k, v in isa.items() if v),
                        sorted(k for k, v in cpuid.items() if v), precise, PROBE_EXACT, PROBE_K])
 
 
@@ -285,14 +283,10 @@ def remembered_probe(arch: str, isa: Mapping[str, bool | None], precise: bool) -
     identity = probe_identity(arch, isa, precise)
     if identity is None:
         return probe_u8s8(precise)
-    record = cache_root() / "u8s8" / hashlib.sha1(identity.encode()).hexdigest()
-    try:
-        kept = json.loads(record.read_text(encoding="utf-8"))
-        if kept.get("identity") == identity and kept.get("u8s8") in ("exact", "saturating"):
-            return kept["u8s8"]
-    except (OSError, ValueError):
-        pass
+    kept = recall(identity)
+    if kept is not None and kept.get("u8s8") in ("exact", "saturating"):
+        return kept["u8s8"]
     verdict = probe_u8s8(precise)
     if verdict != "unknown":
-        write_record(record, {"identity": identity, "u8s8": verdict})
+        keep(identity, u8s8=verdict)
     return verdict
