@@ -251,7 +251,7 @@ def _factory(calls, behaviour):
 @pytest.fixture
 def gpus_probe_fine(monkeypatch):
     """Every provider passes the probe (the failures come at session creation)."""
-    monkeypatch.setattr(providers, "probe_gpu_provider", lambda name: providers.ProviderStatus(name, True))
+    monkeypatch.setattr(providers, "probe", lambda name: providers.ProviderStatus(name, True))
 
 
 FAILURES = {

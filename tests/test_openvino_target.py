@@ -124,7 +124,9 @@ def test_without_openvino_or_on_another_cpu_kind_the_onnxruntime_graph_runs(ov_b
     assert choice is not None and choice.key == "int8-openvino"
     assert choose_openvino(manifest, detect_host(), "x86-vnni") == (None, "")
 
-    monkeypatch.setattr(int8_choice, "openvino_version", lambda: None)
+    from edgebert.runtime import openvino_graph  # int8_choice loads it only for a bundle with an OpenVINO graph
+
+    monkeypatch.setattr(openvino_graph, "openvino_version", lambda: None)
     session = EdgeSession(ov_bundle, provider="cpu")
     assert (session.model_key, session.engine) == ("int8", "onnxruntime")
     assert any("openvino is not installed" in n for n in session.provider_notes)

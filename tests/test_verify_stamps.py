@@ -37,7 +37,8 @@ def hashed(tmp_path, monkeypatch) -> list[str]:
 
 def test_a_second_session_does_not_hash_unchanged_files_again(bundle, hashed):
     first = EdgeSession(bundle, threads=1)
-    assert sorted(hashed) == sorted({"tokenizer.json", first.model_file.name})   # what it loads, nothing else
+    # what it loads, nothing else (the manifest's hash names the remembered graph-I/O check)
+    assert sorted(hashed) == sorted({"tokenizer.json", first.model_file.name, "manifest.json"})
     hashed.clear()
     second = EdgeSession(bundle, threads=1)
     assert hashed == [] and second.model_file == first.model_file
@@ -131,3 +132,27 @@ def test_the_graph_io_check_is_kept_for_the_same_graph_and_manifest_bytes(tmp_pa
     with pytest.raises(BundleError, match="last_hidden_state"):
         EdgeSession(bundle, threads=1)
     assert len(checked) == 2
+
+
+def test_a_first_open_hashes_the_graph_beside_its_load_and_a_bad_graph_still_fails_the_open(tmp_path, hashed,
+                                                                                              monkeypatch):
+    import threading
+
+    bundle = tiny_bundle(tmp_path / "own", "embed")[1]
+    where: dict[str, str] = {}
+    real = stamps.sha256_file
+    monkeypatch.setattr(stamps, "sha256_file",
+                        lambda path: where.setdefault(Path(path).name, threading.current_thread().name) and real(path))
+    session = EdgeSession(bundle, threads=1)
+    assert where[session.model_file.name] == "edgebert-verify"        # hashed on the second thread
+    assert where["tokenizer.json"] == "MainThread"
+    where.clear()
+    EdgeSession(bundle, threads=1)
+    assert where == {}                                                # stamped: nothing hashed, no thread
+    graph = session.model_file
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 1
+    graph.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="does not match its manifest hash"):
+        EdgeSession(bundle, threads=1)
+    assert where[graph.name] == "edgebert-verify"

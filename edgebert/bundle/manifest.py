@@ -32,6 +32,8 @@ from edgebert.bundle.pooling import SentencePooling
 from edgebert.bundle.task_registry import TASK_NAMES, bundle_task
 from edgebert.errors import BundleError
 
+OPENVINO_ENGINE = "openvino"       # ModelEntry.engine of an OpenVINO IR (runtime.openvino_graph runs it)
+
 __all__ = ["MANIFEST_NAME", "BUNDLE_FORMAT", "BUNDLE_VERSION", "READABLE_VERSIONS", "TASKS", "PRECISIONS",
            "TASK_OUTPUTS", "INPUT_NAMES", "LEGACY_INT8", "TensorSpec", "TokenizerFacts", "ModelShape",
            "ModelEntry", "Manifest", "io_spec"]
@@ -182,7 +184,8 @@ class ModelEntry(_JsonView):
 
     @property
     def engine(self) -> str:
-        """What runs the graph: ``onnxruntime``, or ``openvino`` (an IR: ``file`` .xml, ``weights`` .bin)."""
+        """What runs the graph: ``onnxruntime``, or ``openvino`` (``OPENVINO_ENGINE``: an IR, ``file`` .xml,
+        ``weights`` .bin)."""
         return str(self._json.get("engine") or "onnxruntime")
 
     @property
@@ -194,6 +197,13 @@ class ModelEntry(_JsonView):
     @property
     def is_static_qdq(self) -> bool:
         return self.quantization.get("mode") == "static" or self.quantization.get("format") == "QDQ"
+
+    @property
+    def missed_budget(self) -> bool:
+        """An INT8 graph whose export gate measured more loss than its budget (``accuracy.within_budget``
+        false: kept, loadable by name, not picked by default while the bundle has one that passed)."""
+        accuracy = self._json.get("accuracy")
+        return isinstance(accuracy, dict) and accuracy.get("within_budget") is False
 
     @property
     def needs_exact_u8s8(self) -> bool:

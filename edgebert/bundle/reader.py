@@ -44,7 +44,6 @@ TensorRT min/opt/max profile for every input) and ``fp32-cuda`` / ``fp16-cuda`` 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -64,7 +63,6 @@ from edgebert.bundle.manifest_checks import is_whole as _is_int
 from edgebert.errors import BundleError
 from edgebert.files.hashing import sha256_file  # stdlib only, like this module
 from edgebert.files.stamps import keep, recall, stamped_sha256
-from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph
 
 GRAPH_IO_CHECK = 1   # raise when check_graph_io checks more: graphs passed by an older check are read again
 
@@ -83,21 +81,24 @@ def read_manifest(bundle_dir: str | os.PathLike) -> Manifest:
     """Parse and check ``bundle_dir/manifest.json`` (``Manifest.read``); every file it names must stay
     inside the bundle. ``BundleError`` if unusable."""
     manifest = Manifest.read(bundle_dir)
+    root = os.path.realpath(bundle_dir)
     for name in manifest.file_names():
-        bundle_file(bundle_dir, name)
+        bundle_file(bundle_dir, name, root)
     return manifest
 
 
-def bundle_file(bundle_dir: str | os.PathLike, name: str) -> Path:
-    """``bundle_dir/name``, refused unless it stays inside the bundle once symlinks are resolved."""
+def bundle_file(bundle_dir: str | os.PathLike, name: str, root: str | None = None) -> Path:
+    """``bundle_dir/name``, refused unless it stays inside the bundle once symlinks are resolved
+    (``root``: ``os.path.realpath(bundle_dir)``, when the caller has it)."""
     bundle_dir = Path(bundle_dir)
     if not name or "\x00" in name or Path(name).is_absolute() or ".." in Path(name).parts:
         raise BundleError(f"{bundle_dir}/{MANIFEST_NAME} names a file outside the bundle: {name!r}",
                           "re-export the bundle")
     path = bundle_dir / name
-    root = bundle_dir.resolve()
-    if not path.resolve().is_relative_to(root):
-        raise BundleError(f"{path} is a symlink that leaves the bundle (to {path.resolve()})",
+    root = root or os.path.realpath(bundle_dir)
+    real = os.path.realpath(path)
+    if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise BundleError(f"{path} is a symlink that leaves the bundle (to {real})",
                           "copy the file into the bundle, or re-export it")
     return path
 
@@ -114,6 +115,8 @@ def check_graph_io(bundle_dir: str | os.PathLike, manifest: Manifest, key: str) 
         return check_ir_io(path, manifest, key)
     if path.suffix == ".ort":      # a flatbuffer: checked on the loaded session (runtime.ort_format.check_ort_io)
         return None
+    from edgebert.graph.declared_io import FLOAT_TYPES, NotOnnx, read_graph  # not needed once remembered
+
     try:
         graph = read_graph(path)
     except (NotOnnx, OSError, ValueError) as exc:
@@ -259,7 +262,7 @@ def verify_entry(bundle_dir: str | os.PathLike, manifest: Manifest, key: str, ha
     if file is None or file == manifest.models[key].file:
         fact = None
         if stamps and hashes:   # this graph's bytes were just verified: the check is the same for the same pair
-            manifest_sha = hashlib.sha256(Path(bundle_dir, MANIFEST_NAME).read_bytes()).hexdigest()
+            manifest_sha = stamped_sha256(Path(bundle_dir, MANIFEST_NAME))
             fact = f"graph-io/{GRAPH_IO_CHECK}/{manifest_sha}/{key}/{manifest.files[manifest.models[key].file]}"
             if recall(fact) is not None:
                 return

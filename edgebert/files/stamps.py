@@ -20,10 +20,10 @@ check`` never uses them. A cache that cannot be written costs only the hash.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 
 from edgebert.files.hashing import sha256_file
@@ -41,7 +41,11 @@ def _identity(st: os.stat_result) -> str:
 
 
 def _record(identity: str) -> Path:
-    return cache_root() / "stamps" / hashlib.sha1(identity.encode()).hexdigest()
+    """The record's file: named by two checksums of the identity (no OpenSSL load at a session's start);
+    a record holds its whole identity and ``recall`` compares it, so a name shared by two identities is
+    only a miss."""
+    data = identity.encode()
+    return cache_root() / "stamps" / f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
 
 
 def stamped_sha256(path: str | os.PathLike) -> str:
@@ -58,6 +62,17 @@ def stamped_sha256(path: str | os.PathLike) -> str:
     if settled and _identity(os.stat(path)) == identity:
         keep(identity, sha256=digest)
     return digest
+
+
+def stamped(path: str | os.PathLike) -> str | None:
+    """The sha256 a stamp holds for ``path`` as it is on disk now; None when it would have to be hashed."""
+    if not stamps_enabled():
+        return None
+    try:
+        stamp = recall(_identity(os.stat(path)))
+    except OSError:
+        return None
+    return stamp["sha256"] if stamp is not None and isinstance(stamp.get("sha256"), str) else None
 
 
 def recall(identity: str) -> dict | None:

@@ -21,7 +21,6 @@ unless ``EDGEBERT_ORT_LOG_LEVEL`` (0 verbose ... 4 fatal) or ``EdgeSession(ort_l
 from edgebert.errors import BundleError, ProviderUnavailable, RuntimeFault
 from edgebert.runtime.numeric import softmax
 from edgebert.runtime.providers import PROVIDERS, ProviderStatus, probe
-from edgebert.runtime.results import ClassificationResult, MaskPrediction
 from edgebert.runtime.session import POOLINGS, EdgeSession
 from edgebert.runtime.text import Encoded, pad_batch
 
@@ -31,7 +30,11 @@ __all__ = ["EdgeSession", "ClassificationResult", "MaskPrediction", "ProviderSta
 
 
 def __getattr__(name: str):
-    """The question-answering and tagging helpers load on first use (an embedding app never pays for them)."""
+    """The question-answering and tagging helpers and the result types load on first use (an embedding app
+    never pays for them)."""
+    if name in ("ClassificationResult", "MaskPrediction"):
+        from edgebert.runtime import results
+        return getattr(results, name)
     if name == "answer_questions":
         from edgebert.runtime.answer import answer_questions
         return answer_questions

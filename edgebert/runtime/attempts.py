@@ -19,29 +19,30 @@ provider; the notes of the session that opens say what was tried and why each on
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from edgebert.bundle import Manifest, bundle_file, verify_entry
+from edgebert.bundle import Manifest, bundle_file, entry_files, verify_entry
+from edgebert.bundle.manifest import OPENVINO_ENGINE
 from edgebert.errors import BundleError, ConfigError, EdgebertError, ProviderUnavailable
+from edgebert.files.stamps import stamped
 from edgebert.runtime.graphs import ModelChoice, choose_model
 from edgebert.runtime.hostcpu import HostCpu
-from edgebert.runtime.openvino_graph import ENGINE, PROVIDER_NAME, OpenVinoSession
 from edgebert.runtime.ort_format import check_ort_io, ort_graph_name
 from edgebert.runtime.placement import HYBRID, RECORD_CONFIG, Placement, read_placement
 from edgebert.runtime.providers import ORT_NAMES, ProviderPlan, plan_providers, provider_options, trt_cache_dirs
-from edgebert.runtime.trt_profile import TrtProfile
+
+if TYPE_CHECKING:       # a CPU session loads neither (see _attempt, _openvino_attempt)
+    from edgebert.runtime.trt_profile import TrtProfile
 
 # error kinds, in the words the notes use
 EP_FAIL, CUDA_FAILURE, MISSING_LIBRARY, NO_PROFILE, NOT_IMPLEMENTED, NO_GRAPH, NO_NODES, OTHER = (
     "EPFail", "CUDA failure", "missing library", "no shape profile", "no kernel", "no graph", "no node assigned",
     "error")
-_CUDA_TEXT = re.compile(r"CUDA failure \d+|CUDA error|cudaError|CUDNN failure|CUBLAS failure|CUDA driver", re.I)
+_CUDA_TEXT = r"CUDA failure \d+|CUDA error|cudaError|CUDNN failure|CUBLAS failure|CUDA driver"   # re.I
 
 
-@dataclass(frozen=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One provider tried: the graph it got, and why it failed (``kind`` empty on success)."""
 
     provider: str
@@ -62,8 +63,7 @@ class Attempt:
                 "message": self.message or None}
 
 
-@dataclass
-class OpenedSession:
+class OpenedSession(NamedTuple):
     """The session that opened, the graph and profile it runs, where its nodes are, and every attempt."""
 
     session: Any
@@ -72,7 +72,7 @@ class OpenedSession:
     model_file: Path
     placement: Placement
     notes: list[str]
-    attempts: list[Attempt] = field(default_factory=list)
+    attempts: list[Attempt]
     trt_profile: TrtProfile | None = None
     engine_cache: Path | None = None
     batch_size: int = 32
@@ -88,15 +88,14 @@ def classify(exc: BaseException) -> tuple[str, str]:
     if "cannot open shared object file" in text or "Failed to load library" in text or \
             "Please install TensorRT libraries" in text:
         return MISSING_LIBRARY, text
-    if _CUDA_TEXT.search(text):
+    if re.search(_CUDA_TEXT, text, re.I):
         return CUDA_FAILURE, text
     if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text:
         return NOT_IMPLEMENTED, text
     return OTHER, text
 
 
-@dataclass(frozen=True)
-class SessionRequest:
+class SessionRequest(NamedTuple):
     """What the caller asks for: provider, precision, and the limits the session must hold."""
 
     bundle_dir: Path
@@ -117,6 +116,8 @@ class SessionRequest:
 def trt_profile_for(request: SessionRequest, choice: ModelChoice) -> TrtProfile:
     """The caller's profile, else the graph's (export-time) one; it must hold max_length tokens, from one
     text of one token up."""
+    from edgebert.runtime.trt_profile import TrtProfile
+
     if request.trt_profile is not None:
         profile = request.trt_profile
     elif choice.entry.tensorrt_profile:
@@ -191,10 +192,11 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
         model_file = bundle_file(request.bundle_dir, name)
         if not model_file.is_file():
             raise BundleError(f"{model_file} is missing", "the bundle is incomplete; re-export it")
-        verify_entry(request.bundle_dir, request.manifest, choice.key, request.verify, name, stamps=True)
+        pending = _verify(request, choice.key, name)
     except BundleError as error:
         raise _Failed(Attempt(provider, choice.key, NO_GRAPH, error.one_line()), error) from error
-    if choice.entry.engine == ENGINE:
+    if choice.entry.engine == OPENVINO_ENGINE:
+        _verified(pending, provider, choice.key)
         return _openvino_attempt(request, plan, choice, model_file, attempts)
     input_names = request.manifest.input_names
     if profile is not None:
@@ -212,9 +214,11 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
     try:
         session = ort.InferenceSession(str(model_file), sess_options=opts, providers=chain, enable_fallback=0)
     except Exception as exc:  # noqa: BLE001  (onnxruntime raises Fail / EPFail / RuntimeError / ...)
+        _verified(pending, provider, choice.key)          # a damaged file is named as such, not as onnxruntime's error
         kind, message = classify(exc)
         raise _Failed(Attempt(provider, choice.key, kind, message),
                       _error_for(provider, kind, message, model_file.name)) from exc
+    _verified(pending, provider, choice.key)
     session.disable_fallback()   # a run-time EPFail raises; onnxruntime must not reroute the session
     if model_file.suffix == ".ort":
         check_ort_io(session, request.manifest, f"{model_file} ({choice.key})")
@@ -242,10 +246,50 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
                          attempts + [Attempt(provider, choice.key)], profile, engine, batch_size)
 
 
+def _verify(request: SessionRequest, key: str, name: str) -> tuple[Any, dict] | None:
+    """Verify the files of the graph about to be loaded (``verify_entry``). Stamped files (every open but the
+    first on this machine: ``files.stamps``) are verified here, at the cost of a stat and a small read. Files
+    to be hashed are hashed on a second thread while onnxruntime loads the graph (it releases the GIL, as
+    hashlib does): ``_verified`` joins it before the session is used, and a file that fails its hash fails
+    the attempt as it would before the load."""
+    files = entry_files(request.manifest, key, name)
+    if not request.verify or all(stamped(bundle_file(request.bundle_dir, f)) for f in files):
+        verify_entry(request.bundle_dir, request.manifest, key, request.verify, name, stamps=True)
+        return None
+    import threading
+
+    outcome: dict[str, BaseException] = {}
+
+    def work() -> None:
+        try:
+            verify_entry(request.bundle_dir, request.manifest, key, request.verify, name, stamps=True)
+        except BaseException as exc:  # noqa: BLE001  (raised on the caller's thread by _verified)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name="edgebert-verify", daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _verified(pending: tuple[Any, dict] | None, provider: str, key: str) -> None:
+    """Wait for ``_verify``'s thread; raise what it raised (a ``BundleError`` fails the attempt)."""
+    if pending is None:
+        return
+    thread, outcome = pending
+    thread.join()
+    error = outcome.get("error")
+    if isinstance(error, BundleError):
+        raise _Failed(Attempt(provider, key, NO_GRAPH, error.one_line()), error) from error
+    if error is not None:
+        raise error
+
+
 def _openvino_attempt(request: SessionRequest, plan: ProviderPlan, choice: ModelChoice, model_file: Path,
                       attempts: list[Attempt]) -> OpenedSession:
     """The CPU attempt when the choice is the bundle's OpenVINO graph: ``OpenVinoSession`` with the
     session's thread count."""
+    from edgebert.runtime.openvino_graph import PROVIDER_NAME, OpenVinoSession
+
     try:
         session = OpenVinoSession(model_file, request.threads)
     except Exception as exc:  # noqa: BLE001  (openvino raises RuntimeError / its own types)

@@ -29,23 +29,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from edgebert.runtime.providers import ProviderStatus, not_in_build
+
 CUDA_SUCCESS = 0
 _CUDA_ERRORS = {100: "no CUDA-capable device is detected", 35: "CUDA driver version is insufficient for "
                 "the CUDA runtime version", 999: "unknown error", 3: "initialization error",
                 101: "invalid device ordinal"}
 ORT_PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
-
-
-@dataclass(frozen=True)
-class ProviderStatus:
-    """Whether ``name`` can be used here; ``reason`` says why not (empty when usable)."""
-
-    name: str
-    available: bool
-    reason: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"provider": self.name, "available": self.available, "reason": self.reason or None}
 
 
 @dataclass(frozen=True)
@@ -176,8 +166,7 @@ def assess(name: str, *, in_build: bool, ort_version: str, driver: CudaDriver, l
            need_cuda_major: int | None, preload_notes: tuple[str, ...] = ()) -> ProviderStatus:
     """The verdict for GPU provider ``name`` from the probed facts (see the module docstring)."""
     if not in_build:
-        return ProviderStatus(name, False, f"this onnxruntime build ({ort_version}) has no "
-                                           f"{ORT_PROVIDER_NAMES[name]}; install onnxruntime-gpu")
+        return not_in_build(name, ort_version)
     reasons = []
     if driver.load_error is not None:
         reasons.append(f"no NVIDIA GPU driver ({driver.load_error})")

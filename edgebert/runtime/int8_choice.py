@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from edgebert.bundle import Manifest, ModelEntry
+from edgebert.bundle.manifest import OPENVINO_ENGINE as ENGINE
 from edgebert.errors import BundleError
 from edgebert.runtime.hostcpu import PRECISION_OPTION, HostCpu
-from edgebert.runtime.openvino_graph import ENGINE, INSTALL_HINT, openvino_version
 
 HOST_TARGETS = {"x86-vnni": ("x86-vnni",), "arm64": ("arm64",), "x86-avx2": ("x86-avx2",),
                 "x86-avx512": ("x86-avx2",)}
@@ -73,18 +73,25 @@ def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: s
             raise BundleError(f"the bundle has no INT8 graph for target {target!r} (it has: {have})",
                               f"re-export with --target {target}, or leave the target to the runtime")
     where = f"this {host.cpu_text()}"
+    passed = {k: e for k, e in graphs.items() if not e.missed_budget}
+    if passed and len(passed) < len(graphs):    # a graph over its gate's budget runs only when nothing else does
+        missed = ", ".join(str(e.target) for e in graphs.values() if e.missed_budget)
+        graphs = passed
+    else:
+        missed = ""
+    passed_over = f"; passed over: {missed} (over its accuracy budget at export)" if missed else ""
     if not host.saturates:
         own = HOST_TARGETS.get(host.kind, ())
         ranked = sorted(graphs.items(), key=lambda kv: (kv[1].target not in own, not kv[1].needs_exact_u8s8))
         key, entry = ranked[0]
         return GraphChoice(key, entry, {}, f"{where} computes U8S8 products exactly; {entry.target} graph "
-                                           f"chosen ({_exact_host_why(entry, own, len(graphs))})")
+                                           f"chosen ({_exact_host_why(entry, own, len(graphs))}){passed_over}")
     safe = [(k, e) for k, e in graphs.items() if not e.needs_exact_u8s8]
     if safe:
         key, entry = safe[0]
         kernel = "saturates" if host.u8s8 == "saturating" else "could not be probed"
         return GraphChoice(key, entry, {}, f"{where}: onnxruntime's U8S8 kernel {kernel}; {entry.target} "
-                                           "graph chosen (its weights cannot saturate)")
+                                           f"graph chosen (its weights cannot saturate){passed_over}")
     key, entry = next(iter(graphs.items()))
     if host.precise_fix is False:
         raise BundleError(f"the bundle's INT8 graphs ({', '.join(str(e.target) for e in graphs.values())}) "
@@ -130,6 +137,8 @@ def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None
             raise BundleError(f"the bundle has no OpenVINO INT8 graph (it has: {have})",
                               "re-export with --target portable,openvino")
         return None, ""
+    from edgebert.runtime.openvino_graph import INSTALL_HINT, openvino_version  # only for a bundle with one
+
     key, entry = next(iter(graphs.items()))
     version = openvino_version()
     if version is None:

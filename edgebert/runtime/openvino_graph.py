@@ -22,9 +22,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from edgebert.bundle.manifest import OPENVINO_ENGINE
 from edgebert.system.extras import PROVIDED_BY
 
-ENGINE = "openvino"
+ENGINE = OPENVINO_ENGINE
 INSTALL_HINT = PROVIDED_BY[ENGINE][1]       # pip install 'edgebert[openvino]'
 PROVIDER_NAME = "OpenVINO CPU"
 BASE_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_PRECISION_HINT": "f32"}

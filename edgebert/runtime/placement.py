@@ -25,8 +25,8 @@ SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Conca
                        "ConstantOfShape", "Range", "Expand", "Equal", "Where", "Cast", "NonZero", "Identity",
                        "Constant", "Not", "Less", "Greater"})
 ON, SHAPES_ON_CPU, HYBRID, ELSEWHERE = "on provider", "on provider (shape ops on CPU)", "hybrid", "not on provider"
-_FORCED_CPU = re.compile(r"Force fallback to CPU execution for node: (\S+)")
-_NO_KERNEL = re.compile(r"(\w+) kernel not found in registries for Op type: (\S+) node name: (\S*)")
+_FORCED_CPU = r"Force fallback to CPU execution for node: (\S+)"           # patterns: compiled on first use
+_NO_KERNEL = r"(\w+) kernel not found in registries for Op type: (\S+) node name: (\S*)"
 REASON_CPU_PREFERRED = ("onnxruntime put it on the CPU on purpose: shape computation, cheaper there than a "
                         "device round trip")
 REASON_NO_KERNEL = "the provider has no kernel for this op and these input types"
@@ -94,9 +94,9 @@ def placement_reasons(log_text: str) -> dict[str, str]:
     """Node name -> why onnxruntime did not give it to the preferred provider, read from its verbose log
     (``GetCpuPreferredNodes`` and the CUDA / TensorRT kernel lookup messages)."""
     reasons: dict[str, str] = {}
-    for match in _NO_KERNEL.finditer(log_text):
+    for match in re.finditer(_NO_KERNEL, log_text):
         reasons[match.group(3)] = f"{REASON_NO_KERNEL} ({match.group(1)} lacks {match.group(2)})"
-    for match in _FORCED_CPU.finditer(log_text):
+    for match in re.finditer(_FORCED_CPU, log_text):
         reasons.setdefault(match.group(1), REASON_CPU_PREFERRED)
     return reasons
 

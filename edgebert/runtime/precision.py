@@ -8,7 +8,7 @@ stays a ``BundleError``. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from edgebert.bundle import PRECISIONS, Manifest
 from edgebert.errors import BundleError, ConfigError
@@ -16,8 +16,7 @@ from edgebert.runtime.hostcpu import HostCpu
 from edgebert.runtime.int8_choice import choose_int8, choose_openvino
 
 
-@dataclass(frozen=True)
-class PrecisionChoice:
+class PrecisionChoice(NamedTuple):
     precision: str
     reason: str
 

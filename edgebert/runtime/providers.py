@@ -13,14 +13,14 @@ creation, one attempt per provider, lives in ``attempts``. Here:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from edgebert.errors import ConfigError
 from edgebert.files.user_cache import cache_root
-from edgebert.runtime.gpu_probe import ProviderStatus, probe_gpu_provider
-from edgebert.runtime.trt_profile import TrtProfile
+
+if TYPE_CHECKING:
+    from edgebert.runtime.trt_profile import TrtProfile
 
 ORT_NAMES = {
     "cpu": "CPUExecutionProvider",
@@ -48,10 +48,36 @@ def check_provider_name(name: str, allow_auto: bool = True) -> str:
     return name
 
 
+class ProviderStatus(NamedTuple):
+    """Whether ``name`` can be used here; ``reason`` says why not (empty when usable)."""
+
+    name: str
+    available: bool
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"provider": self.name, "available": self.available, "reason": self.reason or None}
+
+
+def not_in_build(name: str, ort_version: str) -> ProviderStatus:
+    """The verdict for a GPU provider this onnxruntime build does not have (plain ``onnxruntime``)."""
+    return ProviderStatus(name, False, f"this onnxruntime build ({ort_version}) has no {ORT_NAMES[name]}; "
+                                       "install onnxruntime-gpu")
+
+
 def probe(name: str) -> ProviderStatus:
-    """Can provider ``name`` (cpu / cuda / tensorrt) run on this machine? (``gpu_probe``; cached.)"""
+    """Can provider ``name`` (cpu / cuda / tensorrt) run on this machine? (``gpu_probe``; cached.) A build
+    without the provider (the CPU install) is answered here, without loading the GPU probe."""
     name = check_provider_name(name, allow_auto=False)
-    return ProviderStatus("cpu", True) if name == "cpu" else probe_gpu_provider(name)
+    if name == "cpu":
+        return ProviderStatus("cpu", True)
+    import onnxruntime as ort
+
+    if ORT_NAMES[name] not in ort.get_available_providers():
+        return not_in_build(name, ort.__version__)
+    from edgebert.runtime.gpu_probe import probe_gpu_provider
+
+    return probe_gpu_provider(name)
 
 
 
@@ -94,8 +120,7 @@ def provider_options(name: str, precision: str, input_names: Sequence[str], *,
     return {}
 
 
-@dataclass(frozen=True)
-class ProviderPlan:
+class ProviderPlan(NamedTuple):
     """Providers to try, one session attempt each, best first; notes on every one left out and why."""
 
     requested: str

@@ -34,16 +34,16 @@ from edgebert.runtime.hostcpu import detect_host
 from edgebert.runtime.numeric import nonfinite_rows, softmax
 from edgebert.runtime.precision import choose_precision
 from edgebert.runtime.providers import short_name
-from edgebert.runtime.results import ClassificationResult, MaskPrediction
 from edgebert.runtime.sentences import SentenceMethods
 from edgebert.runtime.session_args import ORT_LOG_ENV, check_batch_size, check_ort_log_level, int64_ids, is_int
 from edgebert.runtime.text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
-from edgebert.runtime.trt_profile import TrtProfile
 from edgebert.runtime.vector_pooling import CALLER_POOLINGS, choose_pooling
 from edgebert.system.environment import check_threads
 
-if TYPE_CHECKING:   # task-specific modules load with their first call, not with every session
+if TYPE_CHECKING:   # task-specific and GPU-only modules load with their first use, not with every session
+    from edgebert.runtime.results import ClassificationResult, MaskPrediction
     from edgebert.runtime.tagging import Entity
+    from edgebert.runtime.trt_profile import TrtProfile
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
@@ -150,7 +150,11 @@ class EdgeSession(SentenceMethods):
     def _create(self, requested: str, trt_cache_dir, trt_profile) -> tuple[Any, list[str], list[str]]:
         """One session attempt per provider (``attempts.open_session``); sets the graph, profile and
         placement of the one that opened."""
-        profile = TrtProfile.parse(trt_profile) if isinstance(trt_profile, str) else trt_profile
+        profile = trt_profile
+        if isinstance(trt_profile, str):
+            from edgebert.runtime.trt_profile import TrtProfile
+
+            profile = TrtProfile.parse(trt_profile)
         request = SessionRequest(self.bundle_dir, self.manifest, requested, self.precision, self.host,
                                  self.batch_size, self.max_length, self.int8_target, profile,
                                  Path(trt_cache_dir) if trt_cache_dir else None, self.threads, self.verify,
@@ -330,6 +334,8 @@ class EdgeSession(SentenceMethods):
         names = self.label_names or [f"LABEL_{i}" for i in range(logits.shape[1])]
         probs = softmax(logits)
         ids = probs.argmax(axis=1).astype(np.int64) if len(probs) else np.zeros(0, np.int64)
+        from edgebert.runtime.results import ClassificationResult
+
         return ClassificationResult([names[i] for i in ids], ids, probs, names)
 
     def tag(self, texts: str | Sequence[str], aggregation: str = "none", *, stride: int | None = None,
@@ -371,6 +377,8 @@ class EdgeSession(SentenceMethods):
                 raise DataError(f"every {mask} token is past the truncation point ({self.max_length} tokens)",
                                 f"shorten the text, or put {mask} within the first {self.max_length} tokens")
             raise DataError(f"no {mask} token in the text", f"write {mask} where a word should be predicted")
+        from edgebert.runtime.results import MaskPrediction
+
         logits = self.run(pad_batch(rows, self.pad_id), ["logits"])["logits"][0]   # (T, V)
         predictions = []
         for pos in positions:
