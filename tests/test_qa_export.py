@@ -165,6 +165,34 @@ def test_a_qa_gate_that_misses_keeps_the_graph_flagged_and_fp32_the_default(toy)
     assert default_precision(read_manifest(bundle).to_dict()["models"]) == {}
 
 
+def test_a_target_over_its_budget_is_passed_over_while_another_passed(toy):
+    """A bundle whose x86-vnni graph missed its budget and whose portable graph passed runs INT8 with the
+    portable graph on a VNNI CPU (not fp32, not the graph over budget); only when every CPU INT8 graph
+    missed is fp32 the default."""
+    import copy
+
+    from edgebert.exporters.int8 import default_precision
+    from edgebert.runtime.int8_choice import choose_int8
+
+    _, bundle = toy
+    value = read_manifest(bundle).to_dict()
+    vnni = copy.deepcopy(value["models"]["int8"])
+    vnni.update(target="x86-vnni", requires={**(vnni.get("requires") or {}), "u8s8_exact": True})
+    vnni["accuracy"].update(within_budget=False, loss=0.03, max_accuracy_loss=0.005, metric="answer_overlap_f1")
+    value["models"]["int8"]["accuracy"]["within_budget"] = True
+    value["models"]["int8-x86-vnni"] = vnni
+    assert default_precision(value["models"]) == {}
+    manifest = Manifest.from_dict(value)
+    host = dataclasses.replace(detect_host(), arch="x86_64", kind="x86-vnni", u8s8="exact")
+    chosen = choose_int8(manifest, host)
+    assert chosen.key == "int8" and "passed over: x86-vnni (over its accuracy budget" in chosen.reason
+    assert choose_precision(None, manifest, host).precision == "int8"
+    assert choose_int8(manifest, host, "x86-vnni").key == "int8-x86-vnni"          # still loadable by target
+    value["models"]["int8"]["accuracy"]["within_budget"] = False
+    assert default_precision(value["models"])["default_precision"]["precision"] == "fp32"
+    assert choose_int8(Manifest.from_dict(value), host).key == "int8-x86-vnni"      # none passed: as before
+
+
 # --------------------------------------------------------------------------- multiple choice
 @pytest.mark.hf
 def test_multiple_choice_exports_choices_equal_to_transformers(tmp_path):
