@@ -37,10 +37,11 @@ _TOKENIZER_CLASSES = {"bert": "BertTokenizer", "distilbert": "DistilBertTokenize
 
 
 def clean_tokenizer(source: Path, target: Path) -> None:
-    """``source``'s tokenizer.json without stored padding / truncation, written atomically to ``target``."""
+    """``source``'s tokenizer.json without stored padding / truncation, written atomically to ``target``,
+    compact (no blanks between items: a page or a device downloads it; BERT's: 466 KB, 527 KB with them)."""
     spec = json.loads(Path(source).read_text(encoding="utf-8"))
     spec["padding"] = spec["truncation"] = None
-    write_text(target, json.dumps(spec, ensure_ascii=False) + "\n")
+    write_text(target, json.dumps(spec, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 def _hf_config(task: str, cfg: BertConfig, num_labels: int) -> dict[str, Any]:
