@@ -9,7 +9,8 @@
 CPU device starts, without the GPU provider probes an onnxruntime-gpu install adds or an editable install's finder.
 
 Three ways to get one result (one text, batch 1), each measured in a fresh Python process per repeat
-(the kinds interleaved, so slow drift in the machine hits them alike):
+(the kinds interleaved in a new seeded random order each round, so slow drift in the machine and the slot after
+a heavier process hit them alike):
 
 * ``edgebert``: ``EdgeSession(BUNDLE, threads=T)`` (defaults otherwise: the graph it picks for this host)
   and ``embed`` / ``classify`` / ``run`` of one text: imports, hash checks, tokenizer, session, the call; as
@@ -17,6 +18,8 @@ Three ways to get one result (one text, batch 1), each measured in a fresh Pytho
   verdict kept: the run's own ``EDGEBERT_CACHE``, filled by the parent's session first);
 * ``edgebert-first``: the same with an empty cache in each child: the first open on a device (every file
   it loads hashed, the CPU probed);
+* ``edgebert-checked``: the first open after ``edgebert check BUNDLE`` ran on the device (untimed, in the child's
+  fresh cache): check hashes every byte and leaves the stamps, so the app's first open hashes nothing;
 * ``plain-same``: what a minimal app does by hand: ``tokenizers.Tokenizer.from_file`` of the bundle's
   tokenizer and ``onnxruntime.InferenceSession`` of the very graph file ``EdgeSession`` picked, same
   thread count (no hash check, no input checks, no CPU probe);
@@ -26,10 +29,13 @@ Three ways to get one result (one text, batch 1), each measured in a fresh Pytho
   way their users make it: ``plain-optimum-int8`` (Optimum's export, then its ``AutoQuantizationConfig``
   preset for this CPU, dynamic, per channel: ``benchmarks/int8_targets.optimum_int8``) and
   ``plain-st-int8`` (``SentenceTransformer(DIR, backend="onnx")`` and sentence-transformers'
-  ``export_dynamic_quantized_onnx_model`` with the same preset).
+  ``export_dynamic_quantized_onnx_model`` with the same preset; embedding models only).
 
-Accuracy (embedding bundles, where ``../shared/data`` has SST-2): cosine of each graph's sentence vectors
-(the model's pooling, unit length) with the bundle's fp32 graph's on the first 300 SST-2 dev sentences.
+Accuracy (where ``../shared/data`` has the texts): for an embedding bundle, the cosine of each graph's sentence
+vectors (the model's pooling, unit length) with the bundle's fp32 graph's on the first 300 SST-2 dev sentences; for
+a classifier / tagger, the export gate's label / token-label agreement with the fp32 graph's output on the first
+300 SST-2 dev / CoNLL-2003 test sentences (the peer then is Optimum's ``ORTModelFor...`` class of the task;
+sentence-transformers' only for embedding models). Question answering: none here (``edgebert evaluate``'s F1).
 
 Peak memory: the child's resident-set high-water mark (``VmHWM``; the interpreter included).
 Time to first result: wall clock in the child from before its first import of onnxruntime / edgebert to
@@ -49,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -60,8 +67,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "footprint"
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
-KINDS = ("edgebert", "edgebert-first", "plain-same", "plain-ort-int8", "plain-optimum-int8", "plain-st-int8")
+KINDS = ("edgebert", "edgebert-first", "edgebert-checked", "plain-same", "plain-ort-int8", "plain-optimum-int8", "plain-st-int8")
 SST2_DEV = REPO.parent / "shared" / "data" / "sst2" / "dev.tsv"
+CONLL_TEST = REPO.parent / "shared" / "data" / "conll2003" / "test.txt"
 GOALS = {"rss_vs_ort_int8": 1.15, "first_result_vs_plain_same": 1.2}
 
 
@@ -73,7 +81,7 @@ def child(args: argparse.Namespace) -> None:
         from edgebert.runtime import EdgeSession
 
         t_import = time.perf_counter()
-        session = EdgeSession(args.bundle, threads=args.threads)
+        session = EdgeSession(args.bundle, threads=args.threads, precision=args.precision)
         t_open = time.perf_counter()
         _first_result(session)
         extra = {"model": session.model_key, "graph": str(session.model_file)}
@@ -129,17 +137,30 @@ def _first_result(session) -> None:
 
 
 # --------------------------------------------------------------------------- the parent
-def _measure(kind: str, bundle: Path, graph: Path | None, tokenizer: Path, threads: int, python: str) -> dict:
+def _checked_cache(bundle: Path, threads: int, python: str) -> str:
+    """A fresh cache in which ``edgebert check BUNDLE`` ran, as on a device after deployment: every file hashed
+    and stamped, the graphs' I/O checked, the CPU probed. (Its PASS / FAIL verdict does not matter here.)"""
+    env = {**os.environ, "EDGEBERT_CACHE": tempfile.mkdtemp(prefix="footprint-checked-")}
+    check = [python, "-m", "edgebert.cli", "check", str(bundle), "--threads", str(threads)]
+    subprocess.run(check, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    return env["EDGEBERT_CACHE"]
+
+
+def _measure(kind: str, bundle: Path, graph: Path | None, tokenizer: Path, threads: int, python: str,
+             precision: str | None = None, cache: str | None = None) -> dict:
     cmd = [python, __file__, "--child", kind, "--threads", str(threads), str(bundle)]
+    if precision:
+        cmd += ["--precision", precision]
     if graph is not None:
         cmd += ["--graph", str(graph), "--tokenizer", str(tokenizer)]
     env = dict(os.environ)
-    if kind == "edgebert-first":
-        env["EDGEBERT_CACHE"] = tempfile.mkdtemp(prefix="footprint-first-")    # nothing stamped, nothing probed
+    fresh = kind in ("edgebert-first", "edgebert-checked")
+    if fresh:                               # first: nothing stamped, nothing probed; checked: `check` ran in it
+        env["EDGEBERT_CACHE"] = cache or tempfile.mkdtemp(prefix="footprint-first-")
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     finally:
-        if kind == "edgebert-first":
+        if fresh:
             shutil.rmtree(env["EDGEBERT_CACHE"], ignore_errors=True)
     if out.returncode != 0:
         raise SystemExit(f"{kind} failed: {out.stderr[-2000:]}")
@@ -166,9 +187,13 @@ def _ort_int8(fp32: Path, work: Path) -> Path:
 
 
 def _one_device(bundle: Path, target: str, work: Path) -> dict:
+    from edgebert.errors import ConfigError
     from edgebert.runtime.pack import pack_bundle
 
-    result = pack_bundle(bundle, target, work / "one_device.tar.gz")
+    try:
+        result = pack_bundle(bundle, target, work / "one_device.tar.gz")
+    except ConfigError as exc:          # e.g. a graph over its accuracy budget is not packed without fp32
+        return {"target": target, "refused": exc.one_line()}
     folder = work / "one_device"
     pack_bundle(bundle, target, folder)
     unpacked = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -186,33 +211,95 @@ def _st_int8(checkpoint: Path, work: Path, preset: str) -> Path:
     return work / "st" / "onnx" / f"model_qint8_{preset}.onnx"
 
 
-def _peers(checkpoint: Path, work: Path, kind: str) -> dict[str, Path]:
+def _peers(checkpoint: Path, work: Path, kind: str, task: str) -> dict[str, Path]:
+    """Optimum's INT8 of the checkpoint (its class for the task); sentence-transformers' for an embedding model."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from int8_targets import optimum_int8
 
-    optimum = optimum_int8(checkpoint, work, kind)
-    return {"plain-optimum-int8": optimum["int8"], "plain-st-int8": _st_int8(checkpoint, work, optimum["preset"])}
+    optimum = optimum_int8(checkpoint, work, kind, task)
+    peers = {"plain-optimum-int8": optimum["int8"]}
+    if task == "embed":
+        peers["plain-st-int8"] = _st_int8(checkpoint, work, optimum["preset"])
+    return peers
 
 
-def _accuracy(bundle: Path, paths: dict[str, Path | None], threads: int) -> dict | None:
-    """Cosine with the fp32 graph's sentence vectors on the first 300 SST-2 dev sentences, per way."""
-    import numpy as np
+def _task_texts(task: str) -> tuple[list[str], str] | None:
+    """The first 300 texts the accuracy figure uses: SST-2 dev sentences (embed, cls), CoNLL-2003 test
+    sentences (token-cls); None where the data is absent or the task takes pairs (qa: its F1 comes from
+    ``edgebert evaluate``)."""
+    if task in ("embed", "cls") and SST2_DEV.is_file():
+        lines = SST2_DEV.read_text(encoding="utf-8").splitlines()[1:301]
+        return [line.split("\t")[0] for line in lines], "SST-2 dev, first 300 sentences"
+    if task == "token-cls" and CONLL_TEST.is_file():
+        sentences, words = [], []
+        for line in CONLL_TEST.read_text(encoding="utf-8").splitlines():
+            if not line.strip() or line.startswith("-DOCSTART-"):
+                if words:
+                    sentences.append(" ".join(words))
+                words = [] if not line.strip() else words
+                continue
+            words.append(line.split()[0])
+        return sentences[:300], "CoNLL-2003 test, first 300 sentences"
+    return None
+
+
+def _task_agreement(bundle: Path, task: str, paths: dict[str, Path | None], threads: int,
+                    precision: str | None = None) -> dict | None:
+    """The export gate's metric (label / token-label agreement) of each graph's task output against the
+    bundle's fp32 graph's, one text at a time."""
     import onnxruntime as ort
 
     from edgebert.runtime import EdgeSession, pad_batch
+    from edgebert.runtime.fidelity import OUTPUT, FidelityTracker
 
+    texts = _task_texts(task)
+    if texts is None or task not in OUTPUT:
+        return None
+    texts, what = texts
+    reference = EdgeSession(bundle, precision="fp32", threads=threads)
+    feeds = [pad_batch(reference.tokenize([t]), reference.pad_id) for t in texts]
+    fp32 = [reference.run(f, [OUTPUT[task]])[OUTPUT[task]] for f in feeds]
+    out = {}
+    for kind, graph in paths.items():
+        tracker = FidelityTracker(task)
+        if graph is None:
+            session = EdgeSession(bundle, threads=threads, precision=precision)
+            runs = [session.run(f, [OUTPUT[task]])[OUTPUT[task]] for f in feeds]
+        else:
+            session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+            names = {i.name for i in session.get_inputs()}
+            runs = [session.run([OUTPUT[task]], {k: v for k, v in f.items() if k in names})[0] for f in feeds]
+        for f, ref, got in zip(feeds, fp32, runs):
+            tracker.add_outputs(ref, got, f["attention_mask"])
+        result = tracker.result()
+        out[kind] = {"mean": round(result.mean, 5), "min": None}
+    return {"texts": len(texts), "data": what, "metric": FidelityTracker(task).metric, "vs_fp32": out}
+
+
+def _accuracy(bundle: Path, paths: dict[str, Path | None], threads: int, precision: str | None = None) -> dict | None:
+    """Cosine with the fp32 graph's sentence vectors on the first 300 SST-2 dev sentences, per way (embedding
+    bundles); the gate's agreement metric for classifiers and taggers (``_task_agreement``)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from edgebert.bundle import read_manifest
+    from edgebert.runtime import EdgeSession, pad_batch
+
+    task = read_manifest(bundle).task
+    if task != "embed":
+        return _task_agreement(bundle, task, paths, threads, precision)
     if not SST2_DEV.is_file():
         return None
     texts = [line.split("\t")[0] for line in SST2_DEV.read_text(encoding="utf-8").splitlines()[1:301]]
     reference = EdgeSession(bundle, precision="fp32", threads=threads)
     pooling = reference.manifest.pooling
-    if reference.task != "embed" or pooling is None or pooling.mode != "mean":
+    if pooling is None or pooling.mode != "mean":
         return None
     fp32 = reference.embed(texts)
     out = {}
     for kind, graph in paths.items():
         if graph is None:
-            vectors = EdgeSession(bundle, threads=threads).embed(texts)
+            vectors = EdgeSession(bundle, threads=threads, precision=precision).embed(texts)
         else:
             session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
             names = {i.name for i in session.get_inputs()}
@@ -226,7 +313,7 @@ def _accuracy(bundle: Path, paths: dict[str, Path | None], threads: int) -> dict
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         cos = (vectors * fp32).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(fp32, axis=1)
         out[kind] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
-    return {"texts": len(texts), "data": "SST-2 dev, first 300 sentences", "cosine_vs_fp32": out}
+    return {"texts": len(texts), "data": "SST-2 dev, first 300 sentences", "metric": "cosine", "vs_fp32": out}
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -249,33 +336,41 @@ def run(args: argparse.Namespace) -> dict:
     bundle = bundle_folder(Path(args.bundle))
     manifest = read_manifest(bundle)
     load_before = list(os.getloadavg())
-    probe = EdgeSession(bundle, threads=args.threads)            # which graph the defaults pick
+    probe = EdgeSession(bundle, threads=args.threads, precision=args.precision)   # which graph it picks
     tokenizer = bundle / manifest.tokenizer.file
     host = detect_host()
     graphs = {k: {"file": e.file, "mb": round((bundle / e.file).stat().st_size / 1e6, 3)}
               for k, e in manifest.models.items() if (bundle / e.file).is_file()}
     with tempfile.TemporaryDirectory(prefix="footprint-") as tmp:
         work = Path(tmp)
-        paths = {"edgebert": None, "edgebert-first": None, "plain-same": probe.model_file}
+        paths = {"edgebert": None, "edgebert-first": None, "edgebert-checked": None, "plain-same": probe.model_file}
         if "fp32" in manifest.models:
             paths["plain-ort-int8"] = _ort_int8(bundle / manifest.models["fp32"].file, work)
             graphs["ort-quantize-dynamic"] = {"file": "(onnxruntime quantize_dynamic of fp32, defaults)",
                                               "mb": round(paths["plain-ort-int8"].stat().st_size / 1e6, 3)}
         if args.checkpoint:
-            for kind, graph in _peers(args.checkpoint, work, host.kind).items():
+            for kind, graph in _peers(args.checkpoint, work, host.kind, manifest.task).items():
                 paths[kind] = graph
                 graphs[kind.removeprefix("plain-")] = {"file": f"({kind} of {args.checkpoint.name})",
                                                        "mb": round(graph.stat().st_size / 1e6, 3)}
-        accuracy = _accuracy(bundle, {k: v for k, v in paths.items() if k not in ("edgebert-first", "plain-same")},
-                             args.threads) if not args.no_accuracy else None
+        accuracy = _accuracy(bundle, {k: v for k, v in paths.items() if k not in ("edgebert-first", "edgebert-checked", "plain-same")},
+                             args.threads, args.precision) if not args.no_accuracy else None
         target = probe.int8_choice.target if probe.int8_choice else None
         one_device = _one_device(bundle, target, work) if target and "fp32" in manifest.models else None
         del probe
-        _measure("edgebert", bundle, None, tokenizer, args.threads, args.child_python)  # its cache, as an app's
+        _measure("edgebert", bundle, None, tokenizer, args.threads, args.child_python,   # its cache, as an app's
+                 args.precision)
+        checked = [_checked_cache(bundle, args.threads, args.child_python) for _ in range(args.repeats)]
+        time.sleep(15)                                           # the checks' load settles before the timing
+        load_timed = list(os.getloadavg())
         measured: dict[str, list[dict]] = {k: [] for k in paths}
-        for _ in range(args.repeats):                            # interleaved
-            for kind, graph in paths.items():
-                measured[kind].append(_measure(kind, bundle, graph, tokenizer, args.threads, args.child_python))
+        rng = random.Random(0)
+        for i in range(args.repeats):   # interleaved, a new order each round: no kind always first or after another
+            kinds = list(paths.items())
+            rng.shuffle(kinds)
+            for kind, graph in kinds:
+                measured[kind].append(_measure(kind, bundle, graph, tokenizer, args.threads, args.child_python,
+                                               args.precision, checked[i] if kind == "edgebert-checked" else None))
     load_after = list(os.getloadavg())
     shutil.rmtree(cache, ignore_errors=True)
     summary = {k: _summary(v) for k, v in measured.items()}
@@ -284,8 +379,8 @@ def run(args: argparse.Namespace) -> dict:
     if "plain-ort-int8" in med:
         ratios["rss_vs_ort_int8"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-ort-int8"]["rss_peak_mb"], 3)
     ratios["rss_vs_plain_same"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-same"]["rss_peak_mb"], 3)
-    for kind in ("edgebert", "edgebert-first"):
-        suffix = "" if kind == "edgebert" else "_first_open"
+    for kind in ("edgebert", "edgebert-first", "edgebert-checked"):
+        suffix = {"edgebert": "", "edgebert-first": "_first_open", "edgebert-checked": "_first_open_after_check"}[kind]
         ratios[f"first_result_vs_plain_same{suffix}"] = round(med[kind]["first_result_s"]
                                                               / med["plain-same"]["first_result_s"], 3)
     return {"bundle": str(args.bundle), "name": args.name, "smoke": args.smoke, "task": manifest.task,
@@ -293,9 +388,11 @@ def run(args: argparse.Namespace) -> dict:
                        "target": target},
             "machine": {"cpu": host.model, "kind": host.kind, "arch": host.arch, "u8s8": host.u8s8,
                         "usable_cpus": len(os.sched_getaffinity(0))},
-            "versions": versions(), "threads": args.threads, "repeats": args.repeats, "text": TEXT,
+            "versions": versions(), "threads": args.threads, "precision": args.precision or "(default)",
+            "repeats": args.repeats, "text": TEXT,
             "child_python": args.child_python, "child_versions": _child_versions(args.child_python),
-            "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
+            "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after],
+                             "timing_started": [round(x, 2) for x in load_timed]},
             "graphs_mb": graphs, "one_device_bundle": one_device, "measured": summary, "ratios": ratios,
             "accuracy": accuracy, "checkpoint": str(args.checkpoint) if args.checkpoint else None,
             "goals": GOALS, "method": __doc__.split("\n\n", 2)[2].split("Also recorded")[0].strip()}
@@ -306,10 +403,11 @@ def markdown(r: dict) -> str:
     lines = [f"# Footprint: {r['name']}{' (SMOKE RUN: not figures to keep)' if r['smoke'] else ''}", "",
              f"Machine: {m['cpu']} ({m['kind']}, {m['usable_cpus']} usable CPUs), threads {r['threads']}, "
              f"{r['repeats']} fresh processes per kind; load average before {r['load_average']['before']}, "
-             f"after {r['load_average']['after']}.",
+             f"as the timing started {r['load_average'].get('timing_started', '-')}, after {r['load_average']['after']}.",
              f"Timed children: {r.get('child_python')} ({r.get('child_versions')}).",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v), "",
-             f"EdgeSession picked {r['picked']['model']} ({Path(r['picked']['graph'] or '?').name}).", "",
+             f"EdgeSession (precision {r.get('precision', '(default)')}) picked {r['picked']['model']} "
+             f"({Path(r['picked']['graph'] or '?').name}).", "",
              "| way | peak RSS MB (median / min) | first result s (median / min) | import s | open s | first run s |",
              "|---|---|---|---|---|---|"]
     for kind, s in r["measured"].items():
@@ -322,11 +420,16 @@ def markdown(r: dict) -> str:
     lines += [f"| {k} | {g['file']} | {g['mb']} |" for k, g in r["graphs_mb"].items()]
     if r.get("accuracy"):
         a = r["accuracy"]
-        lines += ["", f"Accuracy: cosine with the fp32 graph's sentence vectors, {a['data']} ({a['texts']} texts), "
-                      f"{m['kind']}:", "", "| way | mean | min |", "|---|---|---|"]
-        lines += [f"| {k} | {v['mean']} | {v['min']} |" for k, v in a["cosine_vs_fp32"].items()]
+        what = ("cosine with the fp32 graph's sentence vectors" if a.get("metric", "cosine") == "cosine" else
+                f"{a['metric']} with the fp32 graph's task output")
+        lines += ["", f"Accuracy: {what}, {a['data']} ({a['texts']} texts), {m['kind']}:", "",
+                  "| way | mean | min |", "|---|---|---|"]
+        lines += [f"| {k} | {v['mean']} | {v['min'] if v['min'] is not None else '-'} |"
+                  for k, v in a.get("vs_fp32", a.get("cosine_vs_fp32", {})).items()]
     d = r["one_device_bundle"]
-    if d:
+    if d and d.get("refused"):
+        lines += ["", f"One-device bundle ({d['target']}): not made: {d['refused']}"]
+    elif d:
         lines += ["", f"One-device bundle ({d['target']}): {d['archive_mb']} MB as .tar.gz, {d['files_mb']} MB of "
                       f"files; left out: {', '.join(d['left_out'])}"]
     return "\n".join(lines) + "\n"
@@ -336,6 +439,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--precision", default=None,
+                        help="EdgeSession's precision (default: the session's own choice, e.g. fp32 where the "
+                             "bundle's INT8 graphs missed their accuracy budget)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--name", default=None, help="results file name (default: the bundle folder's)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)

@@ -139,15 +139,22 @@ def recipe_graphs(fused: Path, tok_file: Path, work: Path) -> dict[str, tuple[Pa
     return out
 
 
-def optimum_int8(model_dir: Path, work: Path, host_kind: str) -> dict:
-    """Optimum's CPU INT8 of the same checkpoint: export, then its AutoQuantizationConfig preset for this
-    CPU (dynamic, per-channel). Its O2-optimized graph is tried too; a failure is recorded, not hidden."""
-    from optimum.onnxruntime import ORTModelForFeatureExtraction, ORTOptimizer, ORTQuantizer
+# edgebert's bundle task -> the Optimum class its users export that kind of checkpoint with
+OPTIMUM_CLASSES = {"embed": "ORTModelForFeatureExtraction", "cls": "ORTModelForSequenceClassification",
+                   "token-cls": "ORTModelForTokenClassification", "qa": "ORTModelForQuestionAnswering"}
+
+
+def optimum_int8(model_dir: Path, work: Path, host_kind: str, task: str = "embed") -> dict:
+    """Optimum's CPU INT8 of the same checkpoint: export (the ``ORTModelFor...`` class of ``task``), then its
+    AutoQuantizationConfig preset for this CPU (dynamic, per-channel). Its O2-optimized graph is tried too;
+    a failure is recorded, not hidden."""
+    import optimum.onnxruntime as ortopt
+    from optimum.onnxruntime import ORTOptimizer, ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig, OptimizationConfig
 
     preset = "avx512_vnni" if host_kind == "x86-vnni" else "arm64" if host_kind == "arm64" else "avx2"
     qconfig = getattr(AutoQuantizationConfig, preset)(is_static=False, per_channel=True)
-    model = ORTModelForFeatureExtraction.from_pretrained(str(model_dir), export=True)
+    model = getattr(ortopt, OPTIMUM_CLASSES[task]).from_pretrained(str(model_dir), export=True)
     model.save_pretrained(work / "optimum")
     ORTQuantizer.from_pretrained(work / "optimum").quantize(save_dir=work / "optimum-int8", quantization_config=qconfig)
     result = {"preset": preset, "fp32": work / "optimum" / "model.onnx",
