@@ -156,3 +156,19 @@ def test_a_first_open_hashes_the_graph_beside_its_load_and_a_bad_graph_still_fai
     with pytest.raises(BundleError, match="does not match its manifest hash"):
         EdgeSession(bundle, threads=1)
     assert where[graph.name] == "edgebert-verify"
+
+
+def test_check_on_the_device_leaves_stamps_so_the_apps_first_open_hashes_nothing(tmp_path, hashed, monkeypatch):
+    import edgebert.bundle.reader as reader
+
+    bundle = tiny_bundle(tmp_path / "own", "embed")[1]
+    assert check_bundle(bundle, max_texts=8).passed
+    assert {"tokenizer.json", "manifest.json"} <= set(hashed) and len(hashed) >= 4     # check hashed every byte
+    hashed.clear()
+    checked = []
+    real = reader.check_graph_io
+    monkeypatch.setattr(reader, "check_graph_io", lambda *a: checked.append(a[2]) or real(*a))
+    session = EdgeSession(bundle, threads=1)
+    assert hashed == [] and checked == []                 # the first open after check: nothing hashed or read
+    assert session.embed(["a film"]).shape[0] == 1
+    assert check_bundle(bundle, max_texts=8).passed and len(hashed) >= 3                # check itself: every byte again

@@ -62,7 +62,7 @@ from edgebert.bundle.manifest import (
 from edgebert.bundle.manifest_checks import is_whole as _is_int
 from edgebert.errors import BundleError
 from edgebert.files.hashing import sha256_file  # stdlib only, like this module
-from edgebert.files.stamps import keep, recall, stamped_sha256
+from edgebert.files.stamps import hashed_sha256, keep, recall, stamped_sha256
 
 GRAPH_IO_CHECK = 1   # raise when check_graph_io checks more: graphs passed by an older check are read again
 
@@ -234,7 +234,7 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
         path = bundle_file(bundle_dir, name)
         if not path.is_file():
             raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
-        actual = stamped_sha256(path) if stamps else sha256_file(path)
+        actual = stamped_sha256(path) if stamps else hashed_sha256(path)     # check: hashed, then stamped
         if actual != expected:
             raise BundleError(f"{path} does not match its manifest hash "
                               f"(sha256 {actual[:12]}..., expected {expected[:12]}...)",

@@ -8,6 +8,9 @@ again. As git does for its index, a stamp is recorded only once the file's times
 ``SETTLE_NS`` old, so that a write in the same clock tick as the hash (coarse timestamps: FAT, some
 network file systems) cannot go unseen.
 
+``edgebert check`` hashes every byte and trusts no stamp, but leaves stamps of what it hashed (``hashed_sha256``) and
+of the graph checks that passed: a session's first open after ``check`` on the device hashes nothing.
+
 The same store (``recall`` / ``keep``) keeps checks that passed on exact bytes: a graph's declared inputs and
 outputs against its manifest, named by both files' sha256, are not read again for the same pair; and the CPU
 probe's verdict (``runtime.hostcpu``).
@@ -57,10 +60,19 @@ def stamped_sha256(path: str | os.PathLike) -> str:
     stamp = recall(identity)
     if stamp is not None and isinstance(stamp.get("sha256"), str):
         return stamp["sha256"]
+    return hashed_sha256(path, before)
+
+
+def hashed_sha256(path: str | os.PathLike, before: os.stat_result | None = None) -> str:
+    """The sha256 of ``path`` hashed now, never taken from a stamp (``edgebert check``), and kept as the
+    file's stamp when the file is settled and did not change while it was hashed (``before``: its stat
+    from before the hash, when the caller has it): sessions on this machine then hash it no more."""
+    before = before if before is not None else os.stat(path)
     digest = sha256_file(path)
-    settled = time.time_ns() - max(before.st_mtime_ns, before.st_ctime_ns) > SETTLE_NS
-    if settled and _identity(os.stat(path)) == identity:
-        keep(identity, sha256=digest)
+    if stamps_enabled():
+        settled = time.time_ns() - max(before.st_mtime_ns, before.st_ctime_ns) > SETTLE_NS
+        if settled and _identity(os.stat(path)) == _identity(before):
+            keep(_identity(before), sha256=digest)
     return digest
 
 

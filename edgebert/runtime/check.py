@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from edgebert.bundle import ModelEntry, read_manifest, verify_files
+from edgebert.bundle import ModelEntry, read_manifest, verify_entry, verify_files
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import BundleError, EdgebertError
 from edgebert.files.textfiles import is_conll, read_conll
@@ -139,9 +139,16 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     task, spec = manifest.task, bundle_task(manifest.task)
     report = CheckReport(str(bundle_dir), task, False, "", {**host.as_dict(), "summary": host.summary()})
     try:
-        verify_files(bundle_dir, manifest)
+        verify_files(bundle_dir, manifest)      # every byte hashed (and stamped: files.stamps)
     except BundleError as exc:
         report.reason = f"FAIL: bundle files do not match the manifest: {exc.one_line()}"
+        return report
+    try:    # each ONNX graph's inputs, outputs and tables against the manifest, kept for this device's sessions
+        for key, entry in manifest.models.items():
+            if entry.engine == "onnxruntime":
+                verify_entry(bundle_dir, manifest, key, stamps=True)
+    except BundleError as exc:
+        report.reason = f"FAIL: {exc.one_line()}"
         return report
     graphs = manifest.int8_graphs()
     report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
