@@ -55,36 +55,36 @@ class EdgeSession(SentenceMethods):
     bundle_dir: the folder ``edgebert export`` wrote, or its archive (``.tar.gz`` / ``.zip`` from
     ``export --archive``: extracted once into the cache, see ``runtime.archive``).
 
-    provider: ``auto`` (TensorRT -> CUDA -> CPU, one attempt each with the graph made for it, every
-    failure kept in ``provider_notes``), or ``cpu`` / ``cuda`` / ``tensorrt`` (``ProviderUnavailable``
-    with the reason if it cannot be had). ``placement`` says where the nodes really run.
-    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``); None (the default):
-    the best the bundle has for this host, INT8 where it has one that runs exactly here, else fp32
-    (``runtime.precision``; ``describe()["precision_reason"]`` says why). A precision the bundle lacks is a
-    ``BundleError``. On TensorRT fp16 and int8 are engine build flags on the standard-op graphs.
-    threads: onnxruntime intra-op threads, 1 to the CPUs this process may use (None: onnxruntime's
-    default, one per physical core).
+    provider: ``auto`` (TensorRT -> CUDA -> CPU, one attempt each with the graph made for it, every failure kept in
+    ``provider_notes``), or ``cpu`` / ``cuda`` / ``tensorrt`` (``ProviderUnavailable`` with the reason if it cannot
+    be had). ``placement`` says where the nodes really run.
+    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``); None (the default): the best
+    the bundle has for this host, INT8 where it has one that runs exactly here (one within its export gate's budget
+    first), else fp32 (``runtime.precision``;
+    ``describe()["precision_reason"]`` says why). A precision the bundle lacks is a ``BundleError``. On TensorRT
+    fp16 and int8 are engine build flags on the standard-op graphs.
+    threads: onnxruntime intra-op threads, 1 to the CPUs this process may use (None: onnxruntime's default, one per
+    physical core).
     max_length: token limit per input (default and ceiling: the bundle's ``max_sequence_length``).
     truncate: cut over-long inputs to ``max_length`` (default) or raise ``DataError``.
-    batch_size: inputs per onnxruntime call (a positive integer; the methods' ``batch_size=None`` means
-    this one); inputs are length-sorted into batches, padded to each batch's longest row, and results
-    come back in input order.
-    int8_target: with ``precision="int8"``, load the graph made for this target (``portable``,
-    ``x86-vnni`` ...) instead of the one chosen for this host (``int8_choice``). Either way a graph whose
-    8-bit weights would saturate this CPU's kernel is loaded with exact products or refused. A bundle
-    exported with ``--target openvino`` runs its OpenVINO graph when ``int8_target="openvino"`` asks for it
-    and ``openvino`` is installed (by default only on CPU kinds where it measured faster: none yet,
-    ``int8_choice.choose_openvino``; ``engine`` says which library runs); any onnxruntime target avoids it.
-    allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several
-    sessions in one process: an idle session's spinning threads steal the running one's cores).
+    batch_size: inputs per onnxruntime call (a positive integer; the methods' ``batch_size=None`` means this one);
+    inputs are length-sorted into batches, padded to each batch's longest row, and results come back in input order.
+    int8_target: with ``precision="int8"``, load the graph made for this target (``portable``, ``x86-vnni`` ...)
+    instead of the one chosen for this host (``int8_choice``). Either way a graph whose 8-bit weights would saturate
+    this CPU's kernel is loaded with exact products or refused. A bundle exported with ``--target openvino`` runs
+    its OpenVINO graph when ``int8_target="openvino"`` asks for it and ``openvino`` is installed (by default only on
+    CPU kinds where it measured faster: none yet, ``int8_choice.choose_openvino``; ``engine`` says which library
+    runs); any onnxruntime target avoids it.
+    allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several sessions in one
+    process: an idle session's spinning threads steal the running one's cores).
     trt_profile: TensorRT min/opt/max (batch, sequence), a ``TrtProfile`` or ``"min=1x1,opt=8x128,max=32x512"``
-    (default: the bundle's); it must hold ``max_length``, ``batch_size`` is lowered to its max batch, and a
-    call outside it is refused (never rerouted).
+    (default: the bundle's); it must hold ``max_length``, ``batch_size`` is lowered to its max batch, and a call
+    outside it is refused (never rerouted).
     trt_cache_dir: root of the TensorRT engine and timing caches (default ``~/.cache/edgebert/tensorrt``).
-    ort_log_level: onnxruntime's log severity, 0 (verbose) to 4 (fatal only, the default: see the module
-    docstring); unset, ``EDGEBERT_ORT_LOG_LEVEL`` decides.
-    graph_format: ``onnx`` (default) loads the chosen entry's file; ``ort`` its onnxruntime ``.ort`` form
-    (written by ``export --ort-format`` / ``pack --ort-format``; a packed ``.ort``-only bundle loads it either way).
+    ort_log_level: onnxruntime's log severity, 0 (verbose) to 4 (fatal only, the default: see the module docstring);
+    unset, ``EDGEBERT_ORT_LOG_LEVEL`` decides.
+    graph_format: ``onnx`` (default) loads the chosen entry's file; ``ort`` its onnxruntime ``.ort`` form (written
+    by ``export --ort-format`` / ``pack --ort-format``; a packed ``.ort``-only bundle loads it either way).
     """
 
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str | None = None,
@@ -150,13 +150,11 @@ class EdgeSession(SentenceMethods):
     def _create(self, requested: str, trt_cache_dir, trt_profile) -> tuple[Any, list[str], list[str]]:
         """One session attempt per provider (``attempts.open_session``); sets the graph, profile and
         placement of the one that opened."""
-        profile = trt_profile
-        if isinstance(trt_profile, str):
+        if isinstance(trt_profile, str):      # parsed before any attempt: a bad string is refused on any machine
             from edgebert.runtime.trt_profile import TrtProfile
-
-            profile = TrtProfile.parse(trt_profile)
+            trt_profile = TrtProfile.parse(trt_profile)
         request = SessionRequest(self.bundle_dir, self.manifest, requested, self.precision, self.host,
-                                 self.batch_size, self.max_length, self.int8_target, profile,
+                                 self.batch_size, self.max_length, self.int8_target, trt_profile,
                                  Path(trt_cache_dir) if trt_cache_dir else None, self.threads, self.verify,
                                  self.graph_format)
         opened = open_session(request, self._session_options)
@@ -191,8 +189,7 @@ class EdgeSession(SentenceMethods):
                 "precision": self.precision, "precision_reason": self.precision_reason,
                 "pooling": self.pooling.as_dict() if bundle_task(self.task).has_pooling else None,
                 "model_file": self.model_file.name, "model_bytes": self.model_file.stat().st_size,
-                "model": self.model_key, "engine": self.engine, "provider": self.provider,
-                "providers": list(self.providers),
+                "model": self.model_key, "engine": self.engine, "provider": self.provider, "providers": list(self.providers),
                 "provider_notes": list(self.provider_notes), "placement": self.placement.as_dict(),
                 "attempts": [a.as_dict() for a in self.attempts],
                 "trt_profile": self.trt_profile.as_dict() if self.trt_profile else None, "threads": self.threads,
@@ -206,9 +203,8 @@ class EdgeSession(SentenceMethods):
         return self.encoder.encode(items, pairs, self._truncate(truncate))
 
     def run(self, feeds: dict[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        """One onnxruntime call on padded int64 arrays (see ``text.pad_batch``); float32 outputs.
-        ``DataError`` for inputs the graph cannot take, ``RuntimeFault`` if onnxruntime fails or an
-        output holds NaN or infinity (see the module docstring)."""
+        """One onnxruntime call on padded int64 arrays (see ``text.pad_batch``); float32 outputs. ``DataError`` for
+        inputs the graph cannot take, ``RuntimeFault`` if onnxruntime fails or an output holds NaN or infinity."""
         names = list(outputs or self.output_names)
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
@@ -227,8 +223,8 @@ class EdgeSession(SentenceMethods):
         return result
 
     def _check_feeds(self, feeds: dict[str, np.ndarray]) -> None:
-        """``DataError`` naming the input the graph cannot take: not 2-D, shapes that differ, token ids
-        or token types outside the embedding tables, more tokens than positions."""
+        """``DataError`` naming the input the graph cannot take: not 2-D, shapes that differ, token ids or token
+        types outside the embedding tables, more tokens than positions."""
         shape = feeds["input_ids"].shape
         for name, array in feeds.items():
             if array.ndim != 2 or array.shape != shape:
@@ -248,10 +244,9 @@ class EdgeSession(SentenceMethods):
                                 f"{self.bundle_dir}", "make the ids with this bundle's tokenizer (session.tokenize)")
 
     def _run_bound(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
-        """One onnxruntime call on the session's provider, never another: TensorRT refuses a shape outside
-        its profile, and a run-time provider failure raises (fallback is disabled) instead of rerouting.
-        CUDA: inputs copied to the GPU once, outputs allocated there and only the requested ones copied
-        back (skips onnxruntime's per-call host staging buffers)."""
+        """One onnxruntime call on the session's provider, never another: TensorRT refuses a shape outside its
+        profile, and a run-time provider failure raises (fallback is disabled) instead of rerouting. CUDA: inputs
+        copied to the GPU once, outputs allocated there and only the requested ones copied back."""
         import onnxruntime as ort
 
         if self.trt_profile is not None:
@@ -335,7 +330,6 @@ class EdgeSession(SentenceMethods):
         probs = softmax(logits)
         ids = probs.argmax(axis=1).astype(np.int64) if len(probs) else np.zeros(0, np.int64)
         from edgebert.runtime.results import ClassificationResult
-
         return ClassificationResult([names[i] for i in ids], ids, probs, names)
 
     def tag(self, texts: str | Sequence[str], aggregation: str = "none", *, stride: int | None = None,
@@ -378,7 +372,6 @@ class EdgeSession(SentenceMethods):
                                 f"shorten the text, or put {mask} within the first {self.max_length} tokens")
             raise DataError(f"no {mask} token in the text", f"write {mask} where a word should be predicted")
         from edgebert.runtime.results import MaskPrediction
-
         logits = self.run(pad_batch(rows, self.pad_id), ["logits"])["logits"][0]   # (T, V)
         predictions = []
         for pos in positions:
@@ -399,10 +392,9 @@ class EdgeSession(SentenceMethods):
 
 
 def _bundle_folder(source: Path) -> Path:
-    """A folder as it is; an archive through ``runtime.archive`` (imported only then: tarfile and zipfile
-    cost every start memory and time)."""
+    """A folder as it is; an archive through ``runtime.archive`` (imported only then: tarfile and zipfile cost
+    every start memory and time)."""
     if source.is_dir():
         return source
     from edgebert.runtime.archive import bundle_folder
-
     return bundle_folder(source)
