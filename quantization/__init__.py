@@ -17,7 +17,8 @@ Modules, each with one job:
   ``span_gate``: the question-answering gate (answers vs fp32's on held-out questions);
 * ``activations``: per-channel ranges on calibration text; ``outliers``: the outlier-channel split;
   ``scales``: calibrated activation scales; ``embedding_tables``: int8 word / position tables, per-row
-  scales, looked up per token;
+  scales, looked up per token; ``bias_fold``: biases into the INT8 products; ``storage``: a finished graph stored compactly (float16 scales, no
+  zero zero points, no inferred shapes);
 * ``dynamic``: CPU integer-op quantization; ``static``: QDQ S8S8 for TensorRT; ``fp16``: FP16 conversion
   and its structural check;
 * ``accuracy``: the accuracy gate (probe, sensitivity search), batch invariance, exact CPU sessions.

@@ -8,7 +8,9 @@ float. ``MatMulConstBOnly`` keeps activation x activation MatMuls float (a fused
 ``Attention`` in the op types turns the fused attention into ``QAttention``. On a graph whose
 outlier channels were split off (``quantization.outliers``) the float outlier MatMuls stay float.
 The embedding tables become int8 looked up per token (``quantization.embedding_tables``): each table is
-one more candidate of the accuracy gate, named ``<EmbedLayerNormalization node>/<table>``.
+one more candidate of the accuracy gate, named ``<EmbedLayerNormalization node>/<table>``. With calibrated
+scales each bias moves into the INT8 product before it (``quantization.bias_fold``). The written graph is
+stored compactly (``quantization.storage``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from edgebert.files.atomic import work_dir
 from edgebert.graph.ops import quiet_logging, weight_nodes
 from edgebert.quantization.activations import ChannelStats
+from edgebert.quantization.bias_fold import fold_biases
 from edgebert.quantization.embedding_tables import GATE_KEPT, RECIPE_OFF, quantize_tables, table_plan
 from edgebert.quantization.outliers import float_only_nodes
 from edgebert.quantization.scales import freeze_activation_scales
+from edgebert.quantization.storage import compact_storage
 from edgebert.quantization.targets import Int8Recipe
 
 
@@ -51,6 +55,7 @@ class DynamicInt8Quantizer:
         self.tables_fp32_why = GATE_KEPT if recipe.embedding_tables else RECIPE_OFF
         self.last_scales: dict | None = None
         self.last_tables: dict | None = None
+        self.last_storage: dict | None = None
 
     def candidates(self) -> list[str]:
         """Nodes this quantizer turns into INT8 (weight-bearing nodes of the op types), under the names
@@ -85,7 +90,11 @@ class DynamicInt8Quantizer:
                 )
             if r.activation_scales == "calibrated":
                 self.last_scales = freeze_activation_scales(per_call, nodes, self.stats, self.plan)
+                model = onnx.load(str(nodes))
+                self.last_scales["biases_folded"] = fold_biases(model)
+                onnx.save(model, str(nodes))
             self.last_tables = quantize_tables(nodes, out_path, tables, self.tables_fp32_why)
+        self.last_storage = compact_storage(out_path)
         return out_path
 
     def describe(self) -> dict:
@@ -99,4 +108,4 @@ class DynamicInt8Quantizer:
                                                             if r.activation_scales == "calibrated" else
                                                             " (from each call's min/max: batch-dependent)"),
                 "op_types": list(self.op_types),
-                "embedding_tables": self.last_tables}
+                "embedding_tables": self.last_tables, "storage": self.last_storage}

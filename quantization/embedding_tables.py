@@ -1,5 +1,6 @@
 """INT8 embedding tables: the fused graph's ``EmbedLayerNormalization`` tables stored as int8 with one
-fp32 scale per row (symmetric: ``scale = max|row| / 127``), looked up and dequantized per token.
+float16 scale per row (symmetric: ``scale = max|row| / 127`` rounded up to a float16, the rows quantized
+with that scale, so the stored pair is exact), looked up and dequantized per token.
 
 Why: left fp32, the word-embedding table is most of an INT8 graph's bytes, and a lookup table has no
 arithmetic to speed up, only bytes to store (figures: benchmarks/results/int8_embedding_tables/).
@@ -7,7 +8,7 @@ arithmetic to speed up, only bytes to store (figures: benchmarks/results/int8_em
 How (standard ops only, so it runs on onnxruntime CPU everywhere, WASM included), keeping the fused
 ``EmbedLayerNormalization`` (ELN) node::
 
-    rows  = Reshape(Cast(Gather(table_int8, ids)) * Gather(row_scale, ids), [-1, H])   # [B*S, H]
+    rows  = Reshape(Cast(Gather(table_int8, ids)) * Cast(Gather(row_scale, ids)), [-1, H])   # [B*S, H]
     ELN(input_ids = Reshape(Range(0, B*S), shape(ids)), word_embedding = rows, ...)
 
 so only the B*S rows a call reads are dequantized, never the table; the position table likewise through
@@ -35,7 +36,8 @@ SLOTS = {2: "word_embeddings", 3: "position_embeddings", 4: "token_type_embeddin
 IDS = {"word_embeddings": 0, "position_embeddings": 8}      # ELN input of the ids that index each table
 MIN_ROWS = 64            # fewer rows: int8 saves under 3 x 64 x hidden bytes, not worth a lookup chain
 CANDIDATE = "{node}/{slot}"       # the gate's candidate name of one table (not a graph node)
-SCALES = "per-row symmetric int8 [-127, 127], fp32 scale = max|row| / 127"
+SCALES = "per-row symmetric int8 [-127, 127], float16 scale = max|row| / 127 (rounded up)"
+FP16_MAX = 65504.0
 GATE_KEPT = "kept fp32 by the accuracy gate: the loss was over budget with it int8 (see accuracy.sensitivity)"
 RECIPE_OFF = "int8 embedding tables are off in this recipe (embedding_tables=False)"
 
@@ -81,10 +83,17 @@ def table_plan(model: str | Path | onnx.ModelProto) -> tuple[list[EmbeddingTable
 
 
 def quantize_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(int8 table, fp32 scales [rows, 1])``, symmetric per row; an all-zero row gets scale 1."""
+    """``(int8 table, scales [rows, 1])``, symmetric per row; an all-zero row gets scale 1. The scales are
+    float16 (each rounded up, so no row clips), or float32 for a table whose rows exceed float16's range."""
     absmax = np.abs(table).max(axis=1, keepdims=True).astype(np.float32)
     scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
-    return np.clip(np.rint(table / scale), -127, 127).astype(np.int8), scale
+    if scale.max() * 1.001 < FP16_MAX:
+        half = scale.astype(np.float16)
+        low = half.astype(np.float32) < scale
+        half[low] = np.nextafter(half[low], np.float16(np.inf))
+        half[half == 0] = np.float16(2.0 ** -24)      # a row too small for float16: its values quantize to 0
+        scale = half
+    return np.clip(np.rint(table / scale.astype(np.float32)), -127, 127).astype(np.int8), scale
 
 
 def quantize_tables(in_path: str | Path, out_path: str | Path, candidates: set[str] | list[str],
@@ -119,7 +128,7 @@ def quantize_tables(in_path: str | Path, out_path: str | Path, candidates: set[s
         before.setdefault(t.node, []).extend(chain)
         figures[t.slot] = {"dtype": "int8", "rows": t.rows, "hidden": t.hidden, "bytes": q.nbytes + scale.nbytes,
                            "fp32_bytes": t.rows * t.hidden * 4, "scales": SCALES,
-                           "max_abs_error": float(f"{float(np.abs(q * scale - table).max()):.3g}")}
+                           "max_abs_error": float(f"{float(np.abs(q * scale.astype(np.float32) - table).max()):.3g}")}
     if before:
         ordered = []
         for node in graph.node:
@@ -144,8 +153,9 @@ def _dequantized(p: str, table: str, scale: str, index: str, op: str,
     """Rows of ``table`` picked by ``op`` (Gather by ids, or Slice) times their scales: fp32."""
     mk = helper.make_node
     nodes = [mk(op, [table, index, *extra], [f"{p}/rows_int8"], name=f"{p}/{op}_rows"),
-             mk(op, [scale, index, *extra], [f"{p}/rows_scale"], name=f"{p}/{op}_scales"),
+             mk(op, [scale, index, *extra], [f"{p}/rows_scale_stored"], name=f"{p}/{op}_scales"),
              mk("Cast", [f"{p}/rows_int8"], [f"{p}/rows_cast"], name=f"{p}/Cast", to=TensorProto.FLOAT),
+             mk("Cast", [f"{p}/rows_scale_stored"], [f"{p}/rows_scale"], name=f"{p}/Cast_scales", to=TensorProto.FLOAT),
              mk("Mul", [f"{p}/rows_cast", f"{p}/rows_scale"], [f"{p}/rows"], name=f"{p}/Mul")]
     return nodes, f"{p}/rows"
 

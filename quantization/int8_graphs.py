@@ -112,7 +112,7 @@ class Int8Maker:
         guard, quant = self._quantize(quantizer, candidates, out, {"outlier_split": split.figures})
         # the guard's last quantize() call wrote the kept file, so last_scales describe it
         if quantizer.last_scales is not None:
-            quant["calibrated_scales"] = {k: quantizer.last_scales[k] for k in ("tensors", "fused_matmuls")}
+            quant["calibrated_scales"] = {k: quantizer.last_scales[k] for k in ("tensors", "fused_matmuls", "biases_folded")}
         return self._measured(out, recipe.target, quant, guard, recipe.requirements(), recipe.as_dict())
 
     # ------------------------------------------------------------------ OpenVINO (NNCF)

@@ -10,8 +10,8 @@ the channels that stay INT8, real tokens only, the same formula as DynamicQuanti
 row is then quantized alone: batch-invariant by construction, and the per-call min/max pass is gone.
 
 On a graph with the outlier split, the ``Mul`` that zeroes outlier channels before quantization is
-bypassed: the main weight's outlier rows are already zero (``quantization.outliers``), so whatever
-the clipped uint8 value of an outlier channel is, it adds nothing; its float part is unchanged.
+bypassed: the range is calibrated without the outlier channels, they clip to it in the INT8 product,
+and their float part is rewritten to carry what was clipped off (``quantization.outliers.fold_outlier_rows``).
 Values outside the calibrated range clip to 0 / 255, which is why calibration text should cover
 long and short inputs (the built-in text does).
 """
@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 
 from edgebert.graph.ops import drop_unused_initializers, load
 from edgebert.quantization.activations import ChannelStats
-from edgebert.quantization.outliers import MASK_SUFFIX
+from edgebert.quantization.outliers import MASK_SUFFIX, fold_outlier_rows
 
 MS_DOMAIN = "com.microsoft"
 
@@ -67,19 +67,24 @@ def freeze_activation_scales(int8_path: str | Path, out_path: str | Path, stats:
     replaced: dict[str, onnx.NodeProto] = {}       # node name -> its replacement (None: drop)
     dropped: set[str] = set()
     ranges: dict[str, list[float]] = {}
+    folds: dict[str, tuple[str, float, float]] = {}   # quantized input -> (split prefix, clip low, high)
     for node in graph.node:
         if node.op_type != "DynamicQuantizeLinear":
             continue
         x = node.input[0]
         skip: list[int] = []
         mask = producers.get(x)
-        if mask is not None and mask.name.endswith(MASK_SUFFIX):
+        masked = mask is not None and mask.name.endswith(MASK_SUFFIX)
+        if masked:
             skip = plan.get(mask.name[: -len(MASK_SUFFIX)], [])
             x = mask.input[0]
         low, high = stats.range(x, skip)
         scale, zero_point = uint8_scale(low, high)
         ranges[x] = [round(low, 6), round(high, 6)]
         q, s, zp = node.output
+        if masked:
+            step = float(np.float32(scale))        # the scale as QuantizeLinear reads it
+            folds[q] = (mask.name[: -len(MASK_SUFFIX)], (0 - zero_point) * step, (255 - zero_point) * step)
         graph.initializer.extend([numpy_helper.from_array(np.array(scale, np.float32), s),
                                   numpy_helper.from_array(np.array(zero_point, np.uint8), zp)])
         inits.update((s, zp))
@@ -105,6 +110,12 @@ def freeze_activation_scales(int8_path: str | Path, out_path: str | Path, stats:
     nodes = [replaced.get(n.name, n) for n in graph.node if n.name not in dropped]
     del graph.node[:]
     graph.node.extend(_live(nodes, {o.name for o in graph.output}))
+    for q, (prefix, low, high) in folds.items():
+        main = [n for n in graph.node if q in n.input]
+        if len(main) != 1 or main[0].op_type != "MatMulIntegerToFloat":
+            raise ValueError(f"outlier split {prefix}: its INT8 input feeds {[n.op_type for n in main]}, "
+                             "not one MatMulIntegerToFloat")
+        fold_outlier_rows(graph, prefix, main[0], low, high)
     drop_unused_initializers(graph)
     if not any(op.domain == MS_DOMAIN for op in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))

@@ -36,7 +36,9 @@ def _nan_scale_bundle(src, dst):
     path = dst / manifest.models["int8"].file
     model = onnx.load(path)
     used = {name for node in model.graph.node if node.op_type == "MatMulIntegerToFloat" for name in node.input}
-    scale = next(i for i in model.graph.initializer if i.name in used and i.name.endswith("_scale") and i.dims)
+    # per-channel weight scales are stored float16, read through a Cast (quantization.storage)
+    used |= {n.input[0] for n in model.graph.node if n.op_type == "Cast" and n.output[0] in used}
+    scale = next(i for i in model.graph.initializer if i.name in used and "_scale" in i.name and i.dims)
     scale.CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(scale), np.nan), scale.name))
     onnx.save(model, path)
     fixed = manifest.with_files({**manifest.files, manifest.models["int8"].file: sha256_file(path)})

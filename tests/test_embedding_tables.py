@@ -66,14 +66,14 @@ def test_every_cpu_target_stores_word_and_position_tables_int8_and_says_so(bundl
     for key in keys:
         inits = _inits(_file(bundle, key))
         assert inits[f"{WORD}_int8"].dtype == np.int8 and inits[f"{WORD}_int8"].shape == (vocab, hidden)
-        assert inits[f"{WORD}_row_scale"].dtype == np.float32 and inits[f"{WORD}_row_scale"].shape == (vocab, 1)
+        assert inits[f"{WORD}_row_scale"].dtype == np.float16 and inits[f"{WORD}_row_scale"].shape == (vocab, 1)
         assert inits[f"{POSITION}_int8"].dtype == np.int8 and inits[f"{POSITION}_int8"].shape == (positions, hidden)
         assert WORD not in inits and POSITION not in inits                          # no fp32 copy left
         assert not [n for n, a in inits.items() if a.dtype == np.float32 and a.shape in {(vocab, hidden),
                                                                                            (positions, hidden)}]
         tables = bundle.manifest["models"][key]["quantization"]["embedding_tables"]
         assert tables["word_embeddings"]["dtype"] == "int8"
-        assert tables["word_embeddings"]["bytes"] == vocab * hidden + 4 * vocab
+        assert tables["word_embeddings"]["bytes"] == vocab * hidden + 2 * vocab
         assert tables["word_embeddings"]["fp32_bytes"] == 4 * vocab * hidden
         assert tables["position_embeddings"]["dtype"] == "int8"
         assert tables["token_type_embeddings"]["dtype"] == "float32"
@@ -189,7 +189,10 @@ def test_int8_lookup_computes_exactly_what_the_dequantized_table_does(bundle, tm
     # and the int8 rows are within half a step of the fp32 table
     fp32 = _inits(source)[WORD]
     q, scale = quantize_rows(fp32)
+    assert scale.dtype == np.float16                 # stored as float16, exactly the scale the rows used
+    scale = scale.astype(np.float32)
     assert np.all(np.abs(q * scale - fp32) <= scale / 2 + 1e-7)
+    assert np.abs(q).max() == 127 and np.all(np.abs(fp32).max(axis=1, keepdims=True) <= 127 * scale)  # none clips
 
 
 def test_gate_keeps_a_sensitive_table_fp32_and_says_why(bundle, calib, tmp_path):

@@ -127,7 +127,8 @@ def test_int8_dynamic_quantizes_every_matmul_and_attention(embed_bundle):
     assert q["op_counts"] == counts and q["mode"] == "dynamic" and q["per_channel"] is True
     assert q["target"] == "portable" and q["reduce_range"] is True and q["weight_type"] == "int8"
     assert q["quantized_nodes"] == q["candidate_nodes"] == 4 * LAYERS + 1 + 2      # + the pooler, 2 tables
-    assert q["calibrated_scales"] == {"tensors": 4 * LAYERS + 1, "fused_matmuls": 3 * LAYERS + 1}
+    assert q["calibrated_scales"] == {"tensors": 4 * LAYERS + 1, "fused_matmuls": 3 * LAYERS + 1,
+                                      "biases_folded": 3 * LAYERS + 1}     # every bias into its INT8 product
     entry = manifest["models"]["int8"]
     assert entry["precision"] == "int8" and entry["target"] == "portable"
     assert entry["requires"]["u8s8_exact"] is False

@@ -1,6 +1,6 @@
 """The outlier-channel split for CPU INT8: exact in fp32, finds planted outlier channels, keeps their
-MatMuls float, zeroes their weight rows, and cuts the INT8 error. A tiny seeded model with one planted
-outlier channel."""
+MatMuls float, cuts the INT8 error, and (calibrated scales) folds the float part onto the INT8 weight's
+rows with no float weight copy. A tiny seeded model with one planted outlier channel."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from edgebert.bundle import model_path
 from edgebert.errors import ConfigError
 from edgebert.exporters import ExportConfig, export_bundle
+from edgebert.graph.ops import weight_node_inputs
 from edgebert.model import load_model, save_model
 from edgebert.quantization import (
     OUTLIER_SUFFIX,
@@ -29,6 +30,7 @@ from edgebert.quantization import (
     split_outliers,
 )
 from edgebert.quantization.accuracy import cpu_session
+from edgebert.quantization.activations import ChannelStats
 from export_fixtures import make_calib_text, make_model_dir
 
 OUTLIER = 5          # the planted channel of layer 0's attention-output LayerNorm (feeds FFN-in)
@@ -84,7 +86,9 @@ def test_split_is_exact_in_fp32_and_finds_the_planted_channel(planted, calib, wo
     model = onnx.load(str(split))
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
     main = next(n for n in model.graph.node if n.name == ffn_in)
-    assert not inits[main.input[1]][plan[ffn_in]].any()             # the INT8 weight's outlier rows are zero
+    fused_inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(str(fused)).graph.initializer}
+    assert np.array_equal(inits[main.input[1]], fused_inits[main.input[1]])   # the main weight is whole
+    assert inits[f"{ffn_in}/outlier_keep"][plan[ffn_in]].tolist() == [0.0] * len(plan[ffn_in])  # its input masked
     feeds = next(iter(_batches(planted, calib)))
     ref = cpu_session(fused).run(["last_hidden_state"], feeds)[0]
     got = cpu_session(split).run(["last_hidden_state"], feeds)[0]
@@ -144,39 +148,91 @@ def test_outlier_ratio_must_be_off_or_above_one(ratio):
         Int8Config(outlier_ratio=ratio)
 
 
-def test_k_extension_rewrite_keeps_the_split_accuracy_without_its_float_matmuls(planted, calib, work):
-    """benchmarks/archive/outlier_split_cost.py's K extension (measured and dropped: no faster on onnxruntime): the
-    up-projection's outlier channels enter the INT8 product as scaled copies. The rewrite must leave no float
-    MatMul / Add on that MatMul and keep the split's accuracy, well clear of the graph without a split."""
-    import importlib.util
-    import sys
+def _split_with_stats(planted, calib, work, name: str, target: str):
+    """(fused graph, its split at ratio 6 written to ``work/name``, the split's plan, the target's recipe and
+    the calibration ranges the quantizer needs)."""
+    fused = model_path(planted)
+    batches = _batches(planted, calib)
+    plan = split_outliers(fused, work / name, batches, 6.0)
+    recipe = TARGETS[target]
+    stats = ChannelStats.collect(fused, batches, weight_node_inputs(fused, (*recipe.op_types, "Gemm")))
+    return fused, work / name, plan, recipe, stats
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "archive" / "outlier_split_cost.py"
-    spec = importlib.util.spec_from_file_location("outlier_split_cost", path)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["outlier_split_cost"] = bench
-    spec.loader.exec_module(bench)
-    # embedding tables fp32: their int8 error, equal in all three graphs, would hide the split's effect
-    common = dict(model_dir=work / "model", int8=True, int8_targets=("x86-vnni",), calib=calib, calib_size=48,
-                  max_accuracy_loss=0.5, validation_batch_sizes=(1,), validation_seq_lens=(7,),
-                  int8_embedding_tables=False)
-    split_dir, plain_dir = work / "kext-split", work / "kext-plain"
-    export_bundle(ExportConfig(out_dir=split_dir, outlier_ratio=6.0, **common))
-    export_bundle(ExportConfig(out_dir=plain_dir, outlier_ratio=0, **common))
-    split = model_path(split_dir, "int8")
-    inputs = bench.k_extension_inputs(split)
-    assert inputs, "the planted channel must be split off layer 0's up-projection"
-    stats = bench.calibration_ranges(split_dir, split, Int8Config(calib=calib, calib_size=48))
-    made = bench.k_extended(split, model_path(split_dir), stats, "float-concat", work / "kext.onnx")
+
+def test_calibrated_graph_folds_the_float_part_onto_the_int8_rows(planted, calib, work):
+    """Calibrated scales: the outlier channels clip in the INT8 product and the float MatMul carries only
+    the clipped-off rest, times rows taken from the INT8 weight: no float weight rows are stored, and the
+    split still cuts the error of the same recipe without it."""
+    fused, split, plan, recipe, stats = _split_with_stats(planted, calib, work, "split-fold.onnx", "x86-vnni")
+    folded = DynamicInt8Quantizer(split, recipe, stats, plan)
+    plain = DynamicInt8Quantizer(fused, recipe, stats)
+    got = folded.quantize(work / "fold.int8.onnx", exclude=folded.tables)
+    ref = plain.quantize(work / "nofold.int8.onnx", exclude=plain.tables)
+    graph = onnx.load(str(got)).graph
+    names = {n.name for n in graph.node}
     ffn_in = "/model/layer.0/intermediate/dense/MatMul"
-    reps = made["copies"][ffn_in.replace("/model/", "")]
-    assert len(reps) >= 1 and max(reps) >= 4                         # the 40x channel needs several copies
-    nodes = {n.name: n for n in onnx.load(made["file"]).graph.node}
-    assert f"{ffn_in}/outlier_Add" not in nodes and f"{ffn_in}/outlier_float_MatMul" not in nodes
-    assert f"{ffn_in}/kext_Concat" in nodes
-    probe = AccuracyProbe("embed", model_path(planted), _batches(planted, calib))
-    loss_split, loss_kext = probe.measure(split).loss, probe.measure(Path(made["file"])).loss
-    loss_plain = probe.measure(model_path(plain_dir, "int8")).loss
-    # measured: 1 - cosine 1.07e-7 (split), 1.21e-7 (K extension), 3.28e-7 (no split), 29 copies
-    assert loss_kext <= 1.5 * loss_split, (loss_split, loss_kext)
-    assert loss_kext < 0.5 * loss_plain, (loss_plain, loss_kext)
+    assert {f"{ffn_in}/outlier_Clip", f"{ffn_in}/outlier_Sub", f"{ffn_in}/outlier_rows_Gather"} <= names
+    assert not any(i.name.endswith("/outlier_weight") for i in graph.initializer)    # no float weight rows
+    clip = next(n for n in graph.node if n.name == f"{ffn_in}/outlier_Clip")
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    low, high = float(inits[clip.input[1]]), float(inits[clip.input[2]])
+    assert low <= 0 <= high and high - low > 0
+    probe = AccuracyProbe("embed", fused, _batches(planted, calib))
+    loss_fold, loss_plain = probe.measure(got).loss, probe.measure(ref).loss
+    assert loss_fold < 0.5 * loss_plain, (loss_plain, loss_fold)
+    assert not graph.value_info
+
+
+def test_stored_graph_is_compact_and_computes_what_the_plain_one_does(planted, calib, work, monkeypatch):
+    """``quantization.storage``: float16 weight scales read through a Cast, no all-zero zero points, no
+    inferred shapes; the outputs move by no more than the scales' float16 rounding allows."""
+    import edgebert.quantization.dynamic as dynamic
+
+    fused, _, _, recipe, stats = _split_with_stats(planted, calib, work, "split-storage.onnx", "portable")
+    batches = _batches(planted, calib)
+    quantizer = DynamicInt8Quantizer(fused, recipe, stats)
+    compact = quantizer.quantize(work / "compact.int8.onnx")
+    figures = quantizer.last_storage
+    monkeypatch.setattr(dynamic, "compact_storage", lambda path: {})
+    plain = DynamicInt8Quantizer(fused, recipe, stats).quantize(work / "plain-storage.int8.onnx")
+    graph = onnx.load(str(compact)).graph
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    casts = {n.output[0]: n.input[0] for n in graph.node if n.op_type == "Cast" and n.input[0] in inits}
+    weighted = [n for n in graph.node if n.op_type in ("MatMulIntegerToFloat", "QAttention")]
+    assert weighted and figures["zero_points_dropped"] == len(weighted) and figures["scales_float16"] >= len(weighted) - 1
+    for n in weighted:
+        zero_point = {"MatMulIntegerToFloat": 5, "QAttention": 7}[n.op_type]
+        assert len(n.input) <= zero_point or not n.input[zero_point]                    # no weight zero point
+        scale = n.input[{"MatMulIntegerToFloat": 3, "QAttention": 4}[n.op_type]]
+        assert scale in inits or inits[casts[scale]].dtype == np.float16
+    assert not graph.value_info and figures["value_info"] > 0
+    assert compact.stat().st_size < plain.stat().st_size
+    feeds = next(iter(batches))
+    a = cpu_session(compact).run(["last_hidden_state"], feeds)[0]
+    b = cpu_session(plain).run(["last_hidden_state"], feeds)[0]
+    assert np.abs(a - b).max() <= 2e-3 * np.abs(b).max(), np.abs(a - b).max()
+
+
+def test_biases_move_into_the_int8_products(planted, calib, work, monkeypatch):
+    """``quantization.bias_fold``: no bias Add after a MatMulIntegerToFloat and no BiasGelu in a calibrated
+    graph, every INT8 MatMul but the pooler's carries its bias; the outputs equal the unfolded graph's up to
+    float rounding."""
+    import edgebert.quantization.dynamic as dynamic
+
+    fused, split, plan, recipe, stats = _split_with_stats(planted, calib, work, "split-bias.onnx", "portable")
+    batches = _batches(planted, calib)
+    folded = DynamicInt8Quantizer(split, recipe, stats, plan)
+    got = folded.quantize(work / "bias.int8.onnx")
+    monkeypatch.setattr(dynamic, "fold_biases", lambda model: 0)
+    ref = DynamicInt8Quantizer(split, recipe, stats, plan).quantize(work / "nobias.int8.onnx")
+    graph, before = onnx.load(str(got)).graph, onnx.load(str(ref)).graph
+    mms = [n for n in graph.node if n.op_type == "MatMulIntegerToFloat"]
+    with_bias = [n for n in mms if len(n.input) > 6 and n.input[6]]
+    layers = 2
+    assert len(with_bias) == 3 * layers + 1 == folded.last_scales["biases_folded"]   # out-proj, FFN in/out, pooler
+    ops = lambda g: [n.op_type for n in g.node]
+    assert ops(graph).count("BiasGelu") == 0 and ops(graph).count("Gelu") == ops(before).count("BiasGelu") == layers
+    assert ops(before).count("Add") - ops(graph).count("Add") == 2 * layers + 1
+    feeds = next(iter(batches))
+    a, b = (cpu_session(p).run(["last_hidden_state"], feeds)[0] for p in (got, ref))
+    assert np.abs(a - b).max() <= 1e-4 * max(1.0, np.abs(b).max())

@@ -25,6 +25,10 @@ copies of its weight row, so every copy fits the tensor's scale and the product 
   per-axis       one ``Gather`` makes the wide tensor, QuantizeLinear with per-channel scales
 
 Writes ``benchmarks/archive/results/outlier_split_cost_<cpu kind>.{json,md}`` with the CPU, versions, load averages.
+
+Archived: written for the graphs exported before 2026-11-27, whose split stored the outlier rows as float
+and zeroed them in the INT8 weight; the K-extension rewrites expect that form and do not apply to a graph
+exported since (``quantization.outliers.fold_outlier_rows``).
 """
 
 from __future__ import annotations
