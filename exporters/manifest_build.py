@@ -45,7 +45,7 @@ def export_host() -> dict:
 
 def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, max_len: int, tokenizer: dict, opset: int,
                    models: dict[str, dict], trt_profile: TrtProfile | None = None,
-                   extra: dict[str, Any] | None = None) -> Manifest:
+                   extra: dict[str, Any] | None = None, output_names: tuple[str, ...] | None = None) -> Manifest:
     """The manifest without file hashes (``write_manifest`` adds them). The top-level ``tensorrt_profile``
     (batch x sequence, every input) is the export's; TensorRT graphs carry it per input."""
     # the label map of a classifier (id -> name; token-cls: the IOB tags EdgeSession.tag groups)
@@ -56,7 +56,8 @@ def build_manifest(*, task: str, cfg: BertConfig, model_dir: Path, max_len: int,
         num_labels=cfg.num_labels,
         source={"model_dir": str(Path(model_dir).resolve()), "architecture": cfg.architecture},
         max_sequence_length=max_len, labels=labels, tokenizer=tokenizer, opset=opset, versions=versions(),
-        models=models, tensorrt_profile=(trt_profile or TrtProfile.default(max_len)).as_dict(), extra=extra)
+        models=models, tensorrt_profile=(trt_profile or TrtProfile.default(max_len)).as_dict(), extra=extra,
+        output_names=output_names)
 
 
 def shape_of(cfg: BertConfig) -> ModelShape:

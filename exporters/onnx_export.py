@@ -30,11 +30,11 @@ TRACE_CHOICES = 3                     # multiple-choice: validated at 2 and 4 ch
 class TaskModel(nn.Module):
     """A BERT model with plain tensor inputs and the task's outputs as a tuple (what ONNX sees)."""
 
-    def __init__(self, model: nn.Module, task: str):
+    def __init__(self, model: nn.Module, task: str, names: tuple[str, ...] | None = None):
         super().__init__()
         self.model = model
         self.task = task
-        self.names = bundle_task(task).output_names
+        self.names = names or bundle_task(task).output_names
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         out = self.model(input_ids, attention_mask, token_type_ids)
@@ -43,23 +43,24 @@ class TaskModel(nn.Module):
                      else getattr(out, n) for n in self.names)
 
 
-def prepare(model: nn.Module, task: str) -> TaskModel:
-    """Eval mode, eager (explicit softmax) attention, wrapped for ``task``."""
+def prepare(model: nn.Module, task: str, names: tuple[str, ...] | None = None) -> TaskModel:
+    """Eval mode, eager (explicit softmax) attention, wrapped for ``task`` with the outputs ``names``
+    (default: all of the task's; ``BundleTask.bundle_outputs``)."""
     model.eval()
     encoder_of(model).set_attention_impl("eager")
     encoder_of(model).embeddings.static_positions = True   # RoBERTa: the position pattern onnxruntime fuses
-    if ("pooler_output" in bundle_task(task).output_names and encoder_of(model).pooler is None
+    if ("pooler_output" in (names or bundle_task(task).output_names) and encoder_of(model).pooler is None
             and model.config.model_type != "distilbert"):
         raise ValidationError("the model has no pooler, so task embed has no pooler_output",
                               "export a checkpoint with a pooler (BertModel/BertForPreTraining)")
-    return TaskModel(model, task).eval()
+    return TaskModel(model, task, names).eval()
 
 
 def export_onnx(wrapped: TaskModel, path: str | Path, opset: int, pad_id: int = 0) -> Path:
     """Trace ``wrapped`` to ``path``, then run the ONNX checker and strict shape inference."""
     path = Path(path)
     cfg = wrapped.model.config
-    inputs, outputs = io_spec(wrapped.task, cfg.hidden_size, cfg.vocab_size, cfg.num_labels)
+    inputs, outputs = io_spec(wrapped.task, cfg.hidden_size, cfg.vocab_size, cfg.num_labels, wrapped.names)
     vocab = cfg.vocab_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (TRACE_BATCH, TRACE_SEQUENCE), generator=g)

@@ -98,7 +98,7 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
     if tok_meta["vocab_size"] > model_cfg.vocab_size:
         raise CheckpointError(f"{tok_file} has {tok_meta['vocab_size']} tokens, the model only "
                               f"{model_cfg.vocab_size}", "the tokenizer belongs to another model")
-    wrapped = prepare(model, task)
+    wrapped = prepare(model, task, bundle_task(task).bundle_outputs(pooling_stated=pooling is not None))
     with work_dir("export") as scratch, out.staged() as staging:
         (staging / GRAPH_DIR).mkdir()
         job = ExportJob(task, model_cfg, Path(scratch), staging, Path(scratch) / "model.raw.onnx",
@@ -131,7 +131,8 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
                                          **({"pooling": pooling.as_dict()} if pooling else {}),
                                          **_st_settings(cfg.model_dir, task),
                                          "loaders": loaders_note(task, models),
-                                         **default_precision(models)})
+                                         **default_precision(models)},
+                                  output_names=wrapped.names)
         manifest = write_manifest(staging, manifest)
         if manifest.int8_graphs() and task in REFERENCE_TASKS:    # what `check` compares a one-device bundle with
             say("fp32 outputs on the held-out texts (the reference of a bundle without its fp32 graph)")
@@ -151,7 +152,7 @@ def _validator(cfg: ExportConfig, wrapped: TaskModel, job: ExportJob, max_len: i
     cases = make_cases(job.model.vocab_size, max_len, cfg.validation_batch_sizes, cfg.validation_seq_lens,
                        cfg.seed, job.pad_id, choices=(2, 4) if bundle_task(job.task).inputs == "choices" else (),
                        segments=job.model.type_vocab_size)
-    names = bundle_task(job.task).output_names
+    names = wrapped.names
     return GraphValidator(cases, torch_reference(wrapped, cases, names), names, cfg.fp32_tolerance, say)
 
 

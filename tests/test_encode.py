@@ -193,6 +193,30 @@ def test_a_model_that_states_nothing_pools_by_mean_and_says_so(tmp_path):
         session.embed(TEXTS, pooling="max")
 
 
+def test_pooler_head_ships_only_where_the_model_states_no_pooling(cls_bundle, tmp_path):
+    """A sentence-transformers model's vectors come from its pooling over the token vectors: its bundle has
+    no ``pooler_output`` (the head sentence-transformers never runs, 4 % of a MiniLM INT8 graph); a model
+    that states nothing keeps it. Both manifests pass the reader's checks, a third output set does not."""
+    import onnxruntime as ort
+
+    from edgebert.bundle.manifest_checks import manifest_problem
+
+    plain = export(make_tiny_model_dir(tmp_path / "plain", "BertModel"), tmp_path / "bundle")
+    outputs = {}
+    for name, bundle in (("st", cls_bundle), ("plain", plain)):
+        manifest = read_manifest(bundle)
+        graph = ort.InferenceSession(str(bundle / manifest.models["fp32"].file), providers=["CPUExecutionProvider"])
+        outputs[name] = ([o.name for o in graph.get_outputs()], manifest.output_names)
+        assert outputs[name][0] == outputs[name][1]
+    assert outputs == {"st": (["last_hidden_state"], ["last_hidden_state"]),
+                       "plain": (["last_hidden_state", "pooler_output"], ["last_hidden_state", "pooler_output"])}
+    session = EdgeSession(cls_bundle, provider="cpu")
+    assert session.embed(TEXTS).shape == (len(TEXTS), 64)
+    value = json.loads((cls_bundle / "manifest.json").read_text())
+    value["outputs"] = [{"name": "pooler_output", "dtype": "float32", "shape": ["batch", 64]}]
+    assert "the manifest declares pooler_output" in manifest_problem(value)
+
+
 def test_minilm_export_encodes_as_sentence_transformers_does(minilm_dir, tmp_path):
     """The real all-MiniLM-L6-v2 directory exported as it is (fp32): its pooling read from its own
     modules.json, encode == SentenceTransformer.encode (about 10 s)."""

@@ -105,13 +105,16 @@ class TensorSpec:
         return cls(value["name"], str(value.get("dtype") or ""), tuple(shape) if isinstance(shape, list) else ())
 
 
-def io_spec(task: str, hidden_size: int, vocab_size: int, num_labels: int) -> tuple[tuple[TensorSpec, ...],
-                                                                                     tuple[TensorSpec, ...]]:
-    """The inputs and outputs of a ``task`` graph: the one definition of a bundle's I/O names and axes."""
+def io_spec(task: str, hidden_size: int, vocab_size: int, num_labels: int,
+            outputs: tuple[str, ...] | None = None) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """The inputs and outputs of a ``task`` graph: the one definition of a bundle's I/O names and axes.
+    ``outputs``: the names this bundle declares (``BundleTask.bundle_outputs``; default: all of the task's)."""
     spec = bundle_task(task)
     inputs = tuple(TensorSpec(n, "int64", spec.input_axes) for n in INPUT_NAMES)
     sizes = {"hidden_size": hidden_size, "vocab_size": vocab_size, "num_labels": num_labels}
-    return inputs, tuple(TensorSpec(n, "float32", tuple(sizes.get(a, a) for a in shape)) for n, shape in spec.outputs)
+    keep = spec.output_names if outputs is None else outputs
+    return inputs, tuple(TensorSpec(n, "float32", tuple(sizes.get(a, a) for a in shape))
+                         for n, shape in spec.outputs if n in keep)
 
 
 @dataclass(frozen=True)
@@ -303,9 +306,10 @@ class Manifest(_JsonView):
     def build(cls, *, task: str, config: ModelShape, num_labels: int, source: dict[str, Any],
               max_sequence_length: int, labels: dict[str, str] | None, tokenizer: dict[str, Any],
               opset: int, versions: dict[str, Any], models: dict[str, dict[str, Any]],
-              tensorrt_profile: dict[str, Any], extra: dict[str, Any] | None = None) -> "Manifest":
+              tensorrt_profile: dict[str, Any], extra: dict[str, Any] | None = None,
+              output_names: tuple[str, ...] | None = None) -> "Manifest":
         """A new bundle's manifest, without file hashes yet (``with_files`` adds them)."""
-        inputs, outputs = io_spec(task, config.hidden_size, config.vocab_size, num_labels)
+        inputs, outputs = io_spec(task, config.hidden_size, config.vocab_size, num_labels, output_names)
         if config.type_vocab_size is None:    # a model without token types (DistilBERT): its graph takes none
             inputs = tuple(i for i in inputs if i.name != "token_type_ids")
         value = {

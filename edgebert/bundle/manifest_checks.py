@@ -11,6 +11,7 @@ __all__ = ["INPUT_NAMES", "TASK_OUTPUTS", "TOKEN_IDS", "entry_problem", "manifes
 
 # Output names per task, in graph order (read from the registry).
 TASK_OUTPUTS: dict[str, tuple[str, ...]] = {t.name: t.output_names for t in BUNDLE_TASKS}
+REQUIRED_OUTPUTS: dict[str, tuple[str, ...]] = {t.name: t.required_outputs for t in BUNDLE_TASKS}
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 TOKEN_IDS = ("pad_id", "mask_id", "cls_id", "sep_id", "unk_id")
 CONFIG_KEYS = ("hidden_size", "max_position_embeddings", "vocab_size", "num_hidden_layers", "num_attention_heads")
@@ -65,7 +66,7 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
         return f"input {bad_inputs[0]!r} is not one the runtime feeds ({', '.join(INPUT_NAMES)})"
     expected = TASK_OUTPUTS.get(manifest["task"])
     declared = tuple(o["name"] for o in manifest["outputs"])
-    if expected is not None and declared != expected:
+    if expected is not None and declared not in (expected, REQUIRED_OUTPUTS[manifest["task"]]):
         return f"task {manifest['task']!r} has outputs {', '.join(expected)}, the manifest declares {', '.join(declared)}"
     for key, entry in manifest["models"].items():
         problem = entry_problem(key, entry, manifest["version"])

@@ -42,6 +42,7 @@ class BundleTask:
     carries: tuple[str, ...] = ()               # pooling (sentence-transformers modules), labels (id2label)
     token_level: bool = False                   # one prediction per token: the metric counts tokens
     gate_may_miss: bool = False                 # an INT8 graph over budget ships flagged, fp32 the default
+    optional_outputs: tuple[str, ...] = ()      # outputs a bundle may leave out (embed: the pooler head)
 
     def __post_init__(self) -> None:
         if self.inputs not in INPUT_KINDS:
@@ -50,12 +51,25 @@ class BundleTask:
             raise ValueError(f"task {self.name}: carries {self.carries} beyond {CARRIED}")
         if self.metric_output not in self.output_names:
             raise ValueError(f"task {self.name}: metric output {self.metric_output!r} is not an output")
+        if not set(self.optional_outputs) <= set(self.output_names) - {self.metric_output}:
+            raise ValueError(f"task {self.name}: optional outputs {self.optional_outputs} must be other outputs")
         if not 0.0 <= self.budget < 1.0:
             raise ValueError(f"task {self.name}: budget {self.budget} not in [0, 1)")
 
     @property
     def output_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.outputs)
+
+    @property
+    def required_outputs(self) -> tuple[str, ...]:
+        """The outputs every bundle of the task declares (``output_names`` less the optional ones)."""
+        return tuple(n for n in self.output_names if n not in self.optional_outputs)
+
+    def bundle_outputs(self, pooling_stated: bool) -> tuple[str, ...]:
+        """The outputs an export declares: an embedding model that states its sentence-transformers pooling
+        (mean / cls / max over the token vectors) ships without the pooler head, which that pooling never
+        reads (sentence-transformers itself never runs it); any other keeps every output."""
+        return self.required_outputs if pooling_stated and self.has_pooling else self.output_names
 
     @property
     def metric_shape(self) -> tuple[str, ...]:
@@ -81,7 +95,7 @@ class BundleTask:
                 "outputs": {n: list(s) for n, s in self.outputs}, "metric": self.metric,
                 "metric_output": self.metric_output, "budget": self.budget, "method": self.method,
                 "inputs": self.inputs, "carries": list(self.carries), "token_level": self.token_level,
-                "gate_may_miss": self.gate_may_miss}
+                "gate_may_miss": self.gate_may_miss, "optional_outputs": list(self.optional_outputs)}
 
 
 _TEXT = ("batch", "sequence")
@@ -89,7 +103,8 @@ BUNDLE_TASKS: tuple[BundleTask, ...] = (
     BundleTask("embed", "BertModel", ("BertModel", "BertForPreTraining"),
                (("last_hidden_state", (*_TEXT, "hidden_size")), ("pooler_output", ("batch", "hidden_size"))),
                "cosine", "last_hidden_state", 0.005,
-               "a mean cosine of 0.995 keeps nearest-neighbour rankings", "embed", carries=("pooling",)),
+               "a mean cosine of 0.995 keeps nearest-neighbour rankings", "embed", carries=("pooling",),
+               optional_outputs=("pooler_output",)),
     BundleTask("mlm", "BertForMaskedLM", ("BertForMaskedLM",), (("logits", (*_TEXT, "vocab_size")),),
                "top1_agreement", "logits", 0.02,
                "top-1 among near-ties flips more easily than a sentence label; 2 tokens in 100",
