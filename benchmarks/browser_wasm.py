@@ -3,14 +3,15 @@ edgebert's INT8 and fp32 graphs against the INT8 a transformers.js user gets tod
 (Optimum's ONNX export + onnxruntime's ``quantize_dynamic``, as transformers.js' conversion script makes its
 ``model_quantized.onnx``), on the same page, with native onnxruntime in the same run as the reference ratio.
 
-    .venv/bin/python benchmarks/browser_wasm.py [--threads 1,2] [--texts 200] [--rounds 5] [--rounds-128 30]
+    .venv/bin/python benchmarks/browser_wasm.py [--threads 1,2] [--texts 200] [--rounds 5] [--rounds-128 30] [--repeats 3]
         [--work /tmp/edgebert-browser] [--out benchmarks/results/browser] [--wait-load 1.0]
     .venv/bin/python benchmarks/browser_wasm.py --screenshot [--qa-bundle QA_BUNDLE]   # page.png only, no timing
 
 Needs ``make web-deps`` (examples/web/node_modules) and Debian's ``chromium``. Every figure is the model
 call alone at batch 1 (the page gets token ids made here, so every engine runs the same inputs): p50 over
 the SST-2 dev length mix (``--texts`` sentences x ``--rounds``) and at 1 x 128 (``--rounds-128``), WASM on
-1 and 2 threads (the page is cross-origin isolated), each graph in its own page load. Accuracy: cosine of
+1 and 2 threads (the page is cross-origin isolated), each graph in its own page load, ``--repeats`` page loads
+per graph in an order rotated each time (a fixed order put the same graph first or after the heaviest every time). Accuracy: cosine of
 each graph's mean-pooled unit vectors to the edgebert fp32 graph's (native) on the mix. Native: an
 onnxruntime ``InferenceSession`` of the same file, ``intra_op_num_threads`` = the page's threads.
 Writes ``browser_wasm.json`` (machine, CPU kind, Chromium and library versions, load average before and
@@ -64,7 +65,7 @@ def transformers_js_folder(model_dir: Path, bundle: Path, work: Path) -> Path:
 
     out = work / "tjs"
     if (out / FILES["q8"]).is_file():
-        return out
+        return _same_files(bundle, out)
     raw = work / "tjs-export"
     # library_name: the plain encoder (last_hidden_state, token_type_ids), as transformers.js' conversion makes
     # Xenova/all-MiniLM-L6-v2; the sentence-transformers export would add pooling outputs and drop token types
@@ -74,6 +75,12 @@ def transformers_js_folder(model_dir: Path, bundle: Path, work: Path) -> Path:
     shutil.copyfile(raw / "model.onnx", out / FILES["fp32"])
     quantize_dynamic(out / FILES["fp32"], out / FILES["q8"], weight_type=QuantType.QInt8, per_channel=False,
                      reduce_range=False, extra_options={"EnableSubgraph": True, "MatMulConstBOnly": True})
+    return _same_files(bundle, out)
+
+
+def _same_files(bundle: Path, out: Path) -> Path:
+    """The bundle's tokenizer, config and pooling files in the transformers.js folder (refreshed every run, so
+    that both downloads hold the same files and differ only in the graph)."""
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "modules.json"):
         shutil.copyfile(bundle / name, out / name)
     shutil.copytree(bundle / "1_Pooling", out / "1_Pooling", dirs_exist_ok=True)
@@ -186,35 +193,52 @@ def run(args) -> dict:
     report = {"machine": {"cpu": host.model, "kind": host.kind, "flags": host.flags(), "logical_cpus": os.cpu_count(),
                           "system": platform.platform()},
               "versions": versions(), "texts": len(mix), "mix_tokens_mean": float(np.mean([len(r) for r in mix])),
-              "rounds": args.rounds, "rounds_128": args.rounds_128,
+              "rounds": args.rounds, "rounds_128": args.rounds_128, "repeats": args.repeats,
               "download_bytes": {name: sum((folders[f] / p).stat().st_size for p in
                                            (FILES[dtype], "tokenizer.json", "config.json", "tokenizer_config.json"))
                                  for name, (f, dtype) in MODELS.items()},
+              "graph_bytes": {name: (folders[f] / FILES[dtype]).stat().st_size for name, (f, dtype) in MODELS.items()},
               "rows": []}
     proc, url = serve(folders)
+    names = list(MODELS)
     try:
         for threads in args.threads:
-            for name, (folder, dtype) in MODELS.items():
-                load_before = wait_for_quiet(args.wait_load)
-                calls = [{"model": folder, "dtype": dtype, "rows": mix, "rounds": args.rounds, "warmup": 1},
-                         {"model": folder, "dtype": dtype, "rows": [long], "rounds": args.rounds_128, "warmup": 3}]
-                out = browser([{"url": f"{url}?autorun=0&threads={threads}", "bench": calls}], work)
-                page = out["pages"][0]
-                graph = folders[folder] / FILES[dtype]
+            rows = {}
+            for repeat in range(args.repeats):
+                # each graph in its own page load, the order rotated every repeat: no graph always runs first or
+                # after the heaviest one (the figures are over all repeats' times)
+                for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                    folder, dtype = MODELS[name]
+                    load_before = wait_for_quiet(args.wait_load)
+                    calls = [{"model": folder, "dtype": dtype, "rows": mix, "rounds": args.rounds, "warmup": 1},
+                             {"model": folder, "dtype": dtype, "rows": [long], "rounds": args.rounds_128, "warmup": 3}]
+                    out = browser([{"url": f"{url}?autorun=0&threads={threads}", "bench": calls}], work)
+                    page = out["pages"][0]
+                    b_mix, b_128 = page["bench"]
+                    report["browser"] = out["browser"]
+                    row = rows.setdefault(name, {
+                        "graph": name, "file": f"{folder}/{FILES[dtype]}", "threads": threads,
+                        "isolated": b_mix["isolated"], "wasm_threads": b_mix["threads"], "loads": [],
+                        "mix_times": [], "times_128": [], "repeat_p50_mix": [], "repeat_p50_128": [],
+                        "cosine_browser": cosine(np.array(b_mix["vectors"]), reference), "page_errors": []})
+                    row["loads"].append([load_before, os.getloadavg()[0]])
+                    row["mix_times"] += sum(b_mix["times"], [])
+                    row["times_128"] += b_128["times"][0]
+                    row["repeat_p50_mix"].append(stats(sum(b_mix["times"], []))["p50_ms"])
+                    row["repeat_p50_128"].append(stats(b_128["times"][0])["p50_ms"])
+                    row["page_errors"] += page["errors"]
+                    print(f"{name} {threads} thread(s), repeat {repeat + 1}: browser p50 mix "
+                          f"{row['repeat_p50_mix'][-1]:.2f} ms, 1x128 {row['repeat_p50_128'][-1]:.2f} ms", flush=True)
+            for name in names:
+                row = rows[name]
+                graph = folders[MODELS[name][0]] / FILES[MODELS[name][1]]
                 nat_mix, nat_vectors = native(graph, mix, threads, args.rounds)
                 nat_128 = native(graph, [long], threads, args.rounds_128)[0]
-                b_mix, b_128 = page["bench"]
-                report["browser"] = out["browser"]
-                report["rows"].append({
-                    "graph": name, "file": f"{folder}/{FILES[dtype]}", "threads": threads,
-                    "isolated": b_mix["isolated"], "wasm_threads": b_mix["threads"],
-                    "load_before": load_before, "load_after": os.getloadavg()[0],
-                    "browser_mix": stats(sum(b_mix["times"], [])), "browser_128": stats(b_128["times"][0]),
-                    "native_mix": stats(nat_mix), "native_128": stats(nat_128),
-                    "cosine_browser": cosine(np.array(b_mix["vectors"]), reference),
-                    "cosine_native": cosine(nat_vectors, reference), "page_errors": page["errors"]})
-                print(f"{name} {threads} thread(s): browser p50 mix {report['rows'][-1]['browser_mix']['p50_ms']:.2f} ms",
-                      flush=True)
+                row.update(load_before=row["loads"][0][0], load_after=row["loads"][-1][1],
+                           browser_mix=stats(row.pop("mix_times")), browser_128=stats(row.pop("times_128")),
+                           native_mix=stats(nat_mix), native_128=stats(nat_128),
+                           cosine_native=cosine(nat_vectors, reference))
+                report["rows"].append(row)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -229,7 +253,9 @@ def markdown(report: dict) -> str:
              f"onnxruntime-web {report['versions']['onnxruntime-web']}, native onnxruntime "
              f"{report['versions']['onnxruntime']}. Batch 1, the model call alone; mix: {report['texts']} SST-2 dev "
              f"sentences (mean {report['mix_tokens_mean']:.1f} tokens) x {report['rounds']} rounds; 1 x 128: "
-             f"{report['rounds_128']} rounds. Cosine: mean-pooled unit vectors vs edgebert's fp32 graph (native).", "",
+             f"{report['rounds_128']} rounds; each graph in {report.get('repeats', 1)} page loads, the order rotated "
+             f"each time (p50 over all of them; per page load in browser_wasm.json). Cosine: mean-pooled unit "
+             f"vectors vs edgebert's fp32 graph (native).", "",
              "| graph | threads | browser p50 mix (ms) | browser p50 1x128 (ms) | native p50 mix | native p50 1x128 | "
              "browser / native (1x128) | cosine vs fp32 mean / min (browser) | download MB | load before / after |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -239,10 +265,12 @@ def markdown(report: dict) -> str:
                      f"{r['native_mix']['p50_ms']:.2f} | {r['native_128']['p50_ms']:.2f} | "
                      f"{r['browser_128']['p50_ms'] / r['native_128']['p50_ms']:.2f} | "
                      f"{r['cosine_browser']['mean']:.5f} / {r['cosine_browser']['min']:.5f} | "
-                     f"{report['download_bytes'][r['graph']] / 1e6:.1f} | {r['load_before']:.2f} / {r['load_after']:.2f} |")
+                     f"{report['download_bytes'][r['graph']] / 1e6:.3f} | {r['load_before']:.2f} / {r['load_after']:.2f} |")
     lines += ["", "tjs-int8: Optimum's export + onnxruntime quantize_dynamic (QInt8 weights per tensor, "
               "MatMulConstBOnly), as transformers.js' conversion script makes model_quantized.onnx. "
-              "Download: the graph + tokenizer.json + config.json + tokenizer_config.json."]
+              "Download: the graph + tokenizer.json + config.json + tokenizer_config.json (the same three files "
+              "in both folders); the graphs alone: " + ", ".join(
+                  f"{name} {b / 1e6:.3f} MB" for name, b in report.get("graph_bytes", {}).items()) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -271,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--texts", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rounds-128", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=3, help="page loads per graph, in rotated order")
     parser.add_argument("--wait-load", type=float, default=1.0)
     parser.add_argument("--work", default="/tmp/edgebert-browser")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "browser"))
