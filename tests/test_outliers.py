@@ -236,3 +236,24 @@ def test_biases_move_into_the_int8_products(planted, calib, work, monkeypatch):
     feeds = next(iter(batches))
     a, b = (cpu_session(p).run(["last_hidden_state"], feeds)[0] for p in (got, ref))
     assert np.abs(a - b).max() <= 1e-4 * max(1.0, np.abs(b).max())
+
+
+def test_a_split_matmul_the_gate_keeps_float_keeps_its_exact_float_part(planted, calib, work):
+    """The gate may keep a split MatMul float: no INT8 product clips its input then, so its float part must stay
+    the exact ``x[o] @ W[o]`` (float rows, input masked) while the other splits fold; the graph stays as accurate
+    as with every node INT8 (the float node only removes error)."""
+    fused, split, plan, recipe, stats = _split_with_stats(planted, calib, work, "split-kept.onnx", "x86-vnni")
+    ffn_in = "/model/layer.0/intermediate/dense/MatMul"
+    assert ffn_in in plan
+    quantizer = DynamicInt8Quantizer(split, recipe, stats, plan)
+    kept = quantizer.quantize(work / "kept.int8.onnx", exclude=[ffn_in, *quantizer.tables])
+    every = quantizer.quantize(work / "every.int8.onnx", exclude=quantizer.tables)
+    graph = onnx.load(str(kept)).graph
+    nodes = {n.name: n for n in graph.node}
+    assert nodes[ffn_in].op_type == "MatMul" and nodes[ffn_in].input[0] == f"{ffn_in}/outlier_masked"
+    assert nodes[f"{ffn_in}/outlier_float_MatMul"].input == [f"{ffn_in}/outlier_x", f"{ffn_in}/outlier_weight"]
+    assert f"{ffn_in}/outlier_Clip" not in nodes
+    folded = [p for p in plan if p != ffn_in and f"{p}/outlier_Clip" in nodes]
+    assert folded == [p for p in plan if p != ffn_in]
+    probe = AccuracyProbe("embed", fused, _batches(planted, calib))
+    assert probe.measure(kept).loss <= probe.measure(every).loss * 1.05 + 1e-9
