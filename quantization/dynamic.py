@@ -9,7 +9,7 @@ float. ``MatMulConstBOnly`` keeps activation x activation MatMuls float (a fused
 outlier channels were split off (``quantization.outliers``) the float outlier MatMuls stay float.
 The embedding tables become int8 looked up per token (``quantization.embedding_tables``): each table is
 one more candidate of the accuracy gate, named ``<EmbedLayerNormalization node>/<table>``. With calibrated
-scales each bias moves into the INT8 product before it (``quantization.bias_fold``). The written graph is
+scales each bias moves into the INT8 product before it (``quantization.scales`` calls ``quantization.bias_fold``). The written graph is
 stored compactly (``quantization.storage``).
 """
 
@@ -23,7 +23,6 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from edgebert.files.atomic import work_dir
 from edgebert.graph.ops import quiet_logging, weight_nodes
 from edgebert.quantization.activations import ChannelStats
-from edgebert.quantization.bias_fold import fold_biases
 from edgebert.quantization.embedding_tables import GATE_KEPT, RECIPE_OFF, quantize_tables, table_plan
 from edgebert.quantization.outliers import float_only_nodes
 from edgebert.quantization.scales import freeze_activation_scales
@@ -90,9 +89,6 @@ class DynamicInt8Quantizer:
                 )
             if r.activation_scales == "calibrated":
                 self.last_scales = freeze_activation_scales(per_call, nodes, self.stats, self.plan)
-                model = onnx.load(str(nodes))
-                self.last_scales["biases_folded"] = fold_biases(model)
-                onnx.save(model, str(nodes))
             self.last_tables = quantize_tables(nodes, out_path, tables, self.tables_fp32_why)
         self.last_storage = compact_storage(out_path)
         return out_path

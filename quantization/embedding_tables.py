@@ -90,8 +90,7 @@ def quantize_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if scale.max() * 1.001 < FP16_MAX:
         half = scale.astype(np.float16)
         low = half.astype(np.float32) < scale
-        half[low] = np.nextafter(half[low], np.float16(np.inf))
-        half[half == 0] = np.float16(2.0 ** -24)      # a row too small for float16: its values quantize to 0
+        half[low] = np.nextafter(half[low], np.float16(np.inf))    # a tiny row: float16's smallest step
         scale = half
     return np.clip(np.rint(table / scale.astype(np.float32)), -127, 127).astype(np.int8), scale
 

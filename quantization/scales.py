@@ -8,6 +8,7 @@ becomes a ``QuantizeLinear`` with a scale and zero point fixed from calibration 
 the channels that stay INT8, real tokens only, the same formula as DynamicQuantizeLinear), and each
 ``MatMulInteger -> Cast -> Mul(scale_x * scale_w)`` chain becomes one ``MatMulIntegerToFloat``. Every
 row is then quantized alone: batch-invariant by construction, and the per-call min/max pass is gone.
+Each bias then moves into the ``MatMulIntegerToFloat`` before it (``quantization.bias_fold``).
 
 On a graph with the outlier split, the ``Mul`` that zeroes outlier channels before quantization is
 bypassed: the range is calibrated without the outlier channels, they clip to it in the INT8 product,
@@ -26,9 +27,8 @@ from onnx import helper, numpy_helper
 
 from edgebert.graph.ops import drop_unused_initializers, load
 from edgebert.quantization.activations import ChannelStats
+from edgebert.quantization.bias_fold import MS_DOMAIN, fold_biases
 from edgebert.quantization.outliers import MASK_SUFFIX, fold_outlier_rows
-
-MS_DOMAIN = "com.microsoft"
 
 
 def uint8_scale(low: float, high: float) -> tuple[float, int]:
@@ -116,11 +116,12 @@ def freeze_activation_scales(int8_path: str | Path, out_path: str | Path, stats:
             raise ValueError(f"outlier split {prefix}: its INT8 input feeds {[n.op_type for n in main]}, "
                              "not one MatMulIntegerToFloat")
         fold_outlier_rows(graph, prefix, main[0], low, high)
+    biases = fold_biases(model)
     drop_unused_initializers(graph)
     if not any(op.domain == MS_DOMAIN for op in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     onnx.save(model, str(out_path))
-    return {"tensors": len(ranges), "fused_matmuls": fused, "ranges": ranges}
+    return {"tensors": len(ranges), "fused_matmuls": fused, "biases_folded": biases, "ranges": ranges}
 
 
 def _only(nodes: list[onnx.NodeProto] | None, op_type: str) -> onnx.NodeProto | None:

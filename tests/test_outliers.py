@@ -217,13 +217,13 @@ def test_biases_move_into_the_int8_products(planted, calib, work, monkeypatch):
     """``quantization.bias_fold``: no bias Add after a MatMulIntegerToFloat and no BiasGelu in a calibrated
     graph, every INT8 MatMul but the pooler's carries its bias; the outputs equal the unfolded graph's up to
     float rounding."""
-    import edgebert.quantization.dynamic as dynamic
+    import edgebert.quantization.scales as scales
 
     fused, split, plan, recipe, stats = _split_with_stats(planted, calib, work, "split-bias.onnx", "portable")
     batches = _batches(planted, calib)
     folded = DynamicInt8Quantizer(split, recipe, stats, plan)
     got = folded.quantize(work / "bias.int8.onnx")
-    monkeypatch.setattr(dynamic, "fold_biases", lambda model: 0)
+    monkeypatch.setattr(scales, "fold_biases", lambda model: 0)
     ref = DynamicInt8Quantizer(split, recipe, stats, plan).quantize(work / "nobias.int8.onnx")
     graph, before = onnx.load(str(got)).graph, onnx.load(str(ref)).graph
     mms = [n for n in graph.node if n.op_type == "MatMulIntegerToFloat"]
