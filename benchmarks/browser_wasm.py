@@ -47,12 +47,12 @@ def minilm_dir() -> Path:
 
 
 def edgebert_bundle(model_dir: Path, work: Path) -> Path:
-    """The model exported as edgebert exports it by default with --int8 (fp32 + the portable INT8 graph)."""
+    """The model exported as edgebert exports it by default with --int8 (fp32 + the portable INT8 graph), by
+    this checkout's code: exported again every run (an earlier run's bundle may come from other code)."""
     from edgebert.exporters import ExportConfig, export_bundle
 
     out = work / "edgebert"
-    if not (out / "manifest.json").is_file():
-        export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, overwrite=True), on_step=print)
+    export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, overwrite=True), on_step=print)
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from edgebert.bundle import Manifest, ModelEntry
 
-INT8_OPS = ("QAttention", "MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeMatMul", "MatMul",
+INT8_OPS = ("QAttention", "MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeMatMul", "MatMul", "FastGelu",
             "QuantizeLinear", "DequantizeLinear", "Attention")
 OPENVINO_INT8_OPS = ("FakeQuantize", "MatMul", "ScaledDotProductAttention")   # an OpenVINO IR's ops
 
@@ -71,6 +71,9 @@ def _int8_line(q: ModelEntry) -> str:
             + f" (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
     if quant.get("excluded_nodes"):
         line += f"; kept float: {len(quant['excluded_nodes'])} of {quant.get('candidate_nodes')} node(s)"
+    fallback = (quant.get("calibrated_scales") or {}).get("gelu_fallback")
+    if fallback:
+        line += f"; GELU erf form (the tanh form lost {fallback['tanh_loss']:g})"
     line += _tables_text(quant.get("embedding_tables") or {})
     split = quant.get("outlier_split") or {}
     if split.get("channels"):

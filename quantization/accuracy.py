@@ -131,13 +131,18 @@ def rank_nodes(quantizer: Quantizer, probe: AccuracyProbe, sensitivity_size: int
 def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: AccuracyProbe | None,
                         budget: float | None, sensitivity_size: int = 64,
                         on_step: Callable[[str], None] | None = None, max_excluded: int | None = None,
-                        allow_miss: bool = False) -> GuardResult | None:
+                        allow_miss: bool = False,
+                        fallback: Callable[[Fidelity], str | None] | None = None) -> GuardResult | None:
     """Quantize into ``out_path``; with a probe, measure; over ``budget``, exclude sensitive nodes (at
     most ``max_excluded``; None: every candidate).
 
     A miss (even the most exclusions allowed exceed the budget) raises ``ValidationError`` (figures:
     loss, budget, excluded), or with ``allow_miss`` returns the graph with those exclusions and
     ``within_budget=False``. Returns ``None`` when there is no probe (nothing measured).
+
+    ``fallback(missed)``: called once when every candidate quantized misses the budget, before any node is
+    kept float; a returned text says what it changed in the quantizer (a speed-only approximation dropped,
+    e.g. GELU's tanh form), and the graph is made and measured again.
     """
     say = on_step or (lambda msg: None)
     out_path = Path(out_path)
@@ -145,7 +150,12 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
     if probe is None:
         return None
     before = probe.measure(out_path)
-    if budget is None or before.loss <= budget:
+    changed = fallback(before) if budget is not None and not before.within(budget) and fallback else None
+    if changed:
+        quantizer.quantize(out_path)
+        missed, before = before, probe.measure(out_path)
+        say(f"INT8 {probe.metric} loss {missed.loss:.5f} > budget {budget}: {changed}, loss {before.loss:.5f}")
+    if budget is None or before.within(budget):
         return GuardResult(before, within_budget=True if allow_miss else None)
     say(f"INT8 {probe.metric} loss {before.loss:.5f} > budget {budget}: ranking nodes by sensitivity")
     ranking = rank_nodes(quantizer, probe, sensitivity_size, out_path.suffix or ".onnx")
@@ -169,7 +179,7 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
 
     lo, hi, k = 0, None, min(limit, max(1, guess))      # lo: known miss; hi: known fit
     while True:
-        if loss_at(k).loss <= budget:
+        if loss_at(k).within(budget):
             hi = k
         else:
             lo = k

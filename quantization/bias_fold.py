@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import onnx
 
+from edgebert.graph.ops import readers as graph_readers
+
 MS_DOMAIN = "com.microsoft"
 BIAS_INPUT = 6                      # MatMulIntegerToFloat's optional bias
 OUTLIER_ADD_SUFFIX = "/outlier_Add"
@@ -26,10 +28,7 @@ def fold_biases(model: onnx.ModelProto) -> int:
     com.microsoft domain already (its MatMulIntegerToFloat nodes are from there)."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = graph_readers(graph)
     outputs = {o.name for o in graph.output}
 
     def only_reader(name: str) -> onnx.NodeProto | None:

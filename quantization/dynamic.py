@@ -55,6 +55,8 @@ class DynamicInt8Quantizer:
         self.last_scales: dict | None = None
         self.last_tables: dict | None = None
         self.last_storage: dict | None = None
+        self.tanh_gelus = True             # quantization.gelu_form, where it applies (calibrated scales)
+        self.gelu_fallback: dict | None = None   # set when the gate sent GELU back to its erf form
 
     def candidates(self) -> list[str]:
         """Nodes this quantizer turns into INT8 (weight-bearing nodes of the op types), under the names
@@ -88,10 +90,21 @@ class DynamicInt8Quantizer:
                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True},
                 )
             if r.activation_scales == "calibrated":
-                self.last_scales = freeze_activation_scales(per_call, nodes, self.stats, self.plan)
+                self.last_scales = freeze_activation_scales(per_call, nodes, self.stats, self.plan,
+                                                            tanh_gelu=self.tanh_gelus)
             self.last_tables = quantize_tables(nodes, out_path, tables, self.tables_fp32_why)
         self.last_storage = compact_storage(out_path)
         return out_path
+
+    def erf_gelus(self, missed) -> str | None:
+        """The gate's fallback before it keeps any node float: GELU back to its erf form when the graph it
+        measured (``missed``: that ``Fidelity``) had tanh GELUs; says so, or None when nothing changes."""
+        tanh = (self.last_scales or {}).get("gelus_tanh", 0)
+        if not (self.tanh_gelus and tanh):
+            return None
+        self.tanh_gelus = False
+        self.gelu_fallback = {"tanh_gelus": tanh, "tanh_loss": round(missed.loss, 6)}
+        return f"{tanh} GELU(s) back to the erf form"
 
     def describe(self) -> dict:
         r = self.recipe

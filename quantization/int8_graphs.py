@@ -112,7 +112,10 @@ class Int8Maker:
         guard, quant = self._quantize(quantizer, candidates, out, {"outlier_split": split.figures})
         # the guard's last quantize() call wrote the kept file, so last_scales describe it
         if quantizer.last_scales is not None:
-            quant["calibrated_scales"] = {k: quantizer.last_scales[k] for k in ("tensors", "fused_matmuls", "biases_folded")}
+            quant["calibrated_scales"] = {k: quantizer.last_scales[k] for k in ("tensors", "fused_matmuls", "biases_folded",
+                                                                             "gelus_tanh")}
+            if quantizer.gelu_fallback:      # the tanh form missed the gate: erf GELUs rather than float nodes
+                quant["calibrated_scales"]["gelu_fallback"] = quantizer.gelu_fallback
         return self._measured(out, recipe.target, quant, guard, recipe.requirements(), recipe.as_dict())
 
     # ------------------------------------------------------------------ OpenVINO (NNCF)
@@ -149,7 +152,7 @@ class Int8Maker:
         bounded = bundle_task(self.task).gate_may_miss     # then the bundle keeps fp32 its default
         guard = quantize_with_guard(quantizer, out, self.probe, self.budget, self.qcfg.sensitivity_size, self.say,
                                     max_excluded=max(1, len(candidates) // FLOAT_SHARE) if bounded else None,
-                                    allow_miss=bounded)
+                                    allow_miss=bounded, fallback=getattr(quantizer, "erf_gelus", None))
         quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
                  "quantized_nodes": len(candidates) - len(guard.excluded), "excluded_nodes": guard.excluded,
                  "op_counts": _op_counts(out), **figures, "calibration": self.calibration()}

@@ -8,7 +8,8 @@ becomes a ``QuantizeLinear`` with a scale and zero point fixed from calibration 
 the channels that stay INT8, real tokens only, the same formula as DynamicQuantizeLinear), and each
 ``MatMulInteger -> Cast -> Mul(scale_x * scale_w)`` chain becomes one ``MatMulIntegerToFloat``. Every
 row is then quantized alone: batch-invariant by construction, and the per-call min/max pass is gone.
-Each bias then moves into the ``MatMulIntegerToFloat`` before it (``quantization.bias_fold``).
+Each bias then moves into the ``MatMulIntegerToFloat`` before it (``quantization.bias_fold``), and a GELU
+whose output is rounded to a coarse uint8 step takes its tanh form (``quantization.gelu_form``).
 
 On a graph with the outlier split, the ``Mul`` that zeroes outlier channels before quantization is
 bypassed: the range is calibrated without the outlier channels, they clip to it in the INT8 product,
@@ -25,9 +26,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from edgebert.graph.ops import drop_unused_initializers, load
+from edgebert.graph.ops import drop_unused_initializers, load, readers
 from edgebert.quantization.activations import ChannelStats
 from edgebert.quantization.bias_fold import MS_DOMAIN, fold_biases
+from edgebert.quantization.gelu_form import tanh_gelus
 from edgebert.quantization.outliers import MASK_SUFFIX, fold_outlier_rows
 
 
@@ -51,18 +53,16 @@ def calibrated_tensors(int8_path: str | Path) -> list[str]:
 
 
 def freeze_activation_scales(int8_path: str | Path, out_path: str | Path, stats: ChannelStats,
-                             plan: dict[str, list[int]] | None = None) -> dict:
+                             plan: dict[str, list[int]] | None = None, tanh_gelu: bool = True) -> dict:
     """Write ``int8_path`` with calibrated scales to ``out_path``. ``stats`` must hold every tensor of
-    ``calibrated_tensors``; ``plan`` is the outlier split's ``{node: channels}``. Returns
-    ``{"tensors", "fused_matmuls", "ranges": {tensor: [low, high]}}``."""
+    ``calibrated_tensors``; ``plan`` is the outlier split's ``{node: channels}``; ``tanh_gelu``: GELUs that
+    qualify take the tanh form (``quantization.gelu_form``). Returns
+    ``{"tensors", "fused_matmuls", "biases_folded", "gelus_tanh", "ranges": {tensor: [low, high]}}``."""
     plan = plan or {}
     model = load(int8_path)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    consumers = readers(graph)
     inits = {i.name for i in graph.initializer}
     replaced: dict[str, onnx.NodeProto] = {}       # node name -> its replacement (None: drop)
     dropped: set[str] = set()
@@ -117,11 +117,13 @@ def freeze_activation_scales(int8_path: str | Path, out_path: str | Path, stats:
                              "not one MatMulIntegerToFloat")
         fold_outlier_rows(graph, prefix, main[0], low, high)
     biases = fold_biases(model)
+    gelus = tanh_gelus(model) if tanh_gelu else 0
     drop_unused_initializers(graph)
     if not any(op.domain == MS_DOMAIN for op in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     onnx.save(model, str(out_path))
-    return {"tensors": len(ranges), "fused_matmuls": fused, "biases_folded": biases, "ranges": ranges}
+    return {"tensors": len(ranges), "fused_matmuls": fused, "biases_folded": biases, "gelus_tanh": gelus,
+            "ranges": ranges}
 
 
 def _only(nodes: list[onnx.NodeProto] | None, op_type: str) -> onnx.NodeProto | None:

@@ -29,7 +29,7 @@ from edgebert.qa.answers import pipeline_answers
 from edgebert.qa.squad_file import SquadExample
 from edgebert.qa.windows import SquadWindows
 from edgebert.runtime.answer import MAX_ANSWER_LEN, SPAN_OUTPUTS, span_logits
-from edgebert.runtime.fidelity import span_overlap_f1
+from edgebert.runtime.fidelity import LOSS_ROUNDING, span_overlap_f1
 
 METRIC = task_serving("answer").metric      # the metric of the task EdgeSession.answer serves
 LOSS_UNIT = "1 - mean overlap F1 of the answers with fp32's answers on held-out questions"
@@ -52,6 +52,10 @@ class SpanFidelity:
     @property
     def loss(self) -> float:
         return 1.0 - self.mean
+
+    def within(self, budget: float) -> bool:
+        """The loss is at most ``budget`` (up to float rounding, as ``Fidelity.within``)."""
+        return self.loss <= budget + LOSS_ROUNDING
 
     def as_dict(self) -> dict:
         mean = round(self.mean, 6)

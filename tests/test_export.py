@@ -128,7 +128,9 @@ def test_int8_dynamic_quantizes_every_matmul_and_attention(embed_bundle):
     assert q["target"] == "portable" and q["reduce_range"] is True and q["weight_type"] == "int8"
     assert q["quantized_nodes"] == q["candidate_nodes"] == 4 * LAYERS + 1 + 2      # + the pooler, 2 tables
     assert q["calibrated_scales"] == {"tensors": 4 * LAYERS + 1, "fused_matmuls": 3 * LAYERS + 1,
-                                      "biases_folded": 3 * LAYERS + 1}     # every bias into its INT8 product
+                                      "biases_folded": 3 * LAYERS + 1,     # every bias into its INT8 product
+                                      "gelus_tanh": counts.get("FastGelu", 0)}   # quantization.gelu_form
+    assert counts.get("Gelu", 0) + counts.get("FastGelu", 0) == LAYERS
     entry = manifest["models"]["int8"]
     assert entry["precision"] == "int8" and entry["target"] == "portable"
     assert entry["requires"]["u8s8_exact"] is False

@@ -4,9 +4,9 @@ OpenVINO IR (``.xml``) is measured as an IR, not parsed as ONNX (which failed fo
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from edgebert.quantization.accuracy import quantize_with_guard
+from edgebert.runtime.fidelity import Fidelity
 
 
 class FakeQuantizer:
@@ -27,7 +27,7 @@ class FakeProbe:
     def measure(self, path, max_sentences=None):
         loss = 0.0 if "one" not in Path(path).name and self.seen else 0.1
         self.seen = True
-        return SimpleNamespace(loss=loss, distance=0.1, as_dict=lambda: {})
+        return Fidelity(self.metric, 1.0 - loss, None, 200, loss, 0.1)
 
     seen = False
 

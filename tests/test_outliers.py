@@ -219,6 +219,7 @@ def test_biases_move_into_the_int8_products(planted, calib, work, monkeypatch):
     float rounding."""
     import edgebert.quantization.scales as scales
 
+    monkeypatch.setattr(scales, "tanh_gelus", lambda model: 0)       # the erf form: quantization.gelu_form
     fused, split, plan, recipe, stats = _split_with_stats(planted, calib, work, "split-bias.onnx", "portable")
     batches = _batches(planted, calib)
     folded = DynamicInt8Quantizer(split, recipe, stats, plan)
@@ -257,3 +258,35 @@ def test_a_split_matmul_the_gate_keeps_float_keeps_its_exact_float_part(planted,
     assert folded == [p for p in plan if p != ffn_in]
     probe = AccuracyProbe("embed", fused, _batches(planted, calib))
     assert probe.measure(kept).loss <= probe.measure(every).loss * 1.05 + 1e-9
+
+
+def test_the_gate_sends_gelu_back_to_erf_before_keeping_a_node_float(planted, calib, work):
+    """``quantization.gelu_form`` is speed only: when the all-INT8 graph with tanh GELUs misses the budget, the
+    gate first makes it again with the erf form (``DynamicInt8Quantizer.erf_gelus``) and ranks nodes only if
+    that misses too. The probe here charges a loss for a FastGelu in the graph (the planted model's real
+    losses are ~2e-6 either way), so the gate's path is known."""
+    from edgebert.quantization import quantize_with_guard
+    from edgebert.runtime.fidelity import Fidelity
+
+    class GeluProbe:
+        metric = "cosine"
+
+        def measure(self, path, max_sentences=None):
+            loss = 0.02 if op_type_counts(path).get("FastGelu") else 0.0
+            return Fidelity("cosine", 1.0 - loss, 1.0 - loss, 8, loss, loss)
+
+    fused, split, plan, recipe, stats = _split_with_stats(planted, calib, work, "split-gelu.onnx", "portable")
+    quantizer = DynamicInt8Quantizer(split, recipe, stats, plan)
+    steps = []
+    out = work / "gated.int8.onnx"
+    result = quantize_with_guard(quantizer, out, GeluProbe(), 0.01, on_step=steps.append, fallback=quantizer.erf_gelus)
+    assert result.excluded == [] and result.accuracy.loss == 0.0 and result.before is None   # no node ranked
+    assert quantizer.gelu_fallback == {"tanh_gelus": 1, "tanh_loss": 0.02}       # one coarse-step GELU of 2
+    assert steps == ["INT8 cosine loss 0.02000 > budget 0.01: 1 GELU(s) back to the erf form, loss 0.00000"]
+    counts = op_type_counts(out)
+    assert "FastGelu" not in counts and counts["Gelu"] == 2 and quantizer.last_scales["gelus_tanh"] == 0
+    assert quantizer.erf_gelus(result.accuracy) is None                            # once only
+    # within the budget, the tanh form stays
+    quantizer = DynamicInt8Quantizer(split, recipe, stats, plan)
+    result = quantize_with_guard(quantizer, out, GeluProbe(), 0.05, fallback=quantizer.erf_gelus)
+    assert quantizer.gelu_fallback is None and op_type_counts(out).get("FastGelu") == 1

@@ -31,6 +31,15 @@ def weight_nodes(model: str | Path | onnx.ModelProto, op_types: tuple[str, ...])
     return [n.name for n in graph.node if n.op_type in op_types and any(i in inits for i in n.input)]
 
 
+def readers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    """Each tensor name -> the nodes that read it, in graph order."""
+    found: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            found.setdefault(name, []).append(node)
+    return found
+
+
 def drop_unused_initializers(graph: onnx.GraphProto) -> int:
     """Remove initializers no node (or graph output) reads; returns how many were removed."""
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}

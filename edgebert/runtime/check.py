@@ -197,9 +197,9 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     report.fidelity = fidelity.as_dict()
     where = f"this {host.kind} CPU"
     summary = (f"{fidelity.metric} {fidelity.mean:.5f}, loss {fidelity.loss:.5f} "
-               f"{'<=' if fidelity.loss <= report.budget else '>'} budget {report.budget:g}, "
+               f"{'<=' if fidelity.within(report.budget) else '>'} budget {report.budget:g}, "
                f"on {fidelity.n} {report.texts['source']} {'questions' if spec.inputs == 'questions' else 'texts'}")
-    if fidelity.loss <= report.budget:
+    if fidelity.within(report.budget):
         report.passed = True
         report.reason = f"PASS: INT8 graph {choice.target!r} follows fp32 on {where} ({summary})"
     else:

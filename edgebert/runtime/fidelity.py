@@ -41,6 +41,8 @@ METRICS = {t.name: t.metric for t in BUNDLE_TASKS}
 OUTPUT = {t.name: t.metric_output for t in BUNDLE_TASKS if t.inputs == "texts"}   # compared on single texts
 DEFAULT_BUDGETS = {t.name: t.budget for t in BUNDLE_TASKS}     # the export gate's and check's
 LABELS = ("label_agreement", "token_label_agreement")             # argmax agreement, per text or per token
+# a loss equal to the budget up to float rounding is within it: 2 labels of 200 lose 1 - 0.99 = 0.010000000000000009
+LOSS_ROUNDING = 1e-9
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -120,6 +122,10 @@ class Fidelity:
     prob_max_abs_diff: float | None = None      # cls, token-cls
     pooler_max_abs_diff: float | None = None    # embed
     non_finite: int | None = None
+
+    def within(self, budget: float) -> bool:
+        """The loss is at most ``budget`` (up to float rounding: ``LOSS_ROUNDING``)."""
+        return self.loss <= budget + LOSS_ROUNDING
 
     def as_dict(self) -> dict:
         # loss is derived from the rounded mean, so the two always agree in the written figures
