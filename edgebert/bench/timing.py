@@ -53,7 +53,7 @@ def mix_row(path, name: str, batch: int, mode: str, feeds: list[Feeds], lat: Lat
     real = int(sum(int(f["attention_mask"].sum()) for f in feeds))
     computed = int(sum(f["input_ids"].size for f in feeds))
     return MixRow(name, path.provider, path.precision, batch, mode, len(feeds), texts, lat.ms(),
-                  total_s=round(total, 4), sequences_per_s=round(texts / total, 2),
+                  total_s=float(f"{total:.4g}"), sequences_per_s=round(texts / total, 2),
                   real_tokens_per_s=round(real / total, 1), padding_fraction=round(1 - real / computed, 4),
                   shapes=[f["input_ids"].shape for f in feeds])
 
