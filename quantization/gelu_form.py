@@ -24,8 +24,8 @@ import onnx
 from onnx import numpy_helper
 
 from edgebert.graph.ops import readers as graph_readers
+from edgebert.quantization.bias_fold import MS_DOMAIN
 
-MS_DOMAIN = "com.microsoft"
 TANH_MAX_ERROR = 4.74e-4           # max over x of |erf-form GELU - tanh-form GELU|
 STEP_MULTIPLE = 10                 # the rounding step must be >= 10x that difference
 OUTLIER_GATHER_SUFFIX = "/outlier_Gather"
