@@ -46,10 +46,11 @@ class TaskModel(nn.Module):
 def prepare(model: nn.Module, task: str, names: tuple[str, ...] | None = None) -> TaskModel:
     """Eval mode, eager (explicit softmax) attention, wrapped for ``task`` with the outputs ``names``
     (default: all of the task's; ``BundleTask.bundle_outputs``)."""
+    names = names or bundle_task(task).output_names
     model.eval()
     encoder_of(model).set_attention_impl("eager")
     encoder_of(model).embeddings.static_positions = True   # RoBERTa: the position pattern onnxruntime fuses
-    if ("pooler_output" in (names or bundle_task(task).output_names) and encoder_of(model).pooler is None
+    if ("pooler_output" in names and encoder_of(model).pooler is None
             and model.config.model_type != "distilbert"):
         raise ValidationError("the model has no pooler, so task embed has no pooler_output",
                               "export a checkpoint with a pooler (BertModel/BertForPreTraining)")

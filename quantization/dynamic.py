@@ -9,8 +9,9 @@ float. ``MatMulConstBOnly`` keeps activation x activation MatMuls float (a fused
 outlier channels were split off (``quantization.outliers``) the float outlier MatMuls stay float.
 The embedding tables become int8 looked up per token (``quantization.embedding_tables``): each table is
 one more candidate of the accuracy gate, named ``<EmbedLayerNormalization node>/<table>``. With calibrated
-scales each bias moves into the INT8 product before it (``quantization.scales`` calls ``quantization.bias_fold``). The written graph is
-stored compactly (``quantization.storage``).
+scales (``quantization.scales``) each bias moves into the INT8 product before it (``quantization.bias_fold``)
+and a GELU rounded to a coarse step takes its tanh form (``quantization.gelu_form``; ``erf_gelus`` is the gate's
+way back). The written graph is stored compactly (``quantization.storage``).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from edgebert.graph.ops import drop_unused_initializers, load
+from edgebert.quantization.storage import FP16_NORMAL
 
 ELN = "EmbedLayerNormalization"
 SLOTS = {2: "word_embeddings", 3: "position_embeddings", 4: "token_type_embeddings"}   # ELN input index
@@ -37,7 +38,6 @@ IDS = {"word_embeddings": 0, "position_embeddings": 8}      # ELN input of the i
 MIN_ROWS = 64            # fewer rows: int8 saves under 3 x 64 x hidden bytes, not worth a lookup chain
 CANDIDATE = "{node}/{slot}"       # the gate's candidate name of one table (not a graph node)
 SCALES = "per-row symmetric int8 [-127, 127], float16 scale = max|row| / 127 (rounded up)"
-FP16_MAX = 65504.0
 GATE_KEPT = "kept fp32 by the accuracy gate: the loss was over budget with it int8 (see accuracy.sensitivity)"
 RECIPE_OFF = "int8 embedding tables are off in this recipe (embedding_tables=False)"
 
@@ -87,7 +87,7 @@ def quantize_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     float16 (each rounded up, so no row clips), or float32 for a table whose rows exceed float16's range."""
     absmax = np.abs(table).max(axis=1, keepdims=True).astype(np.float32)
     scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
-    if scale.max() * 1.001 < FP16_MAX:
+    if scale.max() * 1.001 < FP16_NORMAL[1]:
         half = scale.astype(np.float16)
         low = half.astype(np.float32) < scale
         half[low] = np.nextafter(half[low], np.float16(np.inf))    # a tiny row: float16's smallest step

@@ -110,8 +110,9 @@ def freeze_activation_scales(int8_path: str | Path, out_path: str | Path, stats:
     nodes = [replaced.get(n.name, n) for n in graph.node if n.name not in dropped]
     del graph.node[:]
     graph.node.extend(_live(nodes, {o.name for o in graph.output}))
+    after = readers(graph)
     for q, (prefix, low, high) in folds.items():
-        main = [n for n in graph.node if q in n.input]
+        main = after.get(q, [])
         if len(main) != 1 or main[0].op_type != "MatMulIntegerToFloat":
             raise ValueError(f"outlier split {prefix}: its INT8 input feeds {[n.op_type for n in main]}, "
                              "not one MatMulIntegerToFloat")

@@ -27,7 +27,7 @@ ZERO_POINT_INPUTS = {"MatMulIntegerToFloat": 5, "QAttention": 7}
 SCALE_INPUTS = {"MatMulIntegerToFloat": 3, "QAttention": 4}
 FP16_SUFFIX = "_fp16"
 MIN_ELEMENTS = 64                        # a scalar or a handful of scales: the Cast costs more than it saves
-FP16_NORMAL = (2.0 ** -14, 65504.0)
+FP16_NORMAL = (2.0 ** -14, 65504.0)      # float16's normal range (also the embedding tables' row scales)
 
 
 def compact_storage(path: str | Path, out_path: str | Path | None = None) -> dict[str, int]:
