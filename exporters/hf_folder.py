@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle.pooling import ST_CONFIG_NAME, SentencePooling, write_pooling
+from edgebert.bundle.st_settings import ST_SETTINGS_NAME
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.files.atomic import write_json, write_text
 from edgebert.model import CONFIG_NAME, BertConfig
@@ -75,10 +76,13 @@ def _tokenizer_config(specials: dict[str, str], tok_meta: dict, max_len: int, mo
 
 
 def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: int, tok_file: Path, tok_meta: dict,
-                    max_len: int, pooling: SentencePooling | None, source_dir: Path) -> list[str]:
+                    max_len: int, pooling: SentencePooling | None, source_dir: Path,
+                    st_settings: dict[str, Any] | None = None) -> list[str]:
     """Write the loaders' files into ``staging`` (the graphs are the export's own, under ``GRAPH_DIR``);
-    returns the names written. An embedding model without stated pooling gets what ``EdgeSession.embed``
-    does by default: mean pooling, then unit length."""
+    returns the names written. An embedding model without stated pooling gets edgebert's default, mean
+    pooling then unit length, which ``EdgeSession`` reads back from these files (``bundle.bundle_pooling``);
+    its ``st_settings`` (prompts, similarity function: the manifest's ``sentence_transformers``) go into
+    ``config_sentence_transformers.json``, so that sentence-transformers prompts as ``EdgeSession`` does."""
     staging = Path(staging)
     write_json(staging / CONFIG_NAME, _hf_config(task, cfg, num_labels))
     clean_tokenizer(tok_file, staging / tok_meta["file"])
@@ -92,6 +96,9 @@ def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: in
         limit = min(pooling.max_seq_length or max_len, max_len)
         write_json(staging / ST_CONFIG_NAME, {"max_seq_length": limit, "do_lower_case": False})
         names.append(ST_CONFIG_NAME)
+        if st_settings:
+            write_json(staging / ST_SETTINGS_NAME, {"model_type": "SentenceTransformer", **st_settings})
+            names.append(ST_SETTINGS_NAME)
     return list(dict.fromkeys(names))
 
 

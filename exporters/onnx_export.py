@@ -64,9 +64,10 @@ def export_onnx(wrapped: TaskModel, path: str | Path, opset: int, pad_id: int = 
     inputs, outputs = io_spec(wrapped.task, cfg.hidden_size, cfg.vocab_size, cfg.num_labels, wrapped.names)
     vocab = cfg.vocab_size
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab, (TRACE_BATCH, TRACE_SEQUENCE), generator=g)
+    seq = min(TRACE_SEQUENCE, cfg.max_sequence_length)       # a model with fewer positions: as many as it has
+    ids = torch.randint(0, vocab, (TRACE_BATCH, seq), generator=g)
     mask = torch.ones_like(ids)
-    mask[1, TRACE_SEQUENCE // 2:] = 0
+    mask[1, seq // 2:] = 0
     ids[mask == 0] = pad_id
     types = torch.zeros_like(ids)
     if bundle_task(wrapped.task).inputs == "choices":      # (batch, choices, sequence): every row a choice

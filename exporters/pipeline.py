@@ -17,6 +17,7 @@ from typing import Callable
 
 from edgebert.bundle import MANIFEST_NAME
 from edgebert.bundle.pooling import POOLING_FILES, read_pooling
+from edgebert.bundle.st_settings import MANIFEST_KEY, ST_SETTINGS_NAME
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.exporters.config import ExportConfig, default_task
@@ -42,6 +43,7 @@ from edgebert.exporters.validate import GraphValidator, Say, make_cases, torch_r
 from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_dir, write_text
 from edgebert.files.outdirs import OutputDir
 from edgebert.model import CONFIG_NAME, BertConfig, load_model
+from edgebert.model.families import check_pad_id
 from edgebert.runtime.float_reference import REFERENCE_FILE, REFERENCE_TASKS, write_reference
 from edgebert.runtime.ort_format import ORT_CONFIG, add_ort_graphs
 
@@ -52,7 +54,7 @@ LOG_NAME = "export_log.jsonl"
 # data; the OpenVINO IR), tokenizer, config, log
 BUNDLE_OUTPUTS = (MANIFEST_NAME, "*.onnx", "*.onnx.data", "*.onnx_data", OPENVINO_FILE, OPENVINO_WEIGHTS,
                   "tokenizer.json", "vocab.txt", CONFIG_NAME, LOG_NAME, GRAPH_DIR, *HF_FILES, *POOLING_FILES,
-                  "2_Normalize", REFERENCE_FILE, "*.ort", ORT_CONFIG)
+                  "2_Normalize", ST_SETTINGS_NAME, REFERENCE_FILE, "*.ort", ORT_CONFIG)
 
 
 class _Steps:
@@ -90,11 +92,13 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
     say("loading checkpoint")
     model_cfg, task, model, tok_file = _load(cfg)
     pooling = read_pooling(cfg.model_dir) if bundle_task(task).has_pooling else None   # the model's own
+    st_settings = _st_settings(cfg.model_dir, task)          # its prompts: the manifest's and the bundle's file
     tok_meta = tokenizer_metadata(tok_file)
     max_len = cfg.max_sequence_length or model_cfg.max_sequence_length
     if max_len > model_cfg.max_sequence_length:
         raise ConfigError(f"max sequence length {max_len} exceeds the model's {model_cfg.max_sequence_length} "
                           f"positions (max_position_embeddings={model_cfg.max_position_embeddings})")
+    check_pad_id(model_cfg.model_type, model_cfg.pad_token_id, tok_meta["pad_id"], str(cfg.model_dir))
     if tok_meta["vocab_size"] > model_cfg.vocab_size:
         raise CheckpointError(f"{tok_file} has {tok_meta['vocab_size']} tokens, the model only "
                               f"{model_cfg.vocab_size}", "the tokenizer belongs to another model")
@@ -123,13 +127,14 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         models = share_equal_graphs(staging, models)     # byte-equal targets: one file
 
         write_hf_folder(staging, task=task, cfg=model_cfg, num_labels=model_cfg.num_labels, tok_file=tok_file,
-                        tok_meta=tok_meta, max_len=max_len, pooling=pooling, source_dir=cfg.model_dir)
+                        tok_meta=tok_meta, max_len=max_len, pooling=pooling, source_dir=cfg.model_dir,
+                        st_settings=st_settings.get(MANIFEST_KEY))
         manifest = build_manifest(task=task, cfg=model_cfg, model_dir=cfg.model_dir, max_len=max_len,
                                   tokenizer=tok_meta, opset=cfg.opset, models=models, trt_profile=profile,
                                   extra={"attention_mask": "raw 2-D mask (any padding side)",
                                          "export_host": export_host(),
                                          **({"pooling": pooling.as_dict()} if pooling else {}),
-                                         **_st_settings(cfg.model_dir, task),
+                                         **st_settings,
                                          "loaders": loaders_note(task, models),
                                          **default_precision(models)},
                                   output_names=wrapped.names)
@@ -158,7 +163,7 @@ def _validator(cfg: ExportConfig, wrapped: TaskModel, job: ExportJob, max_len: i
 
 def _st_settings(model_dir: Path, task: str) -> dict:
     """An embed model's sentence-transformers prompts and similarity function, for the manifest."""
-    from edgebert.bundle.st_settings import MANIFEST_KEY, read_settings
+    from edgebert.bundle.st_settings import read_settings
 
     settings = read_settings(model_dir) if bundle_task(task).has_pooling else None
     return {MANIFEST_KEY: settings} if settings else {}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from edgebert.errors import CheckpointError
+from edgebert.files.jsonfile import loads
 
 TOKENIZER_NAME = "tokenizer.json"
 
@@ -46,7 +46,7 @@ def tokenizer_metadata(path: str | Path) -> dict:
 
     path = Path(path)
     try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = loads(path.read_bytes())
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:  # json or tokenizers errors: the file is unusable either way
         raise CheckpointError(f"{path} is not a readable tokenizer.json ({' '.join(str(exc).split())})",

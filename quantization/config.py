@@ -17,17 +17,34 @@ accuracy gate measures on held-out text the calibration did not see, against a d
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgebert.bundle.task_registry import bundle_task
+from edgebert.bundle.task_registry import bundle_task, check_budget
 from edgebert.errors import ConfigError, DataError
 from edgebert.quantization.targets import ACTIVATION_SCALES, ENGINE_TARGET, Int8Recipe, resolve_targets, target_names
 
 INT8_MODES = ("dynamic", "static")
 CALIBRATE_METHODS = ("minmax", "percentile", "entropy")
 STATIC_OP_TYPES = ("MatMul", "Gemm")
+
+
+def check_gate_file(calib: Path | None, gate_data: Path | None) -> None:
+    """``ConfigError`` when ``gate_data`` (``--gate-data``) is the ``calib`` file itself (the same path, or a
+    link to it): a training file's questions never gate (``feeds.question_split`` leaves out any of its
+    questions that another gate file holds)."""
+    if gate_data is None or calib is None:
+        return
+    try:
+        same = Path(calib).resolve() == Path(gate_data).resolve() or os.path.samefile(calib, gate_data)
+    except OSError:
+        return
+    if same:
+        raise ConfigError(f"--gate-data {gate_data} is the --calib file: its questions are training questions, "
+                          "which never gate", "pass a SQuAD file of questions the model did not train on (a dev "
+                                              "file), or drop --gate-data to gate on the built-in questions")
 
 
 @dataclass(frozen=True)
@@ -87,11 +104,11 @@ class Int8Config:
             if not self.gate_data.is_file() or self.gate_data.suffix.lower() != ".json":
                 raise DataError(f"gate file {self.gate_data} is not a SQuAD JSON file that exists",
                                 "pass a SQuAD 1.1 / 2.0 JSON file of questions the model did not train on")
-        if self.max_accuracy_loss is not None and not (
-                isinstance(self.max_accuracy_loss, (int, float)) and not isinstance(self.max_accuracy_loss, bool)
-                and 0.0 <= float(self.max_accuracy_loss) < 1.0):
-            raise ConfigError(f"max accuracy loss {self.max_accuracy_loss!r} must be in [0, 1)",
-                              "e.g. 0.005 = at most 0.5 points")
+            check_gate_file(self.calib, self.gate_data)      # before the export, not after its fp32 graph
+            from edgebert.qa.squad_file import read_squad
+
+            read_squad(self.gate_data)                        # a file that cannot be read: the same
+        check_budget(self.max_accuracy_loss)
         for name in ("calib_size", "gate_size", "calib_batch_size", "calib_seq_len", "sensitivity_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

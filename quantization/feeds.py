@@ -13,11 +13,12 @@ One per kind of input a task takes (its ``task_registry`` entry's ``inputs``):
   overlap of the answers with fp32's on held-out questions (``quantization.span_gate``: the metric and
   budget of ``edgebert check``). The gate measures on questions the model did not train on: the 62
   built-in questions about the built-in held-out text (``edgebert.qa.squad_file.builtin_questions``,
-  what ``check`` measures on by default), or ``--gate-data`` (a SQuAD file), less any question that
-  also calibrates. ``--calib`` a SQuAD JSON file: its first ``calib_size`` questions calibrate (the
-  rest of a training file are questions the model trained on: they never gate); otherwise the
-  calibration text (``--calib`` or the built-in text), as pairs of consecutive lines (the first as the
-  question), calibrates.
+  what ``check`` measures on by default), or ``--gate-data`` (a SQuAD file), less any question of the
+  calibration file (said when there are some; a ``--gate-data`` that is the ``--calib`` file is
+  refused). ``--calib`` a SQuAD JSON file: its first ``calib_size`` questions calibrate (the rest of a
+  training file are questions the model trained on: they never gate); otherwise the calibration text
+  (``--calib`` or the built-in text), as pairs of consecutive lines (the first as the question),
+  calibrates.
 
 Each gives ``calibration()`` (feeds for the channel ranges), ``padded_calibration(length)`` (static
 QDQ), ``probe`` (the gate), ``invariance()`` (probe feeds, long batch mates) and ``describe()``.
@@ -44,7 +45,7 @@ from edgebert.quantization.calibration import (
     encode_batch,
     prepared_tokenizer,
 )
-from edgebert.quantization.config import Int8Config
+from edgebert.quantization.config import Int8Config, check_gate_file
 from edgebert.quantization.span_gate import SpanProbe
 from edgebert.runtime.answer import window_maker
 from edgebert.runtime.text import Encoded, pad_batch
@@ -165,6 +166,7 @@ class QuestionSplit:
     held_out: list[SquadExample]
     note: str
     sources: dict
+    left_out: int = 0            # questions of the gate file that are in the calibration (training) file
 
 
 def _line_pairs(source: TextSource, pairs: int) -> list[SquadExample]:
@@ -178,32 +180,43 @@ def _key(e: SquadExample) -> tuple[str, str]:
 
 def question_split(calib: Path | None, calib_size: int, gate_size: int, gate_data: Path | None = None) -> QuestionSplit:
     """The calibration and held-out questions of a question-answering export (module docstring): the
-    first ``gate_size`` answerable questions of ``gate_data`` (else the built-in ones) that do not
-    calibrate gate; never a question that calibrates."""
+    first ``gate_size`` answerable questions of ``gate_data`` (else the built-in ones) that are not in the
+    calibration file gate; never a question that calibrates, nor one of a SQuAD ``calib`` file (a training
+    file: the model learnt its answers). ``gate_data`` that is the ``calib`` file itself, or holds only its
+    questions, is refused."""
+    check_gate_file(calib, gate_data)
     if calib is not None and Path(calib).suffix.lower() == ".json":
-        calibration = read_squad(calib)[:calib_size]
+        trained = read_squad(calib)
+        calibration = trained[:calib_size]
         source = str(Path(calib).resolve())
         said = f"{Path(calib).name}: questions 1-{len(calibration)} calibrate"
     else:
         split = calibration_split(calib, 2 * calib_size, 1)
-        calibration = _line_pairs(split.calibration, calib_size)
+        calibration = trained = _line_pairs(split.calibration, calib_size)
         if not calibration:
             raise DataError(f"calibration text {calib} has fewer than two lines", "pass a SQuAD JSON file or more text")
         source = split.calibration.describe()["source"]
         said = "pairs of consecutive calibration lines (the first as the question) calibrate"
-    seen = {_key(e) for e in calibration}
+    seen = {_key(e) for e in trained}
     if gate_data is None:
         held = [e for e in builtin_questions() if _key(e) not in seen][:gate_size]
         return QuestionSplit(calibration, held, f"{said}; the built-in questions about the built-in held-out text "
                                                 "gate (questions the model did not train on)",
                              {"calibration": source, "held_out": "built-in questions"})
-    held = [e for e in read_squad(gate_data) if e.has_answer and _key(e) not in seen][:gate_size]
+    answerable = [e for e in read_squad(gate_data) if e.has_answer]
+    held = [e for e in answerable if _key(e) not in seen]
     if not held:
-        raise DataError(f"gate file {gate_data} has no answerable questions besides the calibration ones",
+        raise DataError(f"gate file {gate_data} has no answerable questions" + (
+                        f" that are not in the calibration file {calib}" if answerable else ""),
                         "pass a SQuAD file with answers to questions the model did not train on")
+    trained_too = len(answerable) - len(held)
+    left_out = (f" ({trained_too} of its questions are in {Path(calib).name if calib else 'the calibration text'}"
+                " and never gate)") if trained_too else ""
+    held = held[:gate_size]
     return QuestionSplit(calibration, held, f"{said}; the first {len(held)} answerable questions of "
-                                            f"{Path(gate_data).name} that do not calibrate gate",
-                         {"calibration": source, "held_out": str(Path(gate_data).resolve())})
+                                            f"{Path(gate_data).name} that are not in the calibration file gate"
+                                            f"{left_out}",
+                         {"calibration": source, "held_out": str(Path(gate_data).resolve())}, trained_too)
 
 
 class QuestionFeeds:
@@ -220,6 +233,8 @@ class QuestionFeeds:
         self.calibration_windows = maker(self.split.calibration)
         held = maker(self.split.held_out)
         say(f"fp32 reference on {len(self.split.held_out)} held-out questions ({self.split.sources['held_out']})")
+        if self.split.left_out:
+            say(self.split.note)
         tok = Tokenizer.from_file(str(tokenizer))
         cls_id = next((i for i in map(tok.token_to_id, ("[CLS]", "<s>")) if i is not None), None)   # the manifest's
         self.probe = SpanProbe(fused, self.split.held_out, held, pad_id, qcfg.calib_batch_size, cls_id)

@@ -95,3 +95,52 @@ def test_every_package_installs_inside_the_edgebert_namespace():
     assert found == listed, f"missing from pyproject: {sorted(found - listed)}; stale: {sorted(listed - found)}"
     assert all(p == "edgebert" or p.startswith("edgebert.") for p in config["packages"])
     assert config["package-dir"] == {"edgebert.exporters": "exporters", "edgebert.quantization": "quantization"}
+
+
+# --------------------------------------------------------------------------- no import cycles
+def _installed_modules() -> dict[str, Path]:
+    """Every module of the installed ``edgebert`` namespace (exporters/ and quantization/ as
+    edgebert.exporters / edgebert.quantization), by name; package ``__init__`` files left out (they
+    re-export their modules, and a module importing its package's re-export is no cycle)."""
+    out = {}
+    for folder, prefix in ((PACKAGE, ""), (REPO / "exporters", "edgebert."), (REPO / "quantization", "edgebert.")):
+        for path in sorted(folder.rglob("*.py")):
+            if path.name != "__init__.py":
+                out[prefix + _module(path)] = path
+    return out
+
+
+def _import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A chain of imports that comes back to the module it started from (``[a, b, a]``), or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            found = visit(nxt, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    return next((c for c in (visit(start, []) for start in sorted(graph)) if c), None)
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_a_cycle():
+    assert _import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _import_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_two_modules_import_each_other_even_lazily():
+    """Issue 49: runtime.gpu_probe and runtime.providers imported each other (``ProviderStatus`` one way,
+    ``probe_gpu_provider`` the other, inside a function): each name has one home, and no chain of imports,
+    lazy ones included, comes back to where it started."""
+    modules = _installed_modules()
+    assert {"edgebert.runtime.gpu_probe", "edgebert.quantization.feeds", "edgebert.exporters.job"} <= set(modules)
+    graph = {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+    assert "edgebert.runtime.gpu_probe" in graph["edgebert.runtime.providers"]
+    cycle = _import_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)

@@ -154,7 +154,7 @@ MALFORMED = {   # case: (manifest edit, tokenizer edit, raw manifest text, error
     "WordLevel tokenizer without [UNK]": (None, _word_level_without_unk, None, BundleError,
                                           "tokenizer.json cannot encode text (WordLevel error: Missing [UNK] token", 1),
     "100,000 nested brackets": (None, None, "[" * 100_000 + "]" * 100_000, BundleError,
-                                "manifest.json is nested too deeply to be a manifest", 2),
+                                "manifest.json is nested too deeply to read", 2),
     "tokenizer file name with a NUL byte": (lambda m: m["tokenizer"].__setitem__("file", "tok\x00.json"), None, None,
                                             BundleError, "names a file outside the bundle: 'tok\\x00.json'", 2),
     "pad_id 10**30": (lambda m: m["tokenizer"].__setitem__("pad_id", 10 ** 30), None, None, BundleError,

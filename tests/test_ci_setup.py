@@ -1,5 +1,5 @@
 """What CI and `make test` promise: the README's test command first, then the runtime's tests in a torch-free
-install and the linter; `make test` installs the CPU onnxruntime unless asked for the GPU one, and no optional
+install, the scale-out engines' tests in another and the linter; `make test` installs the CPU onnxruntime unless asked for the GPU one, and no optional
 engine by default; the test suite's shared setup never imports torch itself."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_ci_runs_the_readme_test_command_then_the_runtime_tests_and_the_linter():
     steps = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
              if line.startswith("make ")]
-    assert steps == ["make test", "make test-runtime", "make lint"]
+    assert steps == ["make test", "make test-runtime", "make test-scaleout", "make lint"]
     assert "make test " in (REPO / "README.md").read_text(encoding="utf-8")
 
 
@@ -27,6 +27,8 @@ def test_make_test_installs_the_cpu_onnxruntime_and_no_optional_engine_by_defaul
     assert install.split(",") == ["train", "hf", "dev"]               # openvino / peers / gpu: opt-in only
     runtime = re.search(r"\$\(RT_VENV\)/bin/python -m pip install -q -e '(.*?)' pytest", makefile).group(1)
     assert runtime == ".[cpu]"
+    scaleout = re.search(r"\$\(SO_VENV\)/bin/python -m pip install -q -e '\.\[(.*?)\]'", makefile).group(1)
+    assert "cpu" in scaleout.split(",") and not {"train", "hf", "dev"} & set(scaleout.split(","))   # torch-free
 
 
 def test_ruff_bans_relative_imports_and_dev_pins_the_version_lint_uses():

@@ -187,7 +187,7 @@ def test_a_model_that_states_nothing_pools_by_mean_and_says_so(tmp_path):
     bundle = export(make_tiny_model_dir(tmp_path / "plain", "BertModel"), tmp_path / "bundle")
     session = EdgeSession(bundle, provider="cpu")
     assert read_manifest(bundle).pooling is None and session.pooling.mode == "mean"
-    assert session.describe()["pooling"]["source"] == "edgebert's default: the model states none"
+    assert session.describe()["pooling"]["source"] == "edgebert's default, in the bundle's modules.json"
     np.testing.assert_allclose(session.embed(TEXTS), session.embed(TEXTS, pooling="mean"), atol=0)
     with pytest.raises(ConfigError, match="pooling='max': a mode a model may state"):
         session.embed(TEXTS, pooling="max")

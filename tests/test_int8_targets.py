@@ -148,6 +148,23 @@ def test_a_graph_that_would_saturate_is_fixed_or_refused_never_run_silently(vnni
     assert old.target == "legacy-8bit" and old.session_config == {PRECISION_OPTION: "1"}
 
 
+def test_a_saved_ort_graph_with_8bit_weights_is_refused_where_the_kernel_saturates(vnni_bundle, fleet_bundle):
+    """onnxruntime rewrites int8 weights to uint8 (session.x64quantprecision) only when it optimizes a .onnx
+    graph at load: a saved .ort graph cannot take that fix, so on a saturating CPU it is refused, never run."""
+    manifest = json.loads((vnni_bundle / "manifest.json").read_text())
+    with pytest.raises(BundleError, match=r"\.ort form keeps 8-bit weights") as refused:
+        choose_int8(manifest, host("saturating", fix=True), graph_format="ort")
+    assert "graph_format='onnx'" in refused.value.one_line() and "--target portable --ort-format" in refused.value.one_line()
+    packed = {**manifest, "models": {k: {**m, "file": m["file"].replace(".onnx", ".ort")}
+                                     for k, m in manifest["models"].items()}}
+    with pytest.raises(BundleError, match=r"\.ort form keeps 8-bit weights"):      # a pack --ort-format bundle
+        choose_int8(packed, host("saturating", fix=True))
+    assert choose_int8(manifest, host("exact", "x86-vnni"), graph_format="ort").session_config == {}
+    fleet = json.loads((fleet_bundle / "manifest.json").read_text())     # a graph that cannot saturate: loaded
+    assert choose_int8(fleet, host("saturating", fix=True), graph_format="ort").key == "int8"
+    assert choose_int8(manifest, host("saturating", fix=True)).session_config == {PRECISION_OPTION: "1"}
+
+
 def test_edge_session_on_this_host_runs_the_vnni_graph_exactly(vnni_bundle):
     session = EdgeSession(vnni_bundle, provider="cpu", precision="int8", threads=1)
     d = session.describe()
@@ -240,6 +257,55 @@ def test_vnni_bundle_on_an_emulated_avx2_host_is_run_exactly_not_silently_wrong(
     guarded, naive = np.asarray(got["guarded"]), np.asarray(got["naive"])
     assert np.abs(guarded - want).max() < 1e-5                         # the VNNI result, on AVX2
     assert np.abs(naive - want).max() > 100 * max(np.abs(guarded - want).max(), 1e-6)   # saturated
+
+
+_EMULATED_ORT = """
+import json, sys, numpy as np, onnxruntime as ort
+from edgebert.errors import BundleError
+from edgebert.runtime import EdgeSession
+feeds = {k: np.asarray(v, np.int64) for k, v in json.loads(sys.argv[3]).items()}
+try:
+    EdgeSession(sys.argv[1], provider="cpu", precision="int8", int8_target="x86-vnni", graph_format="ort")
+    refused = ""
+except BundleError as exc:
+    refused = exc.one_line()
+def run(path):       # the runtime's guard bypassed: what the weight fix does to each form of the graph
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.x64quantprecision", "1")
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(["last_hidden_state"], feeds)[0]
+print(json.dumps({"refused": refused, "onnx": run(sys.argv[2] + ".onnx").tolist(),
+                  "ort": run(sys.argv[2] + ".ort").tolist()}))
+"""
+
+
+@pytest.mark.avx2_emulated
+def test_a_saved_ort_graph_cannot_take_the_weight_fix_on_an_emulated_avx2_host_and_is_refused(vnni_bundle, tmp_path):
+    """Why a .ort graph differs from its .onnx graph where U8S8 saturates: onnxruntime's int8 -> uint8 weight
+    rewrite (session.x64quantprecision) runs while it optimizes a .onnx graph at load; a saved .ort graph is not
+    optimized again, so the option leaves it saturating. The runtime refuses such a graph there (rule 3)."""
+    if not AVX2_PYTHON.exists() or sys.platform != "linux":
+        pytest.skip("../shared/tools/avx2-python is not available here")
+    bundle = export_bundle(ExportConfig(model_dir=vnni_bundle.parent / "model", out_dir=tmp_path / "vnni-ort",
+                                        int8=True, int8_targets=("x86-vnni",), max_accuracy_loss=0.5,
+                                        ort_format=True, validation_batch_sizes=(1,),
+                                        validation_seq_lens=(7,))).bundle_dir
+    session = EdgeSession(vnni_bundle, provider="cpu", precision="int8", threads=1)
+    feeds = _feeds(session, SHORT)
+    stem = str(model_path(bundle, "int8").with_suffix(""))
+    script = tmp_path / "emulated_ort.py"
+    script.write_text(_EMULATED_ORT, encoding="utf-8")
+    done = subprocess.run([str(AVX2_PYTHON), sys.executable, str(script), str(bundle), stem,
+                           json.dumps({k: v.tolist() for k, v in feeds.items()})],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if done.returncode == 127:
+        pytest.skip(f"avx2-python cannot run here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ".ort form keeps 8-bit weights" in got["refused"] and "graph_format='onnx'" in got["refused"]
+    want = _exact_session(model_path(bundle, "int8")).run(["last_hidden_state"], feeds)[0]
+    fixed, saved = np.abs(np.asarray(got["onnx"]) - want).max(), np.abs(np.asarray(got["ort"]) - want).max()
+    assert fixed < 1e-5                                  # the .onnx form: weights rewritten at load, exact
+    assert saved > 100 * max(fixed, 1e-6), (fixed, saved)   # the .ort form: the option changes nothing, saturated
 
 
 def _exact_session(path: Path) -> ort.InferenceSession:

@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from edgebert.errors import BundleError
 from edgebert.exporters import ExportConfig, export_bundle
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.check import check_bundle
+from edgebert.runtime.hostcpu import detect_host
 from runtime_fixtures import make_tiny_model_dir as make_model_dir
 
 TARGETS = ("portable", "x86-vnni", "arm64")
+HOST = detect_host()       # CPU kind: on an x86 CPU without VNNI, 8-bit .ort graphs are refused (int8_choice rule 3)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +99,6 @@ def test_a_session_hashes_only_the_files_it_loads(fleet, tmp_path, monkeypatch):
     """A corrupted graph the session does not load costs it nothing; the session that loads it, and
     `edgebert check`, refuse it."""
     import edgebert.files.stamps as reader  # what a session hashes with (a stamp stands for nothing yet)
-    from edgebert.errors import BundleError
 
     bundle = _copy(fleet, tmp_path / "b")
     files = _files(bundle)
@@ -226,11 +228,18 @@ def test_export_ort_format_graphs_give_the_onnx_outputs(fleet, tmp_path):
     manifest = json.loads((bundle / "manifest.json").read_text())
     config = (bundle / manifest["ort_format"]["required_operators"]).read_text()
     assert "com.microsoft;1;" in config and "QAttention" in config and "/tmp" not in config
+    assert "refused on x86 CPUs without VNNI" in manifest["models"]["int8-x86-vnni"]["ort"]["runs_on"]
+    assert "runs_on" not in manifest["models"]["int8"]["ort"]           # 7-bit weights: exact on every CPU
     for key in ("fp32", "int8", "int8-x86-vnni"):
         ort_file = manifest["models"][key]["ort"]["file"]
         assert ort_file.endswith(".ort") and ort_file in manifest["files"] and (bundle / ort_file).is_file()
         precision, target = ("fp32", None) if key == "fp32" else ("int8", manifest["models"][key]["target"])
         onnx = EdgeSession(bundle, "cpu", precision, int8_target=target)
+        if key == "int8-x86-vnni" and HOST.saturates:
+            # CPU kind: 8-bit weights in a saved .ort graph cannot be converted at load (int8_choice rule 3)
+            with pytest.raises(BundleError, match=r"\.ort form keeps 8-bit weights"):
+                EdgeSession(bundle, "cpu", precision, int8_target=target, graph_format="ort")
+            continue
         ort = EdgeSession(bundle, "cpu", precision, int8_target=target, graph_format="ort")
         assert ort.model_file.suffix == ".ort" and onnx.model_file.suffix == ".onnx"
         rows = onnx.tokenize(TEXTS)
@@ -241,8 +250,6 @@ def test_export_ort_format_graphs_give_the_onnx_outputs(fleet, tmp_path):
         assert a.shape == b.shape == (3, feeds["input_ids"].shape[1], 64)
         assert np.abs(a - b).max() <= ORT_ATOL, (key, float(np.abs(a - b).max()))
         assert np.abs(onnx.embed(TEXTS) - ort.embed(TEXTS)).max() <= ORT_ATOL
-    from edgebert.errors import BundleError
-
     with pytest.raises(BundleError, match="has no .ort form"):
         EdgeSession(fleet, "cpu", "fp32", graph_format="ort")
 
@@ -259,6 +266,15 @@ def test_pack_ort_format_ships_the_ort_graph_alone_and_checks(fleet, tmp_path):
     assert entry["file"].endswith(".ort") and entry["onnx_file"] == _files(fleet)["int8-arm64"]
     assert not list(out.rglob("*.onnx")) and (out / "required_operators.config").is_file()
     assert entry["onnx_file"] in {e["file"] for e in result.left_out}
+    if HOST.saturates:
+        # CPU kind: the arm64 graph's 8-bit weights, saved in .ort form, would saturate this x86 CPU's kernel
+        # (int8_choice rule 3): the session and check refuse it, saying what loads instead
+        with pytest.raises(BundleError, match=r"\.ort form keeps 8-bit weights") as refused:
+            EdgeSession(out)
+        assert "--target portable --ort-format" in refused.value.one_line()
+        checked = check_bundle(out, max_texts=24)
+        assert not checked.passed and ".ort form keeps 8-bit weights" in checked.reason, checked.reason
+        return
     packed = EdgeSession(out)
     full = EdgeSession(fleet, "cpu", int8_target="arm64")
     assert packed.model_file.suffix == ".ort"

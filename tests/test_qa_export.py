@@ -102,11 +102,11 @@ def test_question_splits(tmp_path):
     answerable = [e for e in read_squad(unseen) if e.has_answer]
     assert len(answerable) > 30 and split.held_out == answerable[:30]
     assert split.sources == {"calibration": str(squad.resolve()), "held_out": str(unseen.resolve())}
-    assert "answerable questions of unseen.json that do not calibrate gate" in split.note
+    assert "answerable questions of unseen.json that are not in the calibration file gate" in split.note
     none = tmp_path / "none.json"
     none.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [
         {"id": "x", "question": "q?", "answers": [], "is_impossible": True}]}]}]}))
-    with pytest.raises(DataError, match="has no answerable questions besides the calibration ones"):
+    with pytest.raises(DataError, match=r"none\.json has no answerable questions$"):
         question_split(squad, 20, 30, none)
     from edgebert.quantization.config import Int8Config
     assert Int8Config(gate_data=str(unseen)).gate_data == unseen
@@ -116,6 +116,42 @@ def test_question_splits(tmp_path):
             bad.write_text("a line\n")
         with pytest.raises(DataError, match="is not a SQuAD JSON file that exists"):
             Int8Config(gate_data=bad)
+
+
+def test_a_training_files_questions_never_gate(tmp_path):
+    """--calib train.json --gate-data train.json gated on train.json's questions after --calib-size (issue
+    49): the --calib file itself is refused, a copy of it leaves nothing to gate, and a gate file holding
+    some of its questions gates on the others and says how many it left out."""
+    from edgebert.errors import ConfigError
+    from edgebert.quantization.config import Int8Config
+    from edgebert.quantization.feeds import question_split
+    from squad_helpers import toy_squad, write_toy_squad
+
+    train = write_toy_squad(tmp_path / "train.json", 60, seed=3)
+    (tmp_path / "sub").mkdir()
+    for same in (train, tmp_path / "sub" / ".." / "train.json"):
+        with pytest.raises(ConfigError, match=r"--gate-data .*train\.json is the --calib file: its questions are "
+                                              r"training questions, which never gate$") as refused:
+            question_split(train, 20, 500, gate_data=same)
+        assert "pass a SQuAD file of questions the model did not train on" in refused.value.one_line()
+        with pytest.raises(ConfigError, match="is the --calib file"):      # refused before the export runs
+            Int8Config(calib=train, gate_data=same)
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(train.read_bytes())
+    with pytest.raises(DataError, match=r"copy\.json has no answerable questions that are not in the calibration "
+                                        r"file .*train\.json"):
+        question_split(train, 20, 500, gate_data=copy)
+
+    mixed = toy_squad(30, seed=4)
+    trained = read_squad(train)
+    mixed["data"][0]["paragraphs"] += [{"context": e.context, "qas": [{"id": f"t{i}", "question": e.question,
+                                        "answers": [{"text": e.answers[0].text, "answer_start": e.answers[0].start}]}]}
+                                       for i, e in enumerate(trained[40:50])]       # past --calib-size: trained on
+    (tmp_path / "mixed.json").write_text(json.dumps(mixed), encoding="utf-8")
+    split = question_split(train, 20, 500, gate_data=tmp_path / "mixed.json")
+    keys = {(e.question, e.context) for e in trained}
+    assert len(split.held_out) == 30 and not keys & {(e.question, e.context) for e in split.held_out}
+    assert split.left_out == 10 and "(10 of its questions are in train.json and never gate)" in split.note
 
 
 def test_a_qa_gate_that_misses_keeps_the_graph_flagged_and_fp32_the_default(toy):

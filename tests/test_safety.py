@@ -128,6 +128,12 @@ HOSTILE = {
         "bench", str(_bundle_copy(m["bundle"], t / "b", _as_cls)), "--preset", "quick"]),
     "bench --threads 100000": (6, lambda t, m: ["bench", str(m["bundle"]), "--threads", "100000"]),
     "check --threads 100000": (6, lambda t, m: ["check", str(m["bundle"]), "--threads", "100000"]),
+    # issue 49: a target the bundle has no graph for, or a budget export refuses, is a usage error, not a FAIL
+    "check --target bogus": (6, lambda t, m: ["check", str(m["bundle"]), "--target", "bogus"]),
+    "check --target arm64 (not in the bundle)": (6, lambda t, m: ["check", str(m["bundle"]), "--target", "arm64"]),
+    "check --max-accuracy-loss -0.1": (6, lambda t, m: ["check", str(m["bundle"]), "--max-accuracy-loss", "-0.1"]),
+    "check --max-accuracy-loss nan": (6, lambda t, m: ["check", str(m["bundle"]), "--max-accuracy-loss", "nan"]),
+    "check --max-accuracy-loss 2": (6, lambda t, m: ["check", str(m["bundle"]), "--max-accuracy-loss", "2"]),
     "pretrain --out under /proc": (7, lambda t, m: [
         "pretrain", "--preset", "tiny", "--corpus", str(m["corpus"]), "--out", "/proc/edgebert-run"]),
     "pretrain --out below a file": (7, lambda t, m: [
@@ -195,6 +201,11 @@ def test_hostile_messages_name_the_problem(material, tmp_path, capsys):
         "check: tokenizer given as a string": "tokenizer must be an object with a file name",
         "bench: task that does not match the graph": "has no output 'logits'",
         "bench --threads 100000": f"threads=100000 must be an integer from 1 to {len(os.sched_getaffinity(0))}",
+        "check --target bogus": "--target 'bogus' names no INT8 graph of",
+        "check --target arm64 (not in the bundle)": "(its INT8 targets: portable) (pass one of them, or leave --target out",
+        "check --max-accuracy-loss -0.1": "max accuracy loss -0.1 must be in [0, 1)",
+        "check --max-accuracy-loss nan": "max accuracy loss nan must be in [0, 1)",
+        "check --max-accuracy-loss 2": "max accuracy loss 2.0 must be in [0, 1)",
         "pretrain --out under /proc": "/proc",
         "pretrain --out below a file": "f.txt is a file, not a folder",
         "attention --out a folder": "pictures is a folder, not a file",
@@ -521,3 +532,20 @@ def test_pretrain_overwrite_starts_again_in_its_own_folder(material, tmp_path):
     with pytest.raises(OutputError, match=r"did not write \(notes.txt\)"):
         run(overwrite=True)
     assert (tmp_path / "run" / "notes.txt").read_text() == "mine"
+
+
+def test_export_and_check_refuse_the_same_budgets_in_the_same_words(material):
+    """Issue 49: `check --max-accuracy-loss` took -0.1, nan and 2, which `export` refuses: one rule
+    (``task_registry.check_budget``) for both."""
+    from edgebert.quantization.config import Int8Config
+    from edgebert.runtime.check import check_bundle
+
+    for bad in (-0.1, float("nan"), 2, 1.0, True, "0.1"):
+        said = set()
+        for call in (lambda: Int8Config(max_accuracy_loss=bad),
+                     lambda: check_bundle(material["bundle"], max_accuracy_loss=bad)):
+            with pytest.raises(ConfigError) as raised:
+                call()
+            said.add(raised.value.one_line())
+        assert said == {f"max accuracy loss {bad!r} must be in [0, 1) (e.g. 0.005 = at most 0.5 points)"}
+    assert Int8Config(max_accuracy_loss=0).max_accuracy_loss == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from edgebert.bench.schema import BenchReport, BundleFacts, Environment, GraphFi
 from edgebert.bench.startup import STARTUP_METHOD
 from edgebert.bench.timing import TIMING_METHOD
 from edgebert.bundle import Manifest
+from edgebert.files.jsonfile import loads
 from edgebert.system.environment import describe
 
 METHODS = {
@@ -38,8 +38,8 @@ def bundle_hf_config(bundle_dir: Path, manifest: Manifest) -> dict[str, Any]:
     path = bundle_dir / "config.json"
     if path.is_file():
         try:
-            return {**summary, **json.loads(path.read_text(encoding="utf-8"))}
-        except json.JSONDecodeError:
+            return {**summary, **loads(path.read_bytes())}
+        except (OSError, ValueError, TypeError):       # a config.json that is not an object: the summary
             pass
     return summary
 

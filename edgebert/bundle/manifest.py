@@ -31,6 +31,7 @@ from edgebert.bundle.manifest_checks import INPUT_NAMES, TASK_OUTPUTS, TOKEN_IDS
 from edgebert.bundle.pooling import SentencePooling
 from edgebert.bundle.task_registry import TASK_NAMES, bundle_task
 from edgebert.errors import BundleError
+from edgebert.files.jsonfile import JsonError, loads
 
 OPENVINO_ENGINE = "openvino"       # ModelEntry.engine of an OpenVINO IR (runtime.openvino_graph runs it)
 
@@ -293,11 +294,9 @@ class Manifest(_JsonView):
         if not path.is_file():
             raise BundleError(f"{bundle_dir} has no {MANIFEST_NAME}", "pass a directory written by `edgebert export`")
         try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BundleError(f"{path} is not valid JSON ({exc})", "re-export the bundle") from exc
-        except RecursionError as exc:
-            raise BundleError(f"{path} is nested too deeply to be a manifest", "re-export the bundle") from exc
+            value = loads(path.read_bytes())
+        except JsonError as exc:
+            raise BundleError(f"{path} {exc.reason}", "re-export the bundle") from None
         except OSError as exc:
             raise BundleError(f"{path} cannot be read ({exc.strerror or exc})", "re-export the bundle") from exc
         return cls.from_dict(value, path, owned=True)

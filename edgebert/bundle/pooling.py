@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebert.errors import BundleError, ConfigError
+from edgebert.files.jsonfile import read_json
 
 __all__ = ["POOLING_MODES", "SentencePooling", "read_pooling", "write_pooling", "carry_pooling", "POOLING_FILES"]
 
@@ -80,11 +81,7 @@ class SentencePooling:
 
 
 def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"{path} is not readable JSON ({exc})",
-                          "restore the sentence-transformers files of the model") from exc
+    return read_json(path, hint="restore the sentence-transformers files of the model", error=ConfigError)
 
 
 def _module_kind(entry: Any, path: Path) -> str:

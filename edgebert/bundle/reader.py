@@ -234,7 +234,7 @@ def verify_files(bundle_dir: str | os.PathLike, manifest: Manifest | None = None
         path = bundle_file(bundle_dir, name)
         if not path.is_file():
             raise BundleError(f"{path} is missing", "the bundle is incomplete; re-export it")
-        actual = stamped_sha256(path) if stamps else hashed_sha256(path)     # check: hashed, then stamped
+        actual = stamped_sha256(path, expected) if stamps else hashed_sha256(path)    # check: hashed, then stamped
         if actual != expected:
             raise BundleError(f"{path} does not match its manifest hash "
                               f"(sha256 {actual[:12]}..., expected {expected[:12]}...)",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from edgebert.errors import ConfigError
 
 __all__ = ["BundleTask", "BUNDLE_TASKS", "TASK_NAMES", "bundle_task", "task_of_architecture", "task_serving",
-           "INPUT_KINDS", "CARRIED"]
+           "INPUT_KINDS", "CARRIED", "check_budget"]
 
 INPUT_KINDS = ("texts", "questions", "choices")
 CARRIED = ("pooling", "labels")      # what a model folder may carry for a task beside its weights
@@ -126,6 +126,17 @@ BUNDLE_TASKS: tuple[BundleTask, ...] = (
 )
 _BY_NAME = {t.name: t for t in BUNDLE_TASKS}
 TASK_NAMES: tuple[str, ...] = tuple(_BY_NAME)
+
+
+def check_budget(value: object) -> float | None:
+    """``value`` as an INT8 accuracy budget (``--max-accuracy-loss``, in the task metric's loss units): None
+    (the task's own ``budget``) or a number from 0 up to, not including, 1; ``ConfigError`` for anything
+    else (negative, NaN, 1 or more, not a number). The one rule of ``export``, ``pipeline`` and ``check``."""
+    if value is None:
+        return None
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= float(value) < 1.0):
+        raise ConfigError(f"max accuracy loss {value!r} must be in [0, 1)", "e.g. 0.005 = at most 0.5 points")
+    return float(value)
 
 
 def bundle_task(name: str) -> BundleTask:

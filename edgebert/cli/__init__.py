@@ -7,6 +7,7 @@ take are declared once in ``options``; every error becomes one line in ``app.mai
 from edgebert.cli import (  # noqa: F401,E402
                answer_cmds,
                attention_cmds,
+               batch_cmds,
                bench_cmds,
                check_cmds,
                distill_cmds,
@@ -18,5 +19,6 @@ from edgebert.cli import (  # noqa: F401,E402
                pack_cmds,
                pipeline_cmds,
                pretrain_cmds,
+               triton_cmds,
 )
 from edgebert.cli.app import app, main, run  # noqa: F401

@@ -39,8 +39,9 @@ def export(
                             "--calib-size.")] = 200,
     gate_data: Annotated[Optional[Path], typer.Option(
         "--gate-data", help="Question answering: a SQuAD JSON file of questions the model did not train on; "
-                            "its first --gate-size answerable questions that do not calibrate gate instead of the built-in "
-                            "questions (a training file's questions never gate).")] = None,
+                            "its first --gate-size answerable questions that are not in the --calib file gate instead "
+                            "of the built-in questions (a training file's questions never gate: the --calib file "
+                            "itself is refused).")] = None,
     max_accuracy_loss: o.MaxAccuracyLoss = None,
     outlier_ratio: Annotated[Optional[float], typer.Option(
         "--outlier-ratio", help="Activation channels whose calibration max exceeds this x the median "
@@ -84,14 +85,17 @@ def export(
     if archive_out is not None:          # packed before the summary: what is printed never costs the archive
         from edgebert.runtime.archive import write_archive
 
-        with archive_out.writing() as tmp:
+        with archive_out.writing(published=f"the bundle folder {result.bundle_dir}") as tmp:
             write_archive(result.bundle_dir, tmp, name=archive.name)
     for line in result.summary_lines():
         console.print(line, highlight=False, markup=False, soft_wrap=True)
-    pooling = result.manifest.pooling
     if bundle_task(result.manifest.task).has_pooling:
-        say(f"pooling: {pooling.describe()}" if pooling else "pooling: not stated by the model (no "
-            "sentence-transformers modules.json): EdgeSession.embed pools by mean")
+        from edgebert.bundle.bundle_pooling import bundle_pooling
+        from edgebert.runtime.vector_pooling import choose_pooling
+
+        pooling = choose_pooling(None, bundle_pooling(result.bundle_dir, result.manifest, verify=False))
+        say(f"pooling: {pooling.describe()}" if result.manifest.pooling else "pooling: not stated by the model: "
+            f"{pooling.describe()}; EdgeSession.encode and sentence-transformers both use it")
     if archive_out is not None:
         say(f"archive: {archive} ({archive.stat().st_size / 1e6:.1f} MB), one file holding the bundle")
 
@@ -117,7 +121,7 @@ def _archive_output(archive: Path | None, out: Path, overwrite: bool):
     if archive.resolve().is_relative_to(out.resolve()):
         raise ConfigError(f"--archive {archive} is inside --out {out}", "write the archive beside the bundle folder")
     if archive.is_file() and not archive.is_symlink() and archive.stat().st_size:
-        what = foreign_archive(archive)      # only exactly what `export --archive` writes is ours
+        what = foreign_archive(archive, "export")      # only exactly what `export --archive` writes is ours
         if what is not None:
             raise OutputError(f"--archive {archive} already exists and was not written by `edgebert export "
                               f"--archive`: it is {what}", "name a new file; edgebert never replaces a file it "

@@ -33,6 +33,7 @@ def bundle_lines(path: Path) -> list[str]:
     """A bundle (folder or archive): task, sizes, graphs, the precision a default session loads here and
     why, the pooling ``embed`` / ``encode`` use, labels."""
     from edgebert.bundle import read_manifest
+    from edgebert.bundle.bundle_pooling import bundle_pooling
     from edgebert.bundle.task_registry import bundle_task
     from edgebert.runtime.archive import bundle_folder
     from edgebert.runtime.hostcpu import detect_host
@@ -62,8 +63,8 @@ def bundle_lines(path: Path) -> list[str]:
         engine, why_not = choose_openvino(manifest, host_cpu)
         lines.append(f"  int8 engine here: {'openvino (' + engine.reason + ')' if engine else 'onnxruntime: ' + why_not}")
     if bundle_task(manifest.task).has_pooling:
-        lines.append(f"  pooling: {choose_pooling(None, manifest.pooling).describe()}; EdgeSession.embed and "
-                     "encode use it unless told otherwise")
+        pooling = choose_pooling(None, bundle_pooling(folder, manifest, verify=False))
+        lines.append(f"  pooling: {pooling.describe()}; EdgeSession.embed and encode use it unless told otherwise")
     if manifest.label_names:
         lines.append(f"  labels: {', '.join(manifest.label_names)}")
     host = manifest.get_extra("export_host") or {}

@@ -102,6 +102,15 @@ Threads = Annotated[Optional[int], typer.Option(
     "--threads", help="onnxruntime/torch intra-op threads, 1 to the CPUs this process may use.")]
 RuntimeThreads = Annotated[Optional[int], typer.Option(   # torch-free commands: onnxruntime only
     "--threads", help="onnxruntime intra-op threads, 1 to the CPUs this process may use.")]
+# `edgebert batch` (its words for the flags other commands also take)
+RuntimeBatchSize = Annotated[int, typer.Option("--batch-size", min=1, help="Texts per onnxruntime call, in each "
+                                                                           "worker.")]
+BatchResume = Annotated[bool, typer.Option(
+    "--resume", help="Continue a run that stopped: the parts already in --output (checked against their "
+                     "record) are kept, the rest are run.")]
+BatchOverwrite = Annotated[bool, typer.Option(
+    "--overwrite", help="Start again in an --output this command wrote before (its files only; a folder "
+                        "holding anything else is refused).")]
 Calib = Annotated[Optional[Path], typer.Option(
     "--calib", help="INT8 calibration text (default: the built-in English text): one sentence per line, "
                     "a TSV with a 'sentence' column, or WikiText raw; the texts after the first "

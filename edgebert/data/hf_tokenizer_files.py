@@ -4,20 +4,17 @@ where it ships none (``import-hf``): ``tokenizer_config.json``, RoBERTa's byte-l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from edgebert.errors import CheckpointError
+from edgebert.files.jsonfile import read_json_or_none
 
 __all__ = ["tokenizer_config", "byte_level_bpe", "do_lower_case"]
 
 
 def tokenizer_config(src: Path) -> dict:
     """tokenizer_config.json of a model folder as a dict ({} where it is missing or unreadable)."""
-    try:
-        config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
+    config = read_json_or_none(src / "tokenizer_config.json")
     return config if isinstance(config, dict) else {}
 
 
@@ -44,8 +41,4 @@ def byte_level_bpe(folder: Path, config: dict):
 
 def do_lower_case(src: Path) -> bool:
     """do_lower_case from the source tokenizer_config.json (default True, as bert-*-uncased)."""
-    path = src / "tokenizer_config.json"
-    try:
-        return bool(json.loads(path.read_text(encoding="utf-8")).get("do_lower_case", True))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return True
+    return bool(tokenizer_config(src).get("do_lower_case", True))

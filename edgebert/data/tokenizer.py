@@ -23,6 +23,7 @@ from tokenizers.trainers import WordPieceTrainer
 
 from edgebert.errors import CheckpointError, ConfigError, DataError
 from edgebert.files.atomic import write_json, write_text
+from edgebert.files.jsonfile import read_json_or_none
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # trained vocabularies start with these, so [PAD] = 0
@@ -213,10 +214,5 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
 def _config_lowercase(model_dir: Path) -> bool:
     """do_lower_case from tokenizer_config.json beside a vocab.txt (default True, as bert-*-uncased)."""
-    cfg = model_dir / TOKENIZER_CONFIG_FILE
-    if cfg.is_file():
-        try:
-            return bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return True
-    return True
+    cfg = read_json_or_none(model_dir / TOKENIZER_CONFIG_FILE)
+    return bool(cfg.get("do_lower_case", True)) if isinstance(cfg, dict) else True

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fnmatch
-import json
 import os
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -35,6 +34,7 @@ from typing import Callable, Iterator, Sequence
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, OutputError
 from edgebert.files.atomic import PublishRace, atomic_dir, is_stale_temp, remove_path, remove_stale_temps, write_json
 from edgebert.files.failures import os_error, writing_place
+from edgebert.files.jsonfile import loads
 from edgebert.files.locks import is_lock_file, output_lock
 
 MARKER = ".edgebert-out.json"
@@ -61,10 +61,12 @@ def check_creatable(path: Path, what: str = "--out") -> None:
                           "choose a path you can write to")
 
 
-def raced(path: Path) -> OutputError:
-    """The loser of two runs given the same output: one line naming it."""
+def raced(path: Path, published: str | None = None) -> OutputError:
+    """The loser of two runs given the same output: one line naming it, and what this run did publish
+    (``published``, e.g. the bundle folder an export wrote before its archive lost), if anything."""
+    done = f"this run published {published}, not {path}" if published else "this run published nothing"
     return OutputError(f"another run wrote {path} after this run checked it",
-                       "this run published nothing; choose a new or empty output path")
+                       f"{done}; choose a new or empty output path")
 
 
 @contextlib.contextmanager
@@ -88,8 +90,8 @@ def locked_parent(path: Path) -> Iterator[Path | None]:
 
 def read_marker(folder: Path) -> dict | None:
     try:
-        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = loads((folder / MARKER).read_bytes())
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -103,11 +105,28 @@ def _matches(name: str, names: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in names)
 
 
+def _unnamed(entry: Path, names: Sequence[str], prefix: str = "") -> list[str]:
+    """The paths under ``entry`` (relative to the output folder) that no name covers: a name matches an
+    entry whole; a folder that names such as ``onnx/model.onnx`` reach into is looked into, file by file."""
+    rel = prefix + entry.name
+    if _matches(rel, names):
+        return []
+    if entry.is_dir() and not entry.is_symlink() and any(n.startswith(f"{rel}/") for n in names):
+        return [path for child in sorted(entry.iterdir()) for path in _unnamed(child, names, f"{rel}/")]
+    return [rel]
+
+
+def _covered(name: str, names: Sequence[str]) -> bool:
+    """Whether the top entry ``name`` is one of ``names``, or a folder they reach into."""
+    return _matches(name, names) or any(n.startswith(f"{name}/") for n in names)
+
+
 class OutputDir:
     """One command's output folder, checked against the rule (see the module docstring).
 
-    ``names``: the entries this command writes (glob patterns); ``signature``: a file that marks a
-    folder this command wrote before markers existed. Construction writes nothing.
+    ``names``: the entries this command writes (glob patterns; a path such as ``onnx/model.onnx`` names
+    one file in a folder, and every other file in that folder is not the command's); ``signature``: a
+    file that marks a folder this command wrote before markers existed. Construction writes nothing.
     """
 
     def __init__(self, path: str | os.PathLike, command: str, *, names: Sequence[str] = (),
@@ -139,6 +158,7 @@ class OutputDir:
             return "new"
         try:
             entries = [p for p in folder.iterdir() if not (is_stale_temp(p) or is_lock_file(p))]
+            foreign = sorted(rel for entry in entries for rel in _unnamed(entry, self.names))
         except OSError as exc:
             raise os_error(path, exc, "read") from exc
         if not entries:
@@ -149,7 +169,7 @@ class OutputDir:
         names = [p.name for p in entries]
         signature = self._signature
         ours = (marker.get("command") == self.command if marker
-                else bool(signature) and signature in names and all(_matches(n, self.names) for n in names))
+                else bool(signature) and signature in names and not foreign)
         if not ours:
             if marker:
                 raise OutputError(f"{path} holds the output of `edgebert {marker.get('command')}`, not of {who}",
@@ -161,7 +181,6 @@ class OutputDir:
         if not self.overwrite:
             raise OutputError(f"{path} already holds the output of {who}",
                               f"pass {self._flags} to reuse it, or choose another folder")
-        foreign = sorted(n for n in names if not _matches(n, self.names))
         if foreign:
             raise OutputError(f"{path} holds files {who} did not write ({_some(foreign)}); --overwrite never "
                               "deletes them",
@@ -195,7 +214,7 @@ class OutputDir:
             remove_stale_temps(path)
             if self.state == "overwrite":
                 for entry in path.iterdir():
-                    if _matches(entry.name, self.names):
+                    if _covered(entry.name, self.names):
                         remove_path(entry)
             if self.state != "resume" or not (path / MARKER).exists():
                 self._marker(path)

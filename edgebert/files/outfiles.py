@@ -73,6 +73,7 @@ class OutputFile:
         self.ours, self.overwrite = ours, bool(overwrite)
         self.state = self._state()                     # new | empty | overwrite
         self._seen = self._identity()
+        self._published: str | None = None
 
     def _state(self) -> str:
         path, who = self.path, f"`edgebert {self.command}`"
@@ -104,12 +105,14 @@ class OutputFile:
 
     def _still_as_checked(self) -> None:
         if self._identity() != self._seen:
-            raise raced(self.path)
+            raise raced(self.path, self._published)
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[Path]:
+    def writing(self, published: str | None = None) -> Iterator[Path]:
         """Yield a temp path to write the file to; on success it becomes the output, under the file's
-        lock and only if the output is still what was checked (else ``raced``, nothing replaced)."""
+        lock and only if the output is still what was checked (else ``raced``, nothing replaced).
+        ``published``: what the run already published before this file (named when it loses)."""
+        self._published = published
         with locked_parent(self.path):
             self._still_as_checked()
             try:
@@ -117,4 +120,4 @@ class OutputFile:
                                  kind="out") as tmp:
                     yield tmp
             except PublishRace as exc:
-                raise raced(self.path) from exc
+                raise raced(self.path, published) from exc

@@ -16,8 +16,12 @@ outputs against its manifest, named by both files' sha256, are not read again fo
 probe's verdict (``runtime.hostcpu``).
 
 Stamps guard against damage and mix-ups (a half-copied or replaced graph), like the hashes they stand for;
-whoever can write the user's cache can also write the bundle. ``EDGEBERT_STAMPS=0`` turns them off; ``edgebert
-check`` never uses them. A cache that cannot be written costs only the hash.
+whoever can write the user's cache can also write the bundle. A stamp is never believed over the manifest: a
+file whose stamp disagrees with the hash the manifest records is hashed again (``stamped_sha256(expected=)``),
+and a good file gets its stamp rewritten. What stamps cannot see: bytes changed while the inode, size and both
+times stay as they were (a storage medium or a tool writing beneath the file system); ``edgebert check`` hashes
+every byte. ``EDGEBERT_STAMPS=0`` (or ``false`` / ``no`` / ``off``, any case) turns them off; ``edgebert check``
+never uses them. A cache that cannot be written costs only the hash.
 """
 
 from __future__ import annotations
@@ -29,14 +33,27 @@ import time
 import zlib
 from pathlib import Path
 
+from edgebert.errors import ConfigError
 from edgebert.files.hashing import sha256_file
+from edgebert.files.jsonfile import loads
 from edgebert.files.user_cache import cache_root
 
 SETTLE_NS = 2_000_000_000
+ENV = "EDGEBERT_STAMPS"
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def stamps_enabled() -> bool:
-    return os.environ.get("EDGEBERT_STAMPS", "1").strip() != "0"
+    """``EDGEBERT_STAMPS``: on unless set to 0 / false / no / off (1 / true / yes / on, or unset or empty:
+    on; any case); another value is a ``ConfigError`` naming the variable."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in ("", *_ON):
+        return True
+    if value in _OFF:
+        return False
+    raise ConfigError(f"{ENV}={os.environ[ENV]!r} is neither on nor off",
+                      f"set it to {', '.join(_OFF)} to turn stamps off, or to {', '.join(_ON)} or nothing to keep "
+                      "them on")
 
 
 def _identity(st: os.stat_result) -> str:
@@ -51,14 +68,16 @@ def _record(identity: str) -> Path:
     return cache_root() / "stamps" / f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
 
 
-def stamped_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of ``path``: from its stamp while the file is unchanged, else hashed (and stamped)."""
+def stamped_sha256(path: str | os.PathLike, expected: str | None = None) -> str:
+    """The sha256 of ``path``: from its stamp while the file is unchanged, else hashed (and stamped).
+    ``expected``: the hash the file should have (its manifest's); a stamp that says otherwise is not
+    believed: the file is hashed again, and the stamp rewritten with what it holds."""
     if not stamps_enabled():
         return sha256_file(path)
     before = os.stat(path)
     identity = _identity(before)
     stamp = recall(identity)
-    if stamp is not None and isinstance(stamp.get("sha256"), str):
+    if stamp is not None and isinstance(stamp.get("sha256"), str) and expected in (None, stamp["sha256"]):
         return stamp["sha256"]
     return hashed_sha256(path, before)
 
@@ -92,7 +111,7 @@ def recall(identity: str) -> dict | None:
     if not stamps_enabled():
         return None
     try:
-        record = json.loads(_record(identity).read_text(encoding="utf-8"))
+        record = loads(_record(identity).read_bytes())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("identity") == identity else None

@@ -97,6 +97,21 @@ def position_offset(model_type: str, pad_token_id: int) -> int:
     return pad_token_id + 1 if model_type in ("roberta", "xlm-roberta") else 0
 
 
+def check_pad_id(model_type: str, pad_token_id: int, tokenizer_pad_id: int | None, where: str) -> None:
+    """RoBERTa's positions depend on its pad id: transformers numbers the tokens from config.json's
+    ``pad_token_id`` + 1 and gives every token whose id is ``pad_token_id`` the padding position. When the
+    tokenizer pads with another id, a real token can have that id (``<s>`` when ``pad_token_id`` is 0), which
+    no exported graph's positions (``offset + 0..T-1``) reproduce: a ``ConfigError`` in one line (refused, not
+    followed), never vectors that differ from transformers'."""
+    if not position_offset(model_type, pad_token_id) or tokenizer_pad_id is None or tokenizer_pad_id == pad_token_id:
+        return
+    raise ConfigError(f"{where}: config.json has pad_token_id={pad_token_id} but the tokenizer pads with id "
+                      f"{tokenizer_pad_id}; {model_type} numbers its positions from pad_token_id + 1, so edgebert "
+                      "cannot give transformers' vectors for it (refused)",
+                      f"set pad_token_id to {tokenizer_pad_id} in config.json if the model was trained with this "
+                      "tokenizer, or use the tokenizer it was trained with")
+
+
 def internal_key(key: str, model_type: str, architecture: str) -> str:
     """A family's Hugging Face weight name -> the name of the same weight in edgebert's modules."""
     if model_type == "bert":

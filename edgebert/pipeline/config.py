@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgebert.bundle.task_registry import check_budget
 from edgebert.data.corpus import FORMATS
 from edgebert.errors import ConfigError
 from edgebert.model import BertConfig
@@ -137,9 +138,7 @@ class PipelineConfig:
         if self.layers >= self.teacher_layers:
             raise ConfigError(f"a {self.layers}-layer student is not smaller than its "
                               f"{self.teacher_layers}-layer teacher", "use fewer --layers")
-        if self.max_accuracy_loss is not None and not 0.0 <= self.max_accuracy_loss < 1.0:
-            raise ConfigError(f"max accuracy loss {self.max_accuracy_loss!r} must be in [0, 1)",
-                              "e.g. 0.01 = mean cosine at least 0.99")
+        check_budget(self.max_accuracy_loss)
         bench = self.bench_config(self.out / "bundle")    # bad bench settings fail now, not after training
         set_("bench_batches", bench.batches)
         set_("bench_seqs", bench.seqs)

@@ -4,7 +4,9 @@
 "qas": [{"id", "question", "answers": [{"text", "answer_start"}], "is_impossible",
 "plausible_answers"}]}]}]}``) into ``SquadExample``s; malformed JSON, a missing or mistyped field, a
 repeated question id, and an answer whose ``answer_start`` does not point at its text in the context
-are ``DataError``s naming the file and the question id (or the place in the file where there is none).
+are ``DataError``s naming the file and the question id (or the place in the file where there is none);
+so are JSON nested too deeply to read and a lone surrogate (``"\\ud800"``: no text a tokenizer reads),
+named by its place (``edgebert.files.jsonfile.loads``).
 
 ``builtin_questions()``: 62 original questions (SQuAD 1.1 form, one gold answer each) about 18
 paragraphs of the built-in held-out text (``edgebert.files.textfiles.builtin_texts("held-out")``,
@@ -16,12 +18,12 @@ given a SQuAD file.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgebert.errors import DataError
+from edgebert.files.jsonfile import JsonError, loads
 from edgebert.files.textfiles import read_utf8
 
 BUILTIN_QUESTIONS = Path(__file__).resolve().parents[1] / "assets" / "questions_en.json"
@@ -114,10 +116,9 @@ def read_squad(path: str | Path) -> list[SquadExample]:
     path = Path(path)
     text = read_utf8(path, "SQuAD file", "pass a SQuAD JSON file (e.g. train-v1.1.json)")
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-                        "pass a SQuAD 1.1 or 2.0 JSON file") from exc
+        raw = loads(text)
+    except JsonError as exc:
+        raise DataError(f"{path} {exc.reason}", exc.hint or "pass a SQuAD 1.1 or 2.0 JSON file") from None
     articles = _field(raw, "data", list, path, "the file")
     examples: list[SquadExample] = []
     seen: set[str] = set()

@@ -18,8 +18,10 @@ no-answer candidate ``{"answer": "", "start": 0, "end": 0}`` scored [CLS] start 
 
 Defaults are the pipeline's (``max_answer_len`` 15, ``max_question_len`` 64, ``align_to_words``); the
 default ``doc_stride`` (None: 128) shrinks to half the context room of windows shorter than 384 tokens
-(the bundle may take fewer); a stride that leaves no new context per window is a ``ConfigError``. An
-empty (or blank) question or context is a ``DataError`` naming it.
+(the bundle may take fewer); a stride that leaves no new context per window is a ``ConfigError``, and so is
+a window the caller shapes (``max_length`` below the bundle's, or ``doc_stride``) that the pipeline refuses:
+one whose question leaves no more context tokens than the stride (``check_context_room``). An empty (or
+blank) question or context is a ``DataError`` naming it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ from edgebert.bundle.task_registry import task_serving
 from edgebert.errors import ConfigError, DataError
 from edgebert.qa.answers import Answer, check_answer_options, pipeline_answers
 from edgebert.qa.squad_file import SquadExample
-from edgebert.qa.windows import DOC_STRIDE, MAX_QUERY_LEN, MAX_SEQ_LEN, SquadWindows, WindowMaker, default_stride
+from edgebert.qa.windows import (
+    DOC_STRIDE,
+    MAX_QUERY_LEN,
+    MAX_SEQ_LEN,
+    NOT_CONTEXT,
+    SquadWindows,
+    WindowMaker,
+    default_stride,
+)
 from edgebert.runtime.tagging import batched_logits
 from edgebert.runtime.text import Encoded, check_text
 
@@ -90,6 +100,26 @@ def window_shape(max_length: Any, doc_stride: Any, limit: int) -> tuple[int, int
     return length, int(doc_stride)
 
 
+def check_context_room(windows: SquadWindows, length: int, doc_stride: int | None) -> None:
+    """transformers' pipeline refuses a window whose question leaves no more context tokens than its stride (its
+    tokenizer: "stride must be strictly less than max_len"; default stride ``min(max_seq_len // 2, 128)``):
+    such windows hold a few tokens of context each and give word pieces. ``ConfigError`` in one line, the same,
+    for a window shape the caller chose (``max_length`` below the bundle's, or ``doc_stride``); the bundle's own
+    window keeps the module docstring's defaults (the question cut to half of it, the stride to half the rest)."""
+    stride = min(length // 2, DOC_STRIDE) if doc_stride is None else int(doc_stride)
+    examples, firsts = np.unique(windows.example_index, return_index=True)     # each question's first window
+    several = len(examples) > 1
+    for example, first in zip(examples.tolist(), firsts.tolist()):
+        framing = int((windows.offsets[first][:, 0] == NOT_CONTEXT).sum())    # the question and the special tokens
+        if length - framing <= stride:
+            raise ConfigError(f"max_length={length} leaves {length - framing} context tokens per window after "
+                              f"{f'question {example}' if several else 'the question'} and the special tokens "
+                              f"({framing}), not more than the doc_stride "
+                              f"({stride}{'' if doc_stride is not None else ', the pipeline default for it'}); "
+                              "transformers' question-answering pipeline refuses such windows too",
+                              "use a larger max_length (at most the bundle's), a smaller doc_stride or a shorter question")
+
+
 def span_logits(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], pad_id: int, windows: SquadWindows,
                 batch_size: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(start, end) logits of every window, (T_i,) float32 each, in window order. ``run`` maps padded
@@ -123,6 +153,8 @@ def answer_questions(session, question: Any, context: Any, top_k: int = 1, max_a
             or max_question_len < 1:
         raise ConfigError(f"max_question_len={max_question_len!r} must be a positive integer")
     windows = window_maker(str(session.encoder.file), length, stride, min(int(max_question_len), length // 2))(examples)
+    if doc_stride is not None or int(max_length) < session.max_length:     # a window shape the caller chose
+        check_context_room(windows, length, doc_stride)
     size = session.batch_size if batch_size is None else batch_size
     if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
         raise ConfigError(f"batch_size={batch_size!r} must be a positive integer")

@@ -4,8 +4,9 @@ and opened by ``EdgeSession``, ``edgebert check`` / ``bench`` / ``info`` like a 
 ``write_archive`` packs the manifest and the files it names under one top folder (regular files only,
 modes 0644, no owner names) and stamps the archive (the tar's pax ``comment``, the zip's comment: the
 format, the top folder, the manifest's sha256). ``foreign_archive`` says whether a file is exactly such
-an archive, so ``export --archive --overwrite`` replaces only its own output: a user's archive holding
-some other ``manifest.json`` is never taken for it.
+an archive, so ``export --archive --overwrite`` (and ``pack``) replaces only its own output: a user's archive
+holding some other ``manifest.json`` is never taken for it, nor an archive changed since it was written
+(a file edited: its size or sha256 is not the manifest's) or one with other bytes before or after it.
 
 ``bundle_folder(path)`` gives a folder back: a folder as it is, an archive extracted into the cache
 (``$EDGEBERT_CACHE/bundles``; unset or empty: ``~/.cache/edgebert/bundles``) under a name made of its
@@ -34,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from edgebert.bundle import MANIFEST_NAME, Manifest, read_manifest, verify_files
 from edgebert.errors import BundleError, ConfigError
 from edgebert.files.atomic import current_umask, remove_path, remove_stale_temps, temp_prefix
+from edgebert.files.jsonfile import loads
 from edgebert.files.user_cache import cache_root as user_cache_root
 from edgebert.runtime.archive_read import ARCHIVE_SUFFIXES, LABELS, MAX_BYTES, STAMP_FORMAT, ArchiveFile, archive_kind
 
@@ -110,9 +112,12 @@ def _zip_time(mtime: float) -> tuple[int, ...]:
     return tuple(max(t, lo) for t, lo in zip(time.localtime(mtime)[:6], (1980, 1, 1, 0, 0, 0)))
 
 
-def foreign_archive(path: str | os.PathLike) -> str | None:
+def foreign_archive(path: str | os.PathLike, command: str | None = None) -> str | None:
     """None if ``path`` is exactly what ``write_archive`` writes (its stamp, one top folder holding only
-    files, the manifest the stamp names); else what it is, as a phrase for a refusal."""
+    files, the manifest the stamp names, every file at the size and sha256 that manifest records, nothing
+    before or after the archive in the file) and, given ``command`` (``export`` / ``pack``), wrote for that
+    command; else what it is, as a phrase for a refusal. The stamp vouches for the manifest, the manifest
+    for every file: together, for the whole file."""
     path = Path(path)
     label = LABELS.get(archive_kind(path) or "", "bundle")
     try:
@@ -131,16 +136,43 @@ def foreign_archive(path: str | os.PathLike) -> str | None:
             data = archive.read(manifest)
             if hashlib.sha256(data).hexdigest() != stamp.get("manifest_sha256"):
                 return f"{changed} (another {MANIFEST_NAME})"
-            names = archive.manifest(data).file_names()
-            wanted = {manifest.path, *(top.joinpath(*PurePosixPath(n).parts) for n in names)}
+            bundle = archive.manifest(data)
+            wanted = {manifest.path, *(top.joinpath(*PurePosixPath(n).parts) for n in bundle.file_names())}
             odd = [m for m in members if m.is_dir or m.path not in wanted]
             if odd:
                 return f"{changed} (it holds {_some(odd)} beside the bundle)"
             if len(members) != len(wanted):
                 return f"{changed} (it holds fewer files than its {MANIFEST_NAME} names)"
+            unlike = _unlike_manifest(archive, [m for m in members if m is not manifest], top, bundle)
+            if unlike:
+                return f"{changed} ({unlike})"
+            outside = archive.outside()
+            if outside:
+                return f"{changed} (other bytes lie {outside} the archive edgebert wrote)"
+            made_by = "pack" if isinstance(bundle.get_extra("packed"), dict) else "export"
+            if command is not None and made_by != command:
+                return f"the output of `edgebert {made_by}{' --archive' if made_by == 'export' else ''}`"
     except BundleError as exc:
         text = exc.message.removeprefix(str(path)).strip(" :").removeprefix("is ")
         return text if text.startswith("not a") else f"not a bundle archive edgebert can read ({text})"
+    return None
+
+
+def _unlike_manifest(archive: ArchiveFile, members: list, top: PurePosixPath, bundle: Manifest) -> str | None:
+    """How a member differs from what the manifest records for it (its size, else its sha256), or None.
+    Sizes first (the headers), then the bytes, read in archive order."""
+    sizes, hashes = bundle.file_sizes, bundle.files
+    name = {m.path: m.path.relative_to(top).as_posix() for m in members}
+    for member in members:
+        expected = sizes.get(name[member.path])
+        if expected is not None and member.size != expected:
+            return f"{name[member.path]} is {member.size} bytes; its {MANIFEST_NAME} says {expected}"
+    for member in members:
+        expected_sha = hashes.get(name[member.path])
+        if expected_sha is None:
+            return f"its {MANIFEST_NAME} has no hash for {name[member.path]}"
+        if archive.sha256(member) != expected_sha:
+            return f"{name[member.path]} does not match its {MANIFEST_NAME} hash"
     return None
 
 
@@ -215,12 +247,12 @@ def _entry_holds(entry: Path, digest: str, manifest_bytes: bytes) -> bool:
     try:
         if entry.is_symlink() or not entry.is_dir():
             return False
-        record = json.loads((entry / RECORD_NAME).read_text(encoding="utf-8"))
+        record = loads((entry / RECORD_NAME).read_bytes())
         manifest_path = entry / MANIFEST_NAME
         if not isinstance(record, dict) or record.get("archive_sha256") != digest or manifest_path.is_symlink() \
                 or manifest_path.read_bytes() != manifest_bytes:
             return False
-        manifest = Manifest.from_dict(json.loads(manifest_bytes.decode("utf-8")))
+        manifest = Manifest.from_dict(loads(manifest_bytes))
         if any((entry / name).is_symlink() for name in manifest.file_names()):
             return False
         verify_files(entry, manifest)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
-import json
 import os
 import stat
 import tarfile
@@ -32,6 +31,7 @@ from typing import IO, Iterator
 from edgebert.bundle import MANIFEST_NAME, Manifest
 from edgebert.errors import BundleError
 from edgebert.files.atomic import current_umask
+from edgebert.files.jsonfile import loads
 
 __all__ = ["ARCHIVE_SUFFIXES", "STAMP_FORMAT", "MAX_BYTES", "MAX_RATIO", "MIN_ALLOWANCE", "archive_kind",
            "ArchiveFile", "Member", "Listing"]
@@ -162,7 +162,7 @@ class ArchiveFile:
             text = (archive.pax_headers.get("comment", "") if isinstance(archive, tarfile.TarFile)
                     else archive.comment.decode("utf-8", "replace"))
         try:
-            value = json.loads(text) if text else None
+            value = loads(text) if text else None
         except ValueError:
             return None
         return value if isinstance(value, dict) and value.get("format") == STAMP_FORMAT else None
@@ -232,6 +232,48 @@ class ArchiveFile:
         return next((m for m in self.members() if m.path.name == MANIFEST_NAME and not m.is_dir
                      and len(m.path.parts) <= 2), None)
 
+    def sha256(self, member: Member) -> str:
+        """The sha256 of ``member``'s bytes, streamed (exactly the size its header says)."""
+        digest = hashlib.sha256()
+        with self.reading(), self._open(member) as src:
+            _copy(src, digest.update, member.size, self, member)
+        return digest.hexdigest()
+
+    def outside(self) -> str | None:
+        """Where the file holds bytes that are not the archive ``write_archive`` writes: ``after`` it
+        (another archive appended, ``cat a.tar.gz b.tar.gz``, or any other bytes), ``before`` it (a zip
+        stored after something else); None when it holds the archive alone. A tar.gz is one gzip
+        stream ending the file, with nothing but zero blocks after the tar's last member; a zip's first
+        member is at its start and its end record (with the stamp) ends the file. Call it after
+        ``members()`` was read to its end."""
+        with self.reading():
+            archive = self._archive()
+            if isinstance(archive, tarfile.TarFile):
+                return "after" if self._after_tar(archive) else None
+            if min((info.header_offset for info in archive.infolist()), default=0) != 0:
+                return "before"
+            end = 22 + len(archive.comment)                 # the end record: 22 bytes, then the comment
+            self._fh.seek(max(0, self.size - end))
+            record = self._fh.read(end)
+            ends = len(record) == end and record[:4] == b"PK\x05\x06" and record[22:] == archive.comment \
+                and int.from_bytes(record[20:22], "little") == len(archive.comment)
+            return None if ends else "after"
+
+    def _after_tar(self, archive: tarfile.TarFile) -> bool:
+        archive.getmembers()                    # read to the end-of-archive blocks: ``offset`` is where they start
+        end, position = archive.offset, 0
+        stream = zlib.decompressobj(16 + zlib.MAX_WBITS)       # the first gzip stream only
+        self._fh.seek(0)
+        while not stream.eof:
+            data = stream.unconsumed_tail or self._fh.read(_CHUNK)
+            if not data:
+                return True                     # ends inside its gzip stream (the readers said so already)
+            block = stream.decompress(data, _CHUNK)
+            if position + len(block) > end and block[max(0, end - position):].strip(b"\0"):
+                return True
+            position += len(block)
+        return bool(stream.unused_data or self._fh.read(1))
+
     def read(self, member: Member, limit: int = MAX_MANIFEST) -> bytes:
         if member.size > limit:
             raise BundleError(f"{self.path}: {member.name!r} is {member.size} bytes, too large for a {MANIFEST_NAME}",
@@ -250,9 +292,9 @@ class ArchiveFile:
     # ------------------------------------------------------------------ extraction
     def manifest(self, data: bytes) -> Manifest:
         try:
-            value = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise BundleError(f"{self.path}: its {MANIFEST_NAME} is not valid JSON ({exc})", _RECREATE) from exc
+            value = loads(data)
+        except ValueError as exc:
+            raise BundleError(f"{self.path}: its {MANIFEST_NAME} {exc}", _RECREATE) from None
         return Manifest.from_dict(value, f"{self.path}: {MANIFEST_NAME}")
 
     def extract(self, listing: Listing, manifest_bytes: bytes, folder: Path) -> None:

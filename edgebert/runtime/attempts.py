@@ -180,7 +180,8 @@ def _attempt(request: SessionRequest, plan: ProviderPlan, provider: str, options
     import onnxruntime as ort
 
     try:
-        choice = choose_model(request.manifest, provider, request.precision, request.host, request.int8_target)
+        choice = choose_model(request.manifest, provider, request.precision, request.host, request.int8_target,
+                              graph_format=request.graph_format)
         profile = engine = timing = None
         if provider == "tensorrt":
             _check_standard_ops(choice)

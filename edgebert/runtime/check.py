@@ -29,9 +29,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from edgebert.bundle import ModelEntry, read_manifest, verify_entry, verify_files
-from edgebert.bundle.task_registry import bundle_task
-from edgebert.errors import BundleError, EdgebertError
+from edgebert.bundle import Manifest, ModelEntry, read_manifest, verify_entry, verify_files
+from edgebert.bundle.task_registry import bundle_task, check_budget
+from edgebert.errors import BundleError, ConfigError, EdgebertError
 from edgebert.files.textfiles import is_conll, read_conll
 from edgebert.runtime.fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker, answer_spans
 from edgebert.runtime.float_reference import measure_against_reference, read_reference
@@ -124,6 +124,17 @@ def _describe_openvino(manifest, entry: ModelEntry, host) -> dict[str, Any]:
     return {"target": str(entry.target), "file": entry.file, "here": here, "needs": "the openvino package"}
 
 
+def _check_target(bundle_dir: Path, manifest: Manifest, target: str | None) -> None:
+    """``target`` (``--target``) names one of the bundle's INT8 graphs, else a usage error listing them: a
+    target the bundle has no graph for is not a failed bundle. (A bundle with no INT8 graph at all fails
+    the check, with or without a target.)"""
+    have = list(dict.fromkeys(str(e.target) for e in manifest.models.values() if e.is_cpu_int8 or e.engine == ENGINE))
+    if target is not None and have and target not in have:
+        raise ConfigError(f"--target {target!r} names no INT8 graph of {bundle_dir} (its INT8 targets: "
+                          f"{', '.join(have)})", "pass one of them, or leave --target out for the graph the "
+                                                 "runtime picks on this CPU")
+
+
 def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_texts: int = 256,
                  max_accuracy_loss: float | None = None, int8_target: str | None = None,
                  threads: int | None = None) -> CheckReport:
@@ -133,8 +144,10 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     from edgebert.system.environment import check_threads
 
     check_threads(threads)          # a bad argument is a usage error (exit 2), not a failed check
+    max_accuracy_loss = check_budget(max_accuracy_loss)
     bundle_dir = Path(bundle_dir)
     manifest = read_manifest(bundle_dir)
+    _check_target(bundle_dir, manifest, int8_target)
     host = detect_host()
     task, spec = manifest.task, bundle_task(manifest.task)
     report = CheckReport(str(bundle_dir), task, False, "", {**host.as_dict(), "summary": host.summary()})

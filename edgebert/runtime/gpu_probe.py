@@ -14,7 +14,9 @@ each GPU provider is probed before a session is built, in this order:
 
 The verdict is ``assess``'s, a pure function of the facts (tested with simulated facts). Whatever
 slips through (a GPU that initialises but cannot run the graph) is caught when the session is built
-(``edgebert.runtime.attempts``). Torch-free: ctypes and onnxruntime only.
+(``edgebert.runtime.attempts``). The verdict's type, ``ProviderStatus``, lives here; ``runtime.providers``
+(which asks this probe, and answers for the CPU itself) imports it from here, never the other way round.
+Torch-free: ctypes and onnxruntime only.
 """
 
 from __future__ import annotations
@@ -27,15 +29,31 @@ import io
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-from edgebert.runtime.providers import ProviderStatus, not_in_build
+from typing import Any, NamedTuple
 
 CUDA_SUCCESS = 0
 _CUDA_ERRORS = {100: "no CUDA-capable device is detected", 35: "CUDA driver version is insufficient for "
                 "the CUDA runtime version", 999: "unknown error", 3: "initialization error",
                 101: "invalid device ordinal"}
-ORT_PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+ORT_PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}   # the GPU ones
+
+
+class ProviderStatus(NamedTuple):
+    """Whether provider ``name`` can be used here; ``reason`` says why not (empty when usable). The probe's
+    verdict (``runtime.providers.probe`` gives it for every provider)."""
+
+    name: str
+    available: bool
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"provider": self.name, "available": self.available, "reason": self.reason or None}
+
+
+def not_in_build(name: str, ort_version: str) -> ProviderStatus:
+    """The verdict for a GPU provider this onnxruntime build does not have (plain ``onnxruntime``)."""
+    return ProviderStatus(name, False, f"this onnxruntime build ({ort_version}) has no {ORT_PROVIDER_NAMES[name]}; "
+                                       "install onnxruntime-gpu")
 
 
 @dataclass(frozen=True)

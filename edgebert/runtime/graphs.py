@@ -77,8 +77,9 @@ def _int8_note(provider: str, choice: GraphChoice) -> str:
 
 
 def choose_model(manifest: Manifest, provider: str, precision: str, host: HostCpu,
-                 int8_target: str | None = None) -> ModelChoice:
-    """The graph ``provider`` runs for ``precision``; ``BundleError`` saying why if there is none."""
+                 int8_target: str | None = None, *, graph_format: str = "onnx") -> ModelChoice:
+    """The graph ``provider`` runs for ``precision``; ``BundleError`` saying why if there is none.
+    ``graph_format``: the form the session loads (``int8_choice`` rule 3)."""
     models = manifest.models
     passed_over = ""
     if precision == "int8" and provider == "cpu":
@@ -87,7 +88,7 @@ def choose_model(manifest: Manifest, provider: str, precision: str, host: HostCp
             return ModelChoice(provider, precision, engine_choice.key, engine_choice.entry,
                                (f"int8: {engine_choice.reason}",), engine_choice)
     if precision == "int8" and provider in ("cpu", "cuda"):
-        choice = choose_int8(manifest, host, int8_target)
+        choice = choose_int8(manifest, host, int8_target, graph_format=graph_format)
         notes = ((f"int8: {passed_over}",) if passed_over else ()) + (f"int8: {choice.reason}",) \
             + ((_int8_note(provider, choice),) if provider == "cuda" else ())
         return ModelChoice(provider, precision, choice.key, choice.entry, notes, choice)

@@ -11,6 +11,12 @@ Rules, given the host (``hostcpu.detect_host``) and the graphs' ``requires.u8s8_
    has graphs that need exact products, load it with ``session.x64quantprecision=1`` (onnxruntime
    converts the int8 weights to uint8 at load: exact, U8U8 kernel, slower) when the probe showed that
    this fixes it; otherwise refuse with a ``BundleError`` that says what to export instead.
+3. A graph loaded from its ``.ort`` form (``graph_format="ort"``, or a bundle packed with ``--ort-format``)
+   cannot take that fix: onnxruntime makes the int8 -> uint8 weight rewrite (``Avx2WeightS8ToU8Transformer``,
+   a level-2 graph transformer) when it optimizes a ``.onnx`` graph at load, and a saved ``.ort`` graph is
+   loaded as saved, with no graph transformer run. Its int8 weights would meet the saturating kernel (an
+   x86-vnni graph's ``.ort`` form gave cosine 0.70 vs fp32 on an AVX2 CPU, its ``.onnx`` form 0.998): on a
+   host whose kernel saturates such a graph is refused, never run, and the caller is told what loads instead.
 
 An ``openvino`` graph (``export --target openvino``: an OpenVINO IR, run by ``openvino_graph``) is loaded
 when asked for (``int8_target="openvino"``, on any host; ``edgebert check`` measures it there). By default
@@ -58,9 +64,11 @@ class GraphChoice:
                 "session_config": dict(self.session_config), "reason": self.reason}
 
 
-def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: str | None = None) -> GraphChoice:
+def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: str | None = None, *,
+                graph_format: str = "onnx") -> GraphChoice:
     """Pick the INT8 graph for ``host`` (or the one made for ``target``); see the module docstring.
-    ``manifest`` may be given as its JSON (a dict)."""
+    ``manifest`` may be given as its JSON (a dict). ``graph_format``: the form the session loads (``ort``:
+    the graphs' saved ``.ort`` forms, rule 3)."""
     manifest = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(dict(manifest))
     graphs = manifest.int8_graphs()
     if not graphs:
@@ -93,6 +101,13 @@ def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: s
         return GraphChoice(key, entry, {}, f"{where}: onnxruntime's U8S8 kernel {kernel}; {entry.target} "
                                            f"graph chosen (its weights cannot saturate){passed_over}")
     key, entry = next(iter(graphs.items()))
+    if loads_saved_graph(entry, graph_format):
+        raise BundleError(f"the {entry.target} INT8 graph's .ort form keeps 8-bit weights that need exact U8S8 "
+                          f"products, which {where} does not compute, and a saved .ort graph cannot be loaded "
+                          f"with {PRECISION_OPTION}=1 (onnxruntime converts the weights only when it optimizes "
+                          "a .onnx graph at load): it would run with saturated sums",
+                          "open the .onnx form (graph_format='onnx'), or pack/export for this CPU with "
+                          "--target portable --ort-format")
     if host.precise_fix is False:
         raise BundleError(f"the bundle's INT8 graphs ({', '.join(str(e.target) for e in graphs.values())}) "
                           f"need exact U8S8 products, which {where} does not compute, and "
@@ -103,6 +118,12 @@ def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: s
                        f"{where}: onnxruntime's U8S8 kernel {kernel} and the {entry.target} graph has "
                        f"8-bit weights, so it is loaded with {PRECISION_OPTION}=1 (weights converted to uint8 "
                        "at load: exact, U8U8 kernel)")
+
+
+def loads_saved_graph(entry: ModelEntry, graph_format: str) -> bool:
+    """True when a session loads ``entry`` from a saved ``.ort`` graph (rule 3 of the module docstring): a
+    packed ``.ort``-only entry, or ``graph_format="ort"``."""
+    return graph_format == "ort" or str(entry.file).endswith(".ort")
 
 
 def _exact_host_why(entry: ModelEntry, own: tuple[str, ...], n_graphs: int) -> str:

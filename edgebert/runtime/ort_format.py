@@ -10,6 +10,11 @@ each entry's ``ort`` (file, level, onnxruntime version) and the top-level ``ort_
 ``.onnx`` one is left out: what a mobile app ships. ``EdgeSession(graph_format="ort")`` loads the ``.ort``
 form of a bundle that has both.
 
+An 8-bit-weight INT8 graph's ``.ort`` form runs exactly only where onnxruntime's U8S8 products are exact
+(VNNI, ARM64): the int8 -> uint8 weight rewrite that makes it exact on other x86 CPUs happens when a ``.onnx``
+graph is optimized at load, and a saved graph is not optimized again, so those CPUs refuse it (``int8_choice``
+rule 3); its manifest entry says so (``ort.runs_on``).
+
 A ``.ort`` file is a flatbuffer, not a protobuf: ``bundle.check_graph_io`` cannot read its inputs, so
 ``check_ort_io`` compares the loaded session's inputs and outputs with the manifest instead.
 """
@@ -29,6 +34,9 @@ __all__ = ["ORT_CONFIG", "FIELD", "ort_name", "convert_graph", "add_ort_graphs",
 ORT_CONFIG = "required_operators.config"
 FIELD = "ort_format"                    # the manifest's key
 LEVEL = "all"
+# int8_choice rule 3: the weight fix of CPUs whose U8S8 kernel saturates is a load-time rewrite of .onnx graphs
+SAVED_8BIT_RUNS_ON = ("CPUs whose U8S8 products are exact (x86 with VNNI, ARM64); refused on x86 CPUs without VNNI, "
+                      "whose weight fix (session.x64quantprecision) applies to .onnx graphs only")
 DISABLED = ["NchwcTransformer"]         # x86-only layouts: the tool turns them off for ARM; off here for every CPU
 
 
@@ -78,6 +86,9 @@ def add_ort_graphs(folder: Path, manifest: Manifest, keys: list[str] | None = No
         entry = value["models"][key]
         entry["ort"] = {"file": written[onnx_file], "optimization": f"{LEVEL}, {', '.join(DISABLED)} off",
                         "onnxruntime": ort.__version__}
+        model = manifest.models[key]
+        if model.precision == "int8" and model.needs_exact_u8s8:
+            entry["ort"]["runs_on"] = SAVED_8BIT_RUNS_ON
         if replace:
             entry["onnx_file"], entry["file"] = onnx_file, written[onnx_file]
     if not written:

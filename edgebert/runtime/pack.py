@@ -9,19 +9,24 @@ the manifest's ``packed.left_out`` with its size and why. The kept entry keeps i
 so the packed bundle opens and checks like the full one (``EdgeSession``, ``edgebert check``).
 
 The output is a folder, or an archive (``.tar.gz`` / ``.tgz`` / ``.zip``: ``archive.write_archive``);
-either is written atomically and never replaces what ``edgebert`` did not write (``files.outdirs`` /
-``files.outfiles``). The source bundle is hash-checked first.
+either is written atomically and follows the one output rule (``files.outdirs`` / ``files.outfiles``):
+``overwrite`` replaces only an earlier pack's output (a folder: its manifest and the files it names, any
+other file there refused by name; an archive: exactly as pack wrote it), and never the bundle being packed
+(the same file or folder, or a folder holding it). The source bundle is hash-checked first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgebert.bundle import MANIFEST_NAME, Manifest, ModelEntry, bundle_file, read_manifest, verify_files
-from edgebert.errors import ConfigError
+from edgebert.errors import ConfigError, EdgebertError
 from edgebert.files.hashing import sha256_file
 from edgebert.runtime.archive import archive_kind, bundle_folder
 from edgebert.runtime.float_reference import FIELD, REFERENCE_TASKS, write_reference
@@ -58,6 +63,13 @@ def _target_entry(bundle: Path, manifest: Manifest, target: str) -> tuple[str, M
               and e.is_cpu_int8}
     if target not in graphs:
         have = ", ".join(graphs) or "none: export with --int8"
+        other = next((e for e in manifest.models.values() if e.target is not None and str(e.target) == target), None)
+        if other is not None:       # e.g. the OpenVINO graph: pack takes the graphs onnxruntime runs on a CPU
+            kind = "an OpenVINO graph" if other.engine == "openvino" else \
+                f"a {other.precision} graph for {', '.join(other.providers)}"
+            raise ConfigError(f"pack takes onnxruntime CPU INT8 graphs, and the {target!r} graph of {bundle} is {kind} "
+                              f"(its targets pack takes: {have})",
+                              "pass --target one of them, or ship the full bundle to the device")
         raise ConfigError(f"{bundle} has no INT8 graph for target {target!r} (its targets: {have})",
                           "pass --target one of them")
     key, entry = graphs[target]
@@ -124,8 +136,9 @@ def pack_bundle(bundle: str | Path, target: str, out: str | Path, *, overwrite: 
     source bundle whose files do not match its manifest, ``OutputError`` for an ``out`` it must not replace."""
     from edgebert.files.atomic import work_dir
 
-    source = bundle_folder(Path(bundle))
-    out = Path(out)
+    given, out = Path(bundle), Path(out)
+    _check_not_input(given, out)
+    source = bundle_folder(given)
     manifest = read_manifest(source)
     key, kept, left_out = pack_plan(source, manifest, target)
     if out.resolve().is_relative_to(source.resolve()):
@@ -154,6 +167,17 @@ def pack_bundle(bundle: str | Path, target: str, out: str | Path, *, overwrite: 
         size = writer(folder, packed)
     return PackResult(out, target, key, sorted(packed.files), packed.get_extra(PACKED)["left_out"], size,
                       "export" if has_reference else "pack", ort)
+
+
+def _check_not_input(bundle: Path, out: Path) -> None:
+    """``ConfigError`` when ``out`` is the bundle being packed (the same file or folder, by any path), or a
+    folder holding it: writing there would replace the input with the one-device pack."""
+    with contextlib.suppress(OSError):
+        if out.exists() and bundle.exists() and os.path.samefile(out, bundle):
+            raise ConfigError(f"--out {out} is the bundle being packed", "write the packed bundle to a new path")
+    if bundle.resolve().is_relative_to(out.resolve()):
+        raise ConfigError(f"--out {out} holds the bundle being packed ({bundle})",
+                          "write the packed bundle to a new path")
 
 
 def _as_ort(folder: Path, manifest: Manifest, key: str) -> tuple[Manifest, list[str]]:
@@ -189,9 +213,10 @@ def _output(out: Path, overwrite: bool):
     output rule was checked (``OutputError`` now, before any work)."""
     if archive_kind(out) is not None:
         from edgebert.files.outfiles import OutputFile
-        from edgebert.runtime.archive import is_bundle_archive, write_archive
+        from edgebert.runtime.archive import foreign_archive, write_archive
 
-        target = OutputFile(out, "pack", ours=is_bundle_archive, overwrite=overwrite, what="--out")
+        target = OutputFile(out, "pack", ours=lambda path: foreign_archive(path, "pack") is None,
+                            overwrite=overwrite, what="--out")
 
         def to_archive(folder: Path, manifest: Manifest) -> int:
             with target.writing() as tmp:
@@ -200,8 +225,7 @@ def _output(out: Path, overwrite: bool):
         return to_archive
     from edgebert.files.outdirs import OutputDir
 
-    target_dir = OutputDir(out, "pack", names=("*",), overwrite=overwrite, signature=MANIFEST_NAME,
-                           flags="--overwrite")
+    target_dir = OutputDir(out, "pack", names=_written(out), overwrite=overwrite, flags="--overwrite")
 
     def to_folder(folder: Path, manifest: Manifest) -> int:
         with target_dir.staged() as staging:
@@ -210,3 +234,14 @@ def _output(out: Path, overwrite: bool):
                 shutil.copyfile(folder / name, staging / name)
         return sum((out / n).stat().st_size for n in [MANIFEST_NAME, *manifest.files])
     return to_folder
+
+
+def _written(out: Path) -> tuple[str, ...]:
+    """The files an earlier ``edgebert pack`` wrote in the folder ``out``: its manifest and the files that
+    manifest names (``--overwrite`` replaces these and refuses, naming them, any other file there)."""
+    try:
+        manifest = read_manifest(out) if (out / MANIFEST_NAME).is_file() else None
+    except EdgebertError:
+        manifest = None
+    names = [*manifest.files, *manifest.file_names()] if manifest is not None else []
+    return tuple(glob.escape(n) for n in dict.fromkeys([MANIFEST_NAME, *names]))      # names, not patterns

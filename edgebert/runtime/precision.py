@@ -22,8 +22,9 @@ class PrecisionChoice(NamedTuple):
 
 
 def choose_precision(requested: str | None, manifest: Manifest, host: HostCpu,
-                     int8_target: str | None = None) -> PrecisionChoice:
-    """``requested`` as given (``ConfigError`` if unknown), or the default described in the module docstring."""
+                     int8_target: str | None = None, *, graph_format: str = "onnx") -> PrecisionChoice:
+    """``requested`` as given (``ConfigError`` if unknown), or the default described in the module docstring.
+    ``graph_format``: the form the session loads (an 8-bit graph's ``.ort`` form runs exactly on fewer CPUs)."""
     if requested is not None:
         if requested not in PRECISIONS:
             raise ConfigError(f"unknown precision {requested!r}",
@@ -40,7 +41,9 @@ def choose_precision(requested: str | None, manifest: Manifest, host: HostCpu,
     if engine is not None:
         return PrecisionChoice("int8", f"default: the best graph here ({engine.reason})")
     try:
-        choice = choose_int8(manifest, host, int8_target)
+        choice = choose_int8(manifest, host, int8_target, graph_format=graph_format)
     except BundleError as exc:
+        if not any(e.precision == "fp32" for e in manifest.models.values()):
+            raise           # a one-device (packed) bundle: its INT8 graph's refusal says what loads instead
         return PrecisionChoice("fp32", f"default: no INT8 graph of the bundle runs exactly here ({exc.message})")
     return PrecisionChoice("int8", f"default: the best graph here ({choice.reason})")

@@ -1,7 +1,8 @@
 """Execution provider names, the options each one gets per precision, and what ``auto`` will try.
 
-Availability is probed in ``gpu_probe`` (driver, devices, CUDA version, provider libraries); session
-creation, one attempt per provider, lives in ``attempts``. Here:
+Availability is probed in ``gpu_probe`` (driver, devices, CUDA version, provider libraries; its verdict,
+``ProviderStatus``, is defined there and re-exported here); session creation, one attempt per provider,
+lives in ``attempts``. Here:
 
 * ``provider_options``: TensorRT gets its precision flags (``trt_fp16_enable`` for fp16,
   ``trt_int8_enable`` for the QDQ INT8 graph: without it the builder refuses Q/DQ layers, onnxruntime
@@ -18,15 +19,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from edgebert.errors import ConfigError
 from edgebert.files.user_cache import cache_root
+from edgebert.runtime.gpu_probe import ORT_PROVIDER_NAMES, ProviderStatus, not_in_build, probe_gpu_provider
 
 if TYPE_CHECKING:
     from edgebert.runtime.trt_profile import TrtProfile
 
-ORT_NAMES = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-}
+ORT_NAMES = {"cpu": "CPUExecutionProvider", **ORT_PROVIDER_NAMES}
 SHORT_NAMES = {v: k for k, v in ORT_NAMES.items()}
 PROVIDERS = tuple(ORT_NAMES)               # what a user may ask for, besides "auto"
 AUTO_ORDER = ("tensorrt", "cuda", "cpu")   # what "auto" tries, best first
@@ -48,23 +46,6 @@ def check_provider_name(name: str, allow_auto: bool = True) -> str:
     return name
 
 
-class ProviderStatus(NamedTuple):
-    """Whether ``name`` can be used here; ``reason`` says why not (empty when usable)."""
-
-    name: str
-    available: bool
-    reason: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"provider": self.name, "available": self.available, "reason": self.reason or None}
-
-
-def not_in_build(name: str, ort_version: str) -> ProviderStatus:
-    """The verdict for a GPU provider this onnxruntime build does not have (plain ``onnxruntime``)."""
-    return ProviderStatus(name, False, f"this onnxruntime build ({ort_version}) has no {ORT_NAMES[name]}; "
-                                       "install onnxruntime-gpu")
-
-
 def probe(name: str) -> ProviderStatus:
     """Can provider ``name`` (cpu / cuda / tensorrt) run on this machine? (``gpu_probe``; cached.) A build
     without the provider (the CPU install) is answered here, without loading the GPU probe."""
@@ -75,11 +56,7 @@ def probe(name: str) -> ProviderStatus:
 
     if ORT_NAMES[name] not in ort.get_available_providers():
         return not_in_build(name, ort.__version__)
-    from edgebert.runtime.gpu_probe import probe_gpu_provider
-
     return probe_gpu_provider(name)
-
-
 
 
 def trt_cache_dirs(model_file: Path, precision: str, profile: TrtProfile,

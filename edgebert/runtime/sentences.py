@@ -4,17 +4,20 @@ own API (``encode``, ``similarity``, ``get_sentence_embedding_dimension``) so th
 
 ``encode`` keeps sentence-transformers' names, defaults and shapes: a str gives a 1-D vector, a list a
 2-D array (``convert_to_numpy=False``: a list of 1-D arrays; there is no torch here, so no tensors);
-the model's own pooling and ``Normalize`` apply as in sentence-transformers (``normalize_embeddings``
-adds a normalization, never removes the model's); texts are cut at the model's ``max_seq_length``
-(``sentence_bert_config.json``) when it states one, and ``prompt`` is put before every text (left out
-of the pooling when the model's pooling says ``include_prompt: false``). ``similarity`` is the cosine
-matrix, as ``model.similarity`` with sentence-transformers' default cosine.
+the bundle's pooling and ``Normalize`` apply as sentence-transformers reads them from the bundle's files
+(``bundle.bundle_pooling``; ``normalize_embeddings`` adds a normalization, never removes the model's);
+texts are cut at the model's ``max_seq_length`` (``sentence_bert_config.json``) when it states one, and
+``prompt`` is put before every text (left out of the pooling when the model's pooling says
+``include_prompt: false``). ``similarity`` is the cosine matrix, as ``model.similarity`` with
+sentence-transformers' default cosine.
 
 The rest of ``encode``'s arguments work as there: ``prompt_name`` (the model's ``prompts``, its
-``default_prompt_name``; ``encode_query`` / ``encode_document`` pick the query / document prompt),
+``default_prompt_name``, sentence-transformers' empty ``query`` / ``document`` ones; ``encode_query`` /
+``encode_document`` pick them as sentence-transformers does),
 ``output_value`` (``token_embeddings``: one (tokens, hidden) array per text; None: a dict per text),
 ``precision`` (``embedding_quantization``: int8 / uint8 calibrated on the encoded batch itself, as
-sentence-transformers does; binary / ubinary packed bits), ``truncate_dim``; ``max_seq_length`` and
+sentence-transformers does; binary / ubinary packed bits), ``truncate_dim`` (default: the model's, where its
+config_sentence_transformers.json states one); ``max_seq_length`` and
 ``similarity_fn_name`` are settable attributes, ``tokenizer`` the bundle's. ``convert_to_tensor`` and
 ``device`` need torch: refused in one line naming what to use instead.
 
@@ -29,8 +32,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from edgebert.bundle.bundle_pooling import bundle_pooling
 from edgebert.bundle.pooling import SentencePooling
-from edgebert.bundle.st_settings import SIMILARITY_FUNCTIONS, manifest_settings
+from edgebert.bundle.st_settings import DEFAULT_PROMPTS, SIMILARITY_FUNCTIONS, manifest_settings
 from edgebert.bundle.task_registry import task_serving
 from edgebert.errors import ConfigError, DataError
 from edgebert.runtime.embedding_quantization import check_precision, quantize_embeddings
@@ -49,11 +53,26 @@ class SentenceMethods:
 
     @property
     def pooling(self) -> SentencePooling:
-        """How this bundle's model pools (its manifest's ``pooling``), or edgebert's default (mean)."""
-        return choose_pooling(None, self.manifest.pooling)
+        """How this bundle pools: as its files tell sentence-transformers (``bundle.bundle_pooling``: the
+        manifest's ``pooling``, else the bundle's ``modules.json``), else edgebert's default (mean)."""
+        return choose_pooling(None, self._stated_pooling())
+
+    def _stated_pooling(self) -> SentencePooling | None:
+        """``bundle_pooling`` of this bundle, read (and hash-checked when the session verifies) once."""
+        if "_stated" not in self.__dict__:
+            self.__dict__["_stated"] = bundle_pooling(self.bundle_dir, self.manifest, self.verify)
+        return self.__dict__["_stated"]
 
     def get_sentence_embedding_dimension(self) -> int:
-        return int(self.hidden_size)
+        """The size of ``encode``'s vectors: the hidden size, or the model's ``truncate_dim`` when smaller."""
+        return int(min(self.hidden_size, self.truncate_dim or self.hidden_size))
+
+    get_embedding_dimension = get_sentence_embedding_dimension        # sentence-transformers 5's name for it
+
+    @property
+    def truncate_dim(self) -> int | None:
+        """The dimensions ``encode`` keeps by default (the model's config_sentence_transformers.json; None: all)."""
+        return self._st_settings().get("truncate_dim")
 
     def _vectors(self, items: list[str], pooling: SentencePooling, normalize: bool, batch_size: int | None,
                  truncate: bool, encoder: TextEncoder | None = None, prompt: str | None = None,
@@ -87,8 +106,9 @@ class SentenceMethods:
     # ------------------------------------------------------------------ sentence-transformers' attributes
     @property
     def prompts(self) -> dict[str, str]:
-        """The model's prompts by name (its config_sentence_transformers.json), as ``model.prompts``."""
-        return dict(self._st_settings()["prompts"])
+        """The model's prompts by name (its config_sentence_transformers.json) after sentence-transformers'
+        empty ``query`` and ``document`` ones (``DEFAULT_PROMPTS``), as ``model.prompts``."""
+        return {**DEFAULT_PROMPTS, **self._st_settings()["prompts"]}
 
     @property
     def default_prompt_name(self) -> str | None:
@@ -169,6 +189,7 @@ class SentenceMethods:
         if truncate_dim is not None and (not isinstance(truncate_dim, (int, np.integer)) or truncate_dim < 1):
             raise ConfigError(f"truncate_dim={truncate_dim!r} must be a positive integer")
         items, _ = check_texts(sentences, what="sentences")
+        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim     # as sentence-transformers
         prompt = self._resolve_prompt(prompt, prompt_name)
         pooling = self.pooling
         encoder = self.encoder.with_max_length(self.max_seq_length)
@@ -198,7 +219,8 @@ class SentenceMethods:
 
     def encode_document(self, sentences: str | Sequence[str], prompt_name: str | None = None,
                         prompt: str | None = None, **options: Any) -> Any:
-        """``encode`` with the model's first prompt of ``document``, ``passage``, ``corpus`` unless one is given."""
+        """``encode`` with the first of the prompts ``document``, ``passage``, ``corpus`` unless one is given, as
+        ``SentenceTransformer.encode_document``: ``document`` is always one (empty unless the model states it)."""
         if prompt_name is None and prompt is None:
             prompt_name = next((n for n in ("document", "passage", "corpus") if n in self.prompts), None)
         return self.encode(sentences, prompt_name, prompt, **options)

@@ -122,7 +122,7 @@ class EdgeSession(SentenceMethods):
         self.truncate = bool(truncate)
         self.batch_size = batch_size
         self.host = detect_host()
-        chosen = choose_precision(precision, self.manifest, self.host, int8_target)
+        chosen = choose_precision(precision, self.manifest, self.host, int8_target, graph_format=graph_format)
         self.precision, self.precision_reason = chosen.precision, chosen.reason
         self.int8_target = int8_target
         self.hidden_size = self.manifest.config.hidden_size
@@ -301,13 +301,13 @@ class EdgeSession(SentenceMethods):
 
         pooling: ``mean`` averages the token vectors under the attention mask ([CLS]/[SEP] included,
         as sentence-transformers does), ``cls`` takes the [CLS] vector; None (the default): the model's
-        own pooling, read from its sentence-transformers files at export (``session.pooling``: mean, cls
-        or max; mean when the model states none). ``normalize`` scales each row to unit L2
+        pooling, as the bundle's sentence-transformers files state it (``session.pooling``: mean, cls or
+        max; mean when the model states none). ``normalize`` scales each row to unit L2
         norm (a dot product is then the cosine). A text with no tokens (``""``, only spaces) gets the
         zero vector. An empty list gives shape (0, hidden). ``encode`` is sentence-transformers' form.
         """
         self._require("embed")
-        chosen = choose_pooling(pooling, self.manifest.pooling)
+        chosen = choose_pooling(pooling, self._stated_pooling())
         items, _ = check_texts(texts)
         return self._vectors(items, chosen, bool(normalize), batch_size, self._truncate(truncate))
 

@@ -8,7 +8,6 @@ the loss is the mean of the start and end cross-entropies."""
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import torch
@@ -17,7 +16,9 @@ from torch import nn
 from edgebert.bundle.pooling import carry_pooling
 from edgebert.data.task_data import TaskData, collate
 from edgebert.data.tokenizer import SpecialIds, save_tokenizer
+from edgebert.errors import CheckpointError
 from edgebert.files.atomic import write_json, write_text
+from edgebert.files.jsonfile import read_json_object
 from edgebert.model import IGNORE_INDEX, load_model, save_model
 from edgebert.stages.metrics import squad_metrics, task_metrics
 from edgebert.training import LengthGroupedBatches, TrainingTask
@@ -62,8 +63,13 @@ class BestCheckpoint:
         path = out_dir / BEST_FILE
         if not path.is_file():
             return
-        info = json.loads(path.read_text(encoding="utf-8"))
-        self.value, self.step, self.metrics = float(info["value"]), int(info["step"]), dict(info["metrics"])
+        hint = "start a new run without --resume"
+        info = read_json_object(path, "the best checkpoint's record", hint, CheckpointError)
+        try:
+            self.value, self.step, self.metrics = float(info["value"]), int(info["step"]), dict(info["metrics"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path} does not hold the best checkpoint's value, step and metrics ({exc})",
+                                  hint) from None
         best = load_model(out_dir, type(model).__name__)
         self.state = {k: v.detach().cpu().clone() for k, v in best.state_dict().items()}
 

@@ -12,7 +12,8 @@ decoder, leftover encoder weights such as extra layers), and what is dropped on 
 like ``position_ids``, tied copies, heads the chosen architecture has no use for) is reported. A
 sentence-transformers directory's pooling (``modules.json``, ``1_Pooling/config.json``, ``Normalize``:
 ``edgebert.bundle.pooling``) is kept in the checkpoint in the same files, for ``export`` to put into
-the bundle; one edgebert cannot reproduce (a ``Dense`` module, concatenated modes) is refused.
+the bundle; one edgebert cannot reproduce (a ``Dense`` module, concatenated modes) is refused, and so is a
+RoBERTa whose config ``pad_token_id`` is not the id its tokenizer pads with (``families.check_pad_id``).
 
 The output directory is written in one go (``atomic_dir``): ``config.json`` + ``model.safetensors``
 via ``save_model``, the tokenizer files, and nothing at all if any step fails. Before it is moved
@@ -51,7 +52,7 @@ from edgebert.model.checkpoint import (
     save_model,
 )
 from edgebert.model.config import ARCHITECTURES, BertConfig
-from edgebert.model.families import CLASS_PREFIX, MODEL_TYPES, internal_key, split_architecture, supports
+from edgebert.model.families import CLASS_PREFIX, MODEL_TYPES, check_pad_id, internal_key, split_architecture, supports
 
 # Tokenizer files copied as they are (tokenizer.json is built from vocab.txt when it is absent).
 SENTENCEPIECE_FILES = ("sentencepiece.bpe.model", "spiece.model")   # XLM-R's SentencePiece model, as some folders ship it
@@ -138,6 +139,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
     with out.staged() as tmp:
         save_model(model, tmp)
         tokenizer_files, built = _write_tokenizer(src, tmp, cfg)
+        _check_pad_id(cfg, tmp, src)
         if pooling is not None:
             write_pooling(tmp, pooling, cfg.hidden_size, write_text, src)
         if read_settings(src) is not None:      # prompts, similarity function: checked, then kept as written
@@ -314,6 +316,14 @@ def _write_tokenizer(src: Path, out: Path, cfg: BertConfig) -> tuple[list[str], 
     return copied, built
 
 
+def _check_pad_id(cfg: BertConfig, out: Path, src: Path) -> None:
+    """A RoBERTa's config pad_token_id must be the id its tokenizer pads with (``families.check_pad_id``)."""
+    if cfg.position_offset and (out / "tokenizer.json").is_file():
+        from edgebert.exporters.tokenizer_info import tokenizer_metadata
+
+        check_pad_id(cfg.model_type, cfg.pad_token_id, tokenizer_metadata(out / "tokenizer.json")["pad_id"], str(src))
+
+
 def _converted_sentencepiece(src: Path) -> str:
     """tokenizer.json from a SentencePiece model (XLM-R's ``sentencepiece.bpe.model``), converted by transformers
     as its fast tokenizer converts it (needs the ``sentencepiece`` and ``protobuf`` packages)."""
@@ -332,8 +342,9 @@ def _converted_sentencepiece(src: Path) -> str:
 
 def probe_batch(cfg: BertConfig, batch: int = 2, seq: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
     """A seeded batch with padding (row 1 half padded) and two segments, for output comparisons
-    (a multiple-choice model gets it as one question with ``batch`` choices: (1, batch, seq))."""
-    seq = min(seq, cfg.max_position_embeddings)
+    (a multiple-choice model gets it as one question with ``batch`` choices: (1, batch, seq)); at most the
+    tokens the position table serves (RoBERTa's first pad_token_id + 1 rows are no token's)."""
+    seq = min(seq, cfg.max_sequence_length)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=g)
     mask = torch.ones(batch, seq, dtype=torch.long)

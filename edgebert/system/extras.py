@@ -32,6 +32,10 @@ PROVIDED_BY: dict[str, tuple[str, str]] = {
     "sklearn": ("scikit-learn", "pip install 'edgebert[train]' (or pip install scikit-learn)"),
     "openvino": ("openvino", "pip install 'edgebert[openvino]'"),
     "nncf": ("nncf", "pip install 'edgebert[openvino]'"),
+    "pyarrow": ("pyarrow", "pip install 'edgebert[batch]'"),                 # edgebert batch, edgebert.scaleout
+    "ray": ("Ray Data", "pip install 'edgebert[ray]'"),
+    "pyspark": ("pyspark", "pip install 'edgebert[spark]'"),
+    "pandas": ("pandas", "pip install 'edgebert[spark]'"),                   # Spark's pandas UDFs
 }
 
 

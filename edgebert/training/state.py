@@ -38,6 +38,7 @@ from edgebert.files.atomic import (
     write_json,
     write_text,
 )
+from edgebert.files.jsonfile import loads
 from edgebert.training.config import TrainConfig
 
 STATE_FILE = "training_state.pt"
@@ -61,7 +62,7 @@ def checkpoint_dir(out_dir: str | Path) -> Path | None:
     if not pointer.exists():
         return out_dir if (out_dir / STATE_FILE).is_file() else None
     try:
-        name = json.loads(pointer.read_text(encoding="utf-8"))["dir"]
+        name = loads(pointer.read_bytes())["dir"]
         folder = (out_dir / name).resolve()
         if not (isinstance(name, str) and folder.parent == (out_dir / CHECKPOINTS_DIR).resolve()):
             raise ValueError(f"{name!r} is not a folder of {CHECKPOINTS_DIR}/")

@@ -1,0 +1,170 @@
+"""The Python-backend model of a repository ``edgebert triton-repo`` writes: copied as each Python model's
+``model.py``, its job chosen by the config's ``edgebert_role`` parameter.
+
+* ``session`` (the default backend): an ``EdgeSession`` on the bundle in the version folder, text in and the
+  task's result out: ``embedding`` (embed), ``label`` + ``score`` (cls), ``entities`` as JSON (token-cls: whole
+  entities, ``aggregation="simple"``, as the other engines give them), ``answer`` + ``start`` + ``end`` +
+  ``score`` (qa, from ``question`` + ``context``). The texts of every request
+  of a dynamic batch go through one session call; a request the session refuses (``DataError``) gets its own
+  error, the others their results.
+* ``tokenizer`` (``--backend onnxruntime``): text -> ``input_ids`` / ``attention_mask`` (/ ``token_type_ids``),
+  each request padded to its own longest text, with the bundle's tokenizer and ``EdgeSession``'s rules.
+* ``pool`` (``--backend onnxruntime``, embed): ``last_hidden_state`` + ``attention_mask`` -> the sentence
+  vector, pooled and normalised as ``EdgeSession.embed`` does.
+
+Triton's Python runs it, so ``edgebert[cpu]`` must be installed there (onnxruntime, tokenizers, numpy).
+``triton_python_backend_utils`` exists only inside Triton: it is imported by ``TritonPythonModel`` alone, so the
+roles' code is importable (and tested) without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+ROLES = ("session", "tokenizer", "pool")
+
+
+def texts_of(array: Any) -> list[str]:
+    """A Triton string tensor ([n, 1] bytes) as n str."""
+    return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in np.asarray(array, dtype=object).reshape(-1)]
+
+
+def strings(values: Sequence[str]) -> np.ndarray:
+    """n str as a Triton string tensor [n, 1]."""
+    return np.array([[v.encode("utf-8")] for v in values], dtype=object).reshape(len(values), 1)
+
+
+def entity(found: dict) -> dict:
+    """One entity as every engine of ``edgebert.scaleout`` gives it: entity (its label), score, word, start, end."""
+    return {"entity": found.get("entity_group", found.get("entity")), "score": float(found["score"]),
+            "word": found["word"], "start": int(found["start"]), "end": int(found["end"])}
+
+
+class SessionRole:
+    """The bundle's task behind Triton tensors (see the module docstring)."""
+
+    def __init__(self, folder: Path, params: dict[str, str]):
+        from edgebert.runtime import EdgeSession
+
+        self.session = EdgeSession(folder / params.get("bundle", "bundle"), provider="cpu",
+                                   precision=params.get("precision") or None,
+                                   int8_target=params.get("int8_target") or None,
+                                   threads=int(params["threads"]) if params.get("threads") else None)
+        self.task = self.session.task
+        self.input_names = ["question", "context"] if self.task == "qa" else ["text"]
+
+    def run(self, inputs: dict[str, list[str]]) -> dict[str, np.ndarray]:
+        """{input: n texts} -> {output: array with n rows}."""
+        s = self.session
+        if self.task == "embed":
+            return {"embedding": s.embed(inputs["text"]).astype(np.float32)}
+        if self.task == "cls":
+            result = s.classify(inputs["text"])
+            return {"label": strings(result.labels), "score": result.scores.astype(np.float32).reshape(-1, 1)}
+        if self.task == "token-cls":
+            found = s.tag(inputs["text"], aggregation="simple")
+            return {"entities": strings([json.dumps([entity(e) for e in text]) for text in found])}
+        if self.task == "qa":
+            found = s.answer(inputs["question"], inputs["context"])
+            return {"answer": strings([a["answer"] for a in found]),
+                    "start": np.array([[a["start"]] for a in found], np.int64).reshape(-1, 1),
+                    "end": np.array([[a["end"]] for a in found], np.int64).reshape(-1, 1),
+                    "score": np.array([[a["score"]] for a in found], np.float32).reshape(-1, 1)}
+        raise ValueError(f"triton-repo serves embed, cls, token-cls and qa bundles, not {self.task}")
+
+
+class TokenizerRole:
+    """Texts (or question + context pairs) -> the graph's inputs, padded to the request's longest."""
+
+    def __init__(self, folder: Path, params: dict[str, str]):
+        from edgebert.runtime.text import TextEncoder
+
+        self.encoder = TextEncoder(folder / params["tokenizer"], int(params["max_length"]), int(params["pad_id"]))
+        self.pad_id = int(params["pad_id"])
+        self.graph_inputs = params["graph_inputs"].split(",")
+        self.input_names = ["question", "context"] if params.get("pairs") == "true" else ["text"]
+
+    def run(self, inputs: dict[str, list[str]]) -> dict[str, np.ndarray]:
+        from edgebert.runtime.text import pad_batch
+
+        pairs = len(self.input_names) == 2
+        items = list(zip(inputs["question"], inputs["context"])) if pairs else inputs["text"]
+        feeds = pad_batch(self.encoder.encode(items, pairs, True), self.pad_id)
+        return {name: feeds[name] for name in self.graph_inputs}
+
+
+class PoolRole:
+    """Token vectors -> sentence vectors, as ``EdgeSession.embed`` makes them (its pooling, unit rows, the
+    zero vector for a text with no tokens)."""
+
+    input_names = ["last_hidden_state", "attention_mask"]
+
+    def __init__(self, folder: Path, params: dict[str, str]):
+        self.mode = params["pooling"]
+        self.framed = int(params["frame_tokens"])
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from edgebert.runtime.vector_pooling import pool, unit_rows
+
+        hidden, mask = np.asarray(inputs["last_hidden_state"]), np.asarray(inputs["attention_mask"])
+        vectors = pool(hidden, mask, self.mode).astype(np.float32)
+        vectors = unit_rows(vectors) if len(vectors) else vectors
+        vectors[mask.sum(axis=1) <= self.framed] = 0.0
+        return {"embedding": vectors.astype(np.float32)}
+
+
+def make_role(folder: Path, params: dict[str, str]):
+    role = params.get("edgebert_role", "session")
+    return {"session": SessionRole, "tokenizer": TokenizerRole, "pool": PoolRole}[role](Path(folder), params)
+
+
+class TritonPythonModel:
+    """What Triton's Python backend loads (``initialize`` / ``execute``)."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        params = {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
+        folder = Path(args["model_repository"]) / args["model_version"]
+        self.role = make_role(folder, params)
+        self.outputs = [o["name"] for o in config["output"]]
+        self.text_inputs = not isinstance(self.role, PoolRole)
+
+    def _inputs(self, request) -> dict[str, Any]:
+        import triton_python_backend_utils as pb_utils
+
+        arrays = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.role.input_names}
+        return {n: texts_of(a) for n, a in arrays.items()} if self.text_inputs else arrays
+
+    def execute(self, requests: list) -> list:
+        import triton_python_backend_utils as pb_utils
+
+        per_request = [self._inputs(r) for r in requests]
+        counts = [len(next(iter(i.values()))) for i in per_request]
+        try:
+            if self.text_inputs:                 # one call for the whole dynamic batch
+                merged = {n: [t for i in per_request for t in i[n]] for n in self.role.input_names}
+                outputs = self.role.run(merged)
+                bounds = np.cumsum([0, *counts])
+                results = [{k: v[bounds[j]:bounds[j + 1]] for k, v in outputs.items()} for j in range(len(counts))]
+            else:                                # token vectors: each request has its own length
+                results = [self.role.run(i) for i in per_request]
+        except Exception:                        # find the request(s) at fault: each alone
+            results = []
+            for inputs in per_request:
+                try:
+                    results.append(self.role.run(inputs))
+                except Exception as exc:
+                    results.append(exc)
+        responses = []
+        for result in results:
+            if isinstance(result, Exception):
+                line = exc.one_line() if hasattr(exc := result, "one_line") else f"{type(exc).__name__}: {exc}"
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(line)))
+            else:
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor(n, result[n]) for n in self.outputs]))
+        return responses
