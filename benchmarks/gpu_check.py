@@ -287,12 +287,14 @@ def _edge_session(cls, bundle: Path, provider: str, precision: str, key: str, lo
         qdq = manifest["models"]["int8-trt"]
         keep = {"int8": {**qdq, "providers": ["cpu", "cuda"], "target": "portable"}}
         manifest["models"] = {k: v for k, v in manifest["models"].items() if k in ("fp32",)} | keep
-        for f in bundle.iterdir():
-            if f.is_file() and f.name != "manifest.json":
+        for f in bundle.rglob("*"):             # graphs live in onnx/ (the Hugging Face layout)
+            name = f.relative_to(bundle)
+            if f.is_file() and name != Path("manifest.json"):
+                (view / name).parent.mkdir(parents=True, exist_ok=True)
                 try:
-                    os.link(f, view / f.name)       # same bytes, no copy (a symlink would leave the bundle)
+                    os.link(f, view / name)         # same bytes, no copy (a symlink would leave the bundle)
                 except OSError:
-                    shutil.copy2(f, view / f.name)
+                    shutil.copy2(f, view / name)
         (view / "manifest.json").write_text(json.dumps(manifest))
     return cls(view, provider=provider, precision="int8", verify=False, ort_log_level=log_level)
 

@@ -42,6 +42,11 @@ from edgebert.scaleout.batch import bundle_task_of  # noqa: E402
 from edgebert.scaleout.tasks import run_task, task_columns  # noqa: E402
 from edgebert.system.environment import cpu_model, usable_cpus  # noqa: E402
 
+# Rows per call, the same for every engine and the single process (``--rows-per-call``): EdgeSession length-sorts
+# the rows of one call into batches, so fewer rows per call pad more (MiniLM INT8, 1 thread, this repository's text
+# mix: 89.7 texts/s at 1,200 rows a call, 41.9 at 150, 17.2 at 38); equal calls leave the engines' own overhead.
+ROWS_PER_CALL = 600
+
 
 class NotMeasured(Exception):
     """An engine that cannot run here (its package is missing): reported with the reason."""
@@ -92,8 +97,9 @@ def run_single(bundle: str, spec, columns, threads: int, batch_size: int, repeat
     times, out = [], None
     for _ in range(repeats):
         start = time.perf_counter()
-        out = run_task(session, spec, columns, batch_size)
+        parts = [run_task(session, spec, cols, batch_size) for _, cols in chunks(columns, ROWS_PER_CALL)]
         times.append(time.perf_counter() - start)
+        out = {k: [v for part in parts for v in part[k]] for k in parts[0]}
     return {"layout": f"1 process x {threads} threads", "startup_s": startup, "steady_s": float(np.median(times)),
             "rss_mb": [rss_mb()], "outputs": out}
 
@@ -124,7 +130,7 @@ def run_local(bundle: str, spec, columns, workers: int, threads: int, batch_size
                              initargs=(options, cores)) as pool:
         list(pool.map(_ready, [0.3] * workers))
         startup = time.perf_counter() - start
-        parts = chunks(columns, part_rows or -(-len(columns[0]) // (4 * workers)))       # 4 parts per worker
+        parts = chunks(columns, part_rows or ROWS_PER_CALL)
         times, results = [], {}
         for _ in range(repeats):
             start = time.perf_counter()
@@ -163,13 +169,13 @@ def run_ray(bundle: str, spec, columns, workers: int, threads: int, batch_size: 
     cluster = time.perf_counter() - start
     names = ["question", "context"] if spec.inputs == ("question", "context") else ["text"]
     kwargs = map_kwargs(bundle, workers=workers, threads=threads, columns=names, batch_size=batch_size,
-                        task=spec_task(spec), with_pid=True, rows_per_call=64)
+                        task=spec_task(spec), with_pid=True, rows_per_call=ROWS_PER_CALL)
 
     def execute(cols) -> tuple[float, float, object]:
         """(start-up: until the first batch is back, steady: the rows after it over the time after it, table)"""
         n = len(cols[0])
         table = pa.table({"id": list(range(n)), **dict(zip(names, cols))})
-        blocks = [table.slice(s, 64) for s in range(0, n, 64)]
+        blocks = [table.slice(s, ROWS_PER_CALL) for s in range(0, n, ROWS_PER_CALL)]
         start = time.perf_counter()
         got, first, first_rows = [], None, 0
         for batch in ray.data.from_arrow(blocks).map_batches(Measured, **kwargs).iter_batches(
@@ -204,15 +210,16 @@ def run_spark(bundle: str, spec, columns, workers: int, threads: int, batch_size
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     start = time.perf_counter()
     spark = (SparkSession.builder.master(f"local[{workers * threads}]").config("spark.task.cpus", str(threads))
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.python.worker.reuse", "true").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     names = ["question", "context"] if spec.inputs == ("question", "context") else ["text"]
-    udf = bundle_udf(ship_bundle(spark, bundle), spec_task(spec), batch_size=batch_size, rows_per_call=64)
+    udf = bundle_udf(ship_bundle(spark, bundle), spec_task(spec), batch_size=batch_size, rows_per_call=ROWS_PER_CALL)
 
     def execute(cols) -> tuple[float, list]:
         rows = list(zip(range(len(cols[0])), *cols))
         start = time.perf_counter()
-        frame = spark.createDataFrame(rows, ["id", *names]).repartition(workers)
+        frame = spark.createDataFrame(rows, ["id", *names]).repartition(max(workers, len(rows) // ROWS_PER_CALL))
         got = frame.select("id", udf(*names).alias("r")).collect()
         return time.perf_counter() - start, [rows_of(r["r"]) for r in sorted(got, key=lambda r: r["id"])]
 
@@ -236,9 +243,73 @@ def _is_spark_python(proc: Path) -> bool:
         return False
 
 
-def run_triton(*_args, **_kwargs) -> dict:
-    raise NotMeasured("no Triton runner yet: RUNNERS['triton'] is the hook (start the server on the repository "
-                      "`edgebert triton-repo` writes, send the texts with tritonclient, return the same keys)")
+def run_triton(bundle: str, spec, columns, workers: int, threads: int, batch_size: int, repeats: int) -> dict:
+    """The bundle behind a real Triton server (``edgebert triton-repo``, Python backend, ``workers`` instances x
+    ``threads``; the server from ``.venv-triton``): the texts sent in requests of ``batch_size`` rows by as many
+    client threads as instances (steady state, start-up = the server ready), then the load of one text per request
+    at 1, 8 and 64 concurrent clients (``triton_load.measure``: requests/s, p50 / p99 ms). The client runs on the
+    same cores as the server (named in the results)."""
+    import tempfile
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        import tritonclient.http as http
+
+        from edgebert.scaleout.triton_repo import write_triton_repo
+        from triton_load import CONCURRENCY, TritonServer, TritonUnavailable, infer, measure
+    except ImportError as exc:
+        raise NotMeasured(f"{exc.name} is not installed (make test-scaleout's venv has it)") from exc
+    from edgebert.runtime import EdgeSession
+
+    names = ["question", "context"] if spec.method == "answer" else ["text"]
+    here = EdgeSession(bundle, provider="cpu", threads=1)        # the graph the single process runs, served
+    target = here.int8_choice.target if here.precision == "int8" and here.int8_choice else None
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = write_triton_repo(bundle, Path(tmp) / "repo", instances=workers, threads=threads,
+                                 cores=workers * threads, max_batch=max(batch_size, 64), target=target,
+                                 precision=here.precision)
+        model = repo.model
+        start = time.perf_counter()
+        try:
+            server = TritonServer([Path(tmp) / "repo"]).__enter__()
+        except TritonUnavailable as exc:
+            raise NotMeasured(f"the Triton server did not start: {str(exc)[:200]}") from exc
+        try:
+            startup = time.perf_counter() - start
+            n = len(columns[0])
+            batches = [{name: col[s:s + batch_size] for name, col in zip(names, columns)}
+                       for s in range(0, n, batch_size)]
+            meta = http.InferenceServerClient(server.url).get_model_metadata(model)
+            outputs = [o["name"] for o in meta["outputs"]]
+            local = threading.local()        # tritonclient.http clients are gevent-based: one per thread
+
+            def send(k: int) -> dict:
+                if not hasattr(local, "client"):
+                    local.client = http.InferenceServerClient(server.url, network_timeout=300)
+                return infer(local.client, model, batches[k], outputs)
+
+            times, got = [], []
+            for _ in range(repeats):
+                begin = time.perf_counter()
+                with ThreadPoolExecutor(workers) as pool:
+                    got = list(pool.map(send, range(len(batches))))
+                times.append(time.perf_counter() - begin)
+            texts = columns[0] if spec.method != "answer" else {"question": columns[0], "context": columns[1]}
+            load = {str(c): measure(server.url, model, texts, c, seconds=8.0) for c in CONCURRENCY}
+        finally:
+            server.__exit__()
+    joined = {o: [row for part in got for row in part[o]] for o in outputs}
+    result = {"layout": f"{workers} instances x {threads} threads (Python backend)", "startup_s": startup,
+              "steady_s": float(np.median(times)), "rss_mb": ["server"], "load": load}
+    if spec.outputs == ("embedding",):
+        result["outputs"] = {"embedding": [np.asarray(v, np.float32) for v in joined["embedding"]]}
+    elif spec.method == "classify":
+        result["outputs"] = {"label": [v.decode() if isinstance(v, bytes) else str(v)
+                                       for v in np.asarray(joined["label"]).reshape(-1)]}
+    else:
+        result["outputs"] = {}
+    return result
 
 
 RUNNERS = {"local": run_local, "ray": run_ray, "spark": run_spark, "triton": run_triton}
@@ -273,6 +344,7 @@ def write(out: Path, name: str, result: dict, table: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global ROWS_PER_CALL
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("bundle")
     parser.add_argument("--engines", default="local,ray,spark")
@@ -284,12 +356,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "scaleout")
     parser.add_argument("--scaling", action="store_true")
+    parser.add_argument("--rows-per-call", type=int, default=ROWS_PER_CALL,
+                        help="rows per engine call (part, Ray batch, Spark Arrow batch) and per single-process call")
     parser.add_argument("--workers-list", default="1,2,4,8")
     parser.add_argument("--part-rows", type=int, default=None,
                         help="--scaling: rows per part, the same for every worker count (default: 4 parts per "
                              "worker at the largest count)")
     parser.add_argument("--quick", action="store_true", help="few texts, one repeat: checks the script, no figures")
     args = parser.parse_args(argv)
+    ROWS_PER_CALL = args.rows_per_call
     if args.quick:
         args.texts, args.repeats = min(args.texts, 48), 1
     load_before = os.getloadavg()
@@ -330,11 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         except NotMeasured as exc:
             rows.append({"engine": engine, "not_measured": str(exc)})
             continue
+        except Exception as exc:  # noqa: BLE001  (one engine failing keeps the others' figures)
+            rows.append({"engine": engine, "not_measured": f"failed: {type(exc).__name__}: {str(exc)[:200]}"})
+            continue
         same = agreement(spec, r.pop("outputs"), single["outputs"])
         rows.append({"engine": engine, **r, **same, "ratio": r["steady_s"] / single["steady_s"]})
     result = {"bundle": args.bundle, "task": task, "texts": n, "batch_size": args.batch_size,
+              "rows_per_call": ROWS_PER_CALL,
               "host": host(load_before), "rows": rows, "quick": args.quick}
-    table = [f"{n} texts ({'SQuAD' if task == 'qa' else 'SST-2 dev + WikiText-2'}), {task}, {result['host']['cpu']} "
+    table = [f"{n} texts ({'SQuAD' if task == 'qa' else 'SST-2 dev + WikiText-2'}) in calls of {ROWS_PER_CALL} rows, "
+             f"{task}, {result['host']['cpu']} "
              f"({cores} cores), load {result['host']['load_average_before']} -> {result['host']['load_average_after']}",
              "", "| engine | layout | start-up s | steady texts/s | time / single | RSS MB per worker | same outputs |",
              "| --- | --- | ---: | ---: | ---: | --- | --- |"]
@@ -346,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
                 else f"agreement {r['agreement']:.3f}" if "agreement" in r else "(reference)")
         table.append(f"| {r['engine']} | {r['layout']} | {r['startup_s']:.2f} | {n / r['steady_s']:.1f} | "
                      f"{r.get('ratio', 1.0):.2f} | {r['rss_mb']} | {same} |")
+    for r in rows:
+        for c, m in (r.get("load") or {}).items():
+            table.append(f"\n{r['engine']}, one text per request, {c} concurrent clients: {m['requests_per_s']:.1f} "
+                         f"requests/s, p50 {m['p50_ms']:.1f} ms, p99 {m['p99_ms']:.1f} ms (client on the same "
+                         f"{m.get('client_cpus', '?')} cores)")
     write(args.out, "scaleout", result, table)
     return 0
 

@@ -113,6 +113,7 @@ def spark():
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)      # the workers: this venv's python
     session = (SparkSession.builder.master("local[2]").appName("edgebert tests").config("spark.ui.enabled", "false")
+               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -198,6 +198,7 @@ def _spark(layout: Layout, options, spec, columns, parts) -> Iterator[tuple[int,
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)    # its Python workers: this interpreter
         workers = layout.workers or max(1, usable_cpus() // threads)
         spark = (SparkSession.builder.master(f"local[{workers * threads}]").appName("edgebert batch")
+                 .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                  .config("spark.task.cpus", str(threads)).config("spark.ui.enabled", "false").getOrCreate())
     else:
         threads = int(spark.conf.get("spark.task.cpus", "1"))

@@ -115,7 +115,7 @@ def _numpy(values: list, kind: str) -> np.ndarray:
 
 
 def map_kwargs(bundle: str | os.PathLike, *, workers: int, threads: int = 1, column: str = "text",
-               columns: Sequence[str] | None = None, batch_format: str = "pyarrow", rows_per_call: int = 256,
+               columns: Sequence[str] | None = None, batch_format: str = "pyarrow", rows_per_call: int = 1024,
                ship: bool = False, **worker_options: Any) -> dict[str, Any]:
     """The keywords of ``Dataset.map_batches(BundleMapper, **map_kwargs(...))``: ``workers`` actors
     (``ActorPoolStrategy``) of ``threads`` CPUs each, each session with ``threads`` onnxruntime threads.

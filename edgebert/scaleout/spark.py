@@ -114,7 +114,7 @@ def make_predict_fn(bundle: str | ShippedBundle, spec: TaskColumns, options: dic
 
 
 def bundle_udf(bundle: str | os.PathLike | ShippedBundle, task: str, *, batch_size: int = 32,
-               rows_per_call: int = 256, threads: int | None = None, precision: str | None = None,
+               rows_per_call: int = 1024, threads: int | None = None, precision: str | None = None,
                workers: int | None = None, aggregation: str = "simple"):
     """The ``predict_batch_udf`` of ``task`` (the bundle's: ``embed`` | ``cls`` | ``token-cls`` | ``qa``) on
     ``bundle`` (a path, or ``ship_bundle``'s result). Call it on the input column(s):
