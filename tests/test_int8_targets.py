@@ -273,8 +273,16 @@ def run(path):       # the runtime's guard bypassed: what the weight fix does to
     so = ort.SessionOptions()
     so.add_session_config_entry("session.x64quantprecision", "1")
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(["last_hidden_state"], feeds)[0]
+try:                 # the one-device bundle `pack --target x86-vnni --ort-format` writes, opened on this CPU
+    EdgeSession(sys.argv[4])
+    packed = ""
+except BundleError as exc:
+    packed = exc.one_line()
+from edgebert.runtime.check import check_bundle
+checked = check_bundle(sys.argv[4], max_texts=8)
 print(json.dumps({"refused": refused, "onnx": run(sys.argv[2] + ".onnx").tolist(),
-                  "ort": run(sys.argv[2] + ".ort").tolist()}))
+                  "ort": run(sys.argv[2] + ".ort").tolist(), "packed": packed,
+                  "check": [checked.passed, checked.reason]}))
 """
 
 
@@ -292,16 +300,21 @@ def test_a_saved_ort_graph_cannot_take_the_weight_fix_on_an_emulated_avx2_host_a
     session = EdgeSession(vnni_bundle, provider="cpu", precision="int8", threads=1)
     feeds = _feeds(session, SHORT)
     stem = str(model_path(bundle, "int8").with_suffix(""))
+    from edgebert.runtime.pack import pack_bundle
+
+    packed = pack_bundle(bundle, "x86-vnni", tmp_path / "packed", ort_format=True).out
     script = tmp_path / "emulated_ort.py"
     script.write_text(_EMULATED_ORT, encoding="utf-8")
     done = subprocess.run([str(AVX2_PYTHON), sys.executable, str(script), str(bundle), stem,
-                           json.dumps({k: v.tolist() for k, v in feeds.items()})],
+                           json.dumps({k: v.tolist() for k, v in feeds.items()}), str(packed)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     if done.returncode == 127:
         pytest.skip(f"avx2-python cannot run here: {done.stderr.strip()[:200]}")
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert ".ort form keeps 8-bit weights" in got["refused"] and "graph_format='onnx'" in got["refused"]
+    assert ".ort form keeps 8-bit weights" in got["packed"] and "--target portable --ort-format" in got["packed"]
+    assert got["check"][0] is False and ".ort form keeps 8-bit weights" in got["check"][1], got["check"]
     want = _exact_session(model_path(bundle, "int8")).run(["last_hidden_state"], feeds)[0]
     fixed, saved = np.abs(np.asarray(got["onnx"]) - want).max(), np.abs(np.asarray(got["ort"]) - want).max()
     assert fixed < 1e-5                                  # the .onnx form: weights rewritten at load, exact

@@ -112,8 +112,12 @@ def test_a_session_hashes_only_the_files_it_loads(fleet, tmp_path, monkeypatch):
                         or real(p, *a))
     session = EdgeSession(bundle, "cpu", "int8", int8_target="portable")
     assert session.embed(["a charming film"]).shape == (1, 64)
-    assert sorted(hashed) == sorted([json.loads((bundle / "manifest.json").read_text())["tokenizer"]["file"],
-                                     files["int8"], "manifest.json"])     # the manifest: it names the I/O check
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    # the files whose contents decide the pooling, where the manifest states none (bundle_pooling: modules.json ...)
+    pooling = [] if manifest.get("pooling") else [n for n in ("modules.json", "1_Pooling/config.json",
+                                                              "sentence_bert_config.json") if n in manifest["files"]]
+    assert sorted(hashed) == sorted([manifest["tokenizer"]["file"], files["int8"], "manifest.json", *pooling])
+    assert files["fp32"] not in hashed                                   # the corrupted graph it does not load
     with pytest.raises(BundleError, match="does not match its manifest hash"):
         EdgeSession(bundle, "cpu", "fp32")
     report = check_bundle(bundle, max_texts=8)

@@ -23,6 +23,10 @@ ALLOWED = {
     "edgebert/stages/distill/stage.py": "distillation modes",
     "edgebert/pipeline/config.py": "the pipeline's distillation modes",
     "edgebert/stages/evaluate.py": "evaluation tasks: the dataset presets plus mlm / embed checkpoints",
+    # the engines' own names for what they serve (issue 51 asks for one factory / Triton model per task)
+    "edgebert/scaleout/spark.py": "one predict_batch_udf factory per task, named as Spark users call them",
+    "edgebert/scaleout/triton_repo.py": "each served task's tensors in Triton's config terms (TYPE_STRING, dims)",
+    "edgebert/scaleout/triton_model.py": "the Python backend's per-task encoding of results into Triton tensors",
 }
 UNAMBIGUOUS = ("token-cls", "multiple-choice")    # "cls", "embed", "mlm" also name poolings and distillation modes
 
