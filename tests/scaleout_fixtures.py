@@ -62,11 +62,12 @@ def inputs_of(task: str, copies: int = 1) -> dict[str, list]:
     return {"text": TEXTS * copies}
 
 
-def reference(bundle: Path, task: str, cols: dict[str, list]) -> dict[str, list]:
-    """EdgeSession's own results on every row at once (its default batch size)."""
+def reference(bundle: Path, task: str, cols: dict[str, list], **session_options) -> dict[str, list]:
+    """EdgeSession's own results on every row at once (its default batch size); ``session_options``: the graph a
+    server serves (``precision``, ``int8_target``)."""
     from edgebert.runtime import EdgeSession
 
-    session = EdgeSession(bundle, provider="cpu", threads=1)
+    session = EdgeSession(bundle, provider="cpu", threads=1, **session_options)
     if task == "embed":
         return {"embedding": list(session.embed(cols["text"]))}
     if task == "cls":

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import REPO
 from edgebert.runtime import EdgeSession
-from scaleout_fixtures import TASKS, TEXTS, assert_same, inputs_of, scaleout_bundle
+from scaleout_fixtures import TASKS, TEXTS, assert_same, inputs_of, reference, scaleout_bundle
 
 pytestmark = pytest.mark.scaleout
 VENV = os.environ.get("EDGEBERT_TRITON_VENV")
@@ -110,22 +110,6 @@ def _params(config: Path) -> dict[str, str]:
     return {k: v.string_value for k, v in parse_config(config.read_text(), str(config)).parameters.items()}
 
 
-def _reference(bundle: Path, task: str, cols: dict[str, list], graph: dict) -> dict[str, list]:
-    """EdgeSession's results on the graph the repository serves."""
-    session = EdgeSession(bundle, provider="cpu", threads=1, **graph)
-    if task == "embed":
-        return {"embedding": list(session.embed(cols["text"]))}
-    if task == "cls":
-        result = session.classify(cols["text"])
-        return {"label": result.labels, "score": list(result.scores)}
-    if task == "token-cls":
-        found = session.tag(cols["text"], aggregation="simple")
-        return {"entities": [[{"entity": e["entity_group"], "score": e["score"], "word": e["word"], "start": e["start"],
-                               "end": e["end"]} for e in text] for text in found]}
-    answers = session.answer(cols["question"], cols["context"])
-    return {k: [a[k] for a in answers] for k in ("answer", "start", "end", "score")}
-
-
 def _columns(task: str, out: dict[str, np.ndarray]) -> dict[str, list]:
     """A response's tensors as the result columns ``assert_same`` compares."""
     cols: dict[str, list] = {}
@@ -151,7 +135,7 @@ def test_triton_gives_edgesession_results_in_requests_of_several_texts(served, t
         part = infer(client, MODELS[task], {k: v[start:start + 3] for k, v in cols.items()}, OUTPUTS[task])
         for k, v in _columns(task, part).items():
             got.setdefault(k, []).extend(v)
-    assert_same(task, got, _reference(bundles[task], task, cols, graphs[task]))
+    assert_same(task, got, reference(bundles[task], task, cols, **graphs[task]))
 
 
 def test_concurrent_clients_each_get_their_own_results(served):
@@ -174,7 +158,7 @@ def test_concurrent_clients_each_get_their_own_results(served):
     for w in workers:
         w.join()
     assert not errors, errors
-    want = _reference(bundles["embed"], "embed", {"text": texts}, graphs["embed"])["embedding"]
+    want = reference(bundles["embed"], "embed", {"text": texts}, **graphs["embed"])["embedding"]
     assert np.abs(np.stack([results[i] for i in range(len(texts))]) - np.stack(want)).max() <= 1e-6
     stats = http.InferenceServerClient(server.url).get_inference_statistics(MODELS["embed"])["model_stats"][0]
     assert stats["inference_count"] >= len(texts)             # every request ran on the server
