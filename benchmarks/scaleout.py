@@ -11,8 +11,8 @@ or exported here; BUNDLE is a folder (or archive) made beforehand. Texts: SST-2 
 paragraphs from ``--data`` (a ``qa`` bundle: SQuAD dev questions and their paragraphs).
 
 Per engine: start-up (pool / actors / Spark session and Python workers up, each session open) apart from steady
-state (texts/s once warm; Ray's actors live for one execution: its start-up is the time to the first batch back,
-its steady rate the rows after that over the time after it), time ratio to the single process (the goal on 2
+state (texts/s once warm; Ray's actors live for one execution: its start-up is the time until one block per actor
+is back, its steady rate the rows after those over the time after them: give it many blocks, ``--texts``), time ratio to the single process (the goal on 2
 cores: <= 1.15), memory per worker (RSS), and the outputs against the single process's (max abs diff of
 embeddings; agreement of labels / entities / answers).
 ``--scaling``: the local engine with 1, 2, 4, 8 workers of one thread, each pinned to its own core
@@ -123,7 +123,7 @@ def run_local(bundle: str, spec, columns, workers: int, threads: int, batch_size
     cores = None
     if pin:
         cores = context.Queue()
-        for core in sorted(os.sched_getaffinity(0))[:workers]:
+        for core in physical_cores()[:workers]:
             cores.put(core)
     start = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=context, initializer=engines._start_worker,
@@ -142,6 +142,22 @@ def run_local(bundle: str, spec, columns, workers: int, threads: int, batch_size
                for name in spec.outputs}
     return {"layout": f"{workers} workers x {threads} threads{' (pinned)' if pin else ''}", "startup_s": startup,
             "steady_s": float(np.median(times)), "rss_mb": sorted(memory.values()), "outputs": outputs}
+
+
+def physical_cores() -> list[int]:
+    """One usable logical CPU per physical core (the lowest of its hyper-thread siblings), so that pinned workers
+    never share a core; then the siblings, where there are more workers than cores."""
+    usable = sorted(os.sched_getaffinity(0))
+    firsts, rest = [], []
+    for cpu in usable:
+        try:
+            text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+            siblings = [int(x) for part in text.split(",") for x in
+                        (range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1))]
+        except (OSError, ValueError):
+            siblings = [cpu]
+        (firsts if min(c for c in siblings if c in usable) == cpu else rest).append(cpu)
+    return firsts + rest
 
 
 def spec_task(spec) -> str:
@@ -172,7 +188,7 @@ def run_ray(bundle: str, spec, columns, workers: int, threads: int, batch_size: 
                         task=spec_task(spec), with_pid=True, rows_per_call=ROWS_PER_CALL)
 
     def execute(cols) -> tuple[float, float, object]:
-        """(start-up: until the first batch is back, steady: the rows after it over the time after it, table)"""
+        """(start-up: until one block per actor is back, steady: the rows after those over the time after, table)"""
         n = len(cols[0])
         table = pa.table({"id": list(range(n)), **dict(zip(names, cols))})
         blocks = [table.slice(s, ROWS_PER_CALL) for s in range(0, n, ROWS_PER_CALL)]
@@ -181,8 +197,8 @@ def run_ray(bundle: str, spec, columns, workers: int, threads: int, batch_size: 
         for batch in ray.data.from_arrow(blocks).map_batches(Measured, **kwargs).iter_batches(
                 batch_format="pyarrow", batch_size=None):
             got.append(batch)
-            if first is None:
-                first, first_rows = time.perf_counter(), batch.num_rows
+            if len(got) <= workers:          # every actor's first block back: start-up over, all actors busy
+                first, first_rows = time.perf_counter(), first_rows + batch.num_rows
         end = time.perf_counter()
         rate = (n - first_rows) / (end - first) if n > first_rows and end > first else n / (end - start)
         return first - start, n / rate, pa.concat_tables(got).sort_by("id")
@@ -329,6 +345,21 @@ def agreement(spec, got: dict, want: dict) -> dict:
     return {"agreement": float(same)}
 
 
+def topology() -> dict:
+    """Logical CPUs, physical cores and sockets this process may use (from sysfs), for the scaling figures."""
+    usable = sorted(os.sched_getaffinity(0))
+    cores, sockets = set(), set()
+    for cpu in usable:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            socket = (base / "physical_package_id").read_text().strip()
+            cores.add((socket, (base / "core_id").read_text().strip()))
+            sockets.add(socket)
+        except OSError:
+            pass
+    return {"logical_cpus": len(usable), "physical_cores": len(cores) or None, "sockets": len(sockets) or None}
+
+
 def host(load_before) -> dict:
     return {"cpu": cpu_model(), "cores": usable_cpus(), "python": platform.python_version(),
             "load_average_before": [round(x, 2) for x in load_before],
@@ -362,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part-rows", type=int, default=None,
                         help="--scaling: rows per part, the same for every worker count (default: 4 parts per "
                              "worker at the largest count)")
+    parser.add_argument("--parts-per-worker", type=int, default=None,
+                        help="--scaling: give each worker count this many parts of --part-rows per worker (the same "
+                             "work per worker at every count) instead of the same texts for every count")
     parser.add_argument("--quick", action="store_true", help="few texts, one repeat: checks the script, no figures")
     args = parser.parse_args(argv)
     ROWS_PER_CALL = args.rows_per_call
@@ -376,23 +410,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.scaling:
         counts = [w for w in (int(x) for x in args.workers_list.split(",")) if w <= cores]
         part_rows = args.part_rows or -(-n // (4 * max(counts)))        # the same parts for every count
+        if args.parts_per_worker:
+            need = args.parts_per_worker * part_rows * max(counts)
+            columns = load_texts(args.data, task, need) if need > n else columns
         rows, base = [], None
         for w in counts:
-            r = run_local(args.bundle, spec, columns, w, 1, args.batch_size, args.repeats, pin=True,
+            cols = ([c[:args.parts_per_worker * part_rows * w] for c in columns] if args.parts_per_worker
+                    else columns)
+            r = run_local(args.bundle, spec, cols, w, 1, args.batch_size, args.repeats, pin=True,
                           part_rows=part_rows)
-            rate = n / r["steady_s"]
+            rate = len(cols[0]) / r["steady_s"]
             base = base or rate
-            rows.append({"workers": w, "texts_per_s": rate, "speedup": rate / base, "efficiency": rate / base / w,
-                         "startup_s": r["startup_s"], "rss_mb": r["rss_mb"]})
+            rows.append({"workers": w, "texts": len(cols[0]), "texts_per_s": rate, "speedup": rate / base,
+                         "efficiency": rate / base / w, "startup_s": r["startup_s"], "rss_mb": r["rss_mb"],
+                         "cpus": physical_cores()[:w]})
+            print(f"{w} workers: {rate:.1f} texts/s, {rate / base / w:.2f} x linear", flush=True)
+        n = max(r["texts"] for r in rows)
         result = {"bundle": args.bundle, "task": task, "texts": n, "part_rows": part_rows, "host": host(load_before),
-                  "rows": rows,
+                  "batch_size": args.batch_size, "parts_per_worker": args.parts_per_worker,
+                  "topology": topology(), "rows": rows,
                   "skipped": [int(x) for x in args.workers_list.split(",") if int(x) > cores], "quick": args.quick}
-        table = [f"scaling, local engine, 1 thread per worker pinned to its core: {n} texts in parts of {part_rows}, {task}, "
+        work = (f"{args.parts_per_worker} parts of {part_rows} texts per worker" if args.parts_per_worker
+                else f"{n} texts in parts of {part_rows}")
+        table = [f"scaling, local engine, 1 thread per worker pinned to its own physical core: {work}, batch "
+                 f"{args.batch_size}, {task}, "
                  f"{result['host']['cpu']} ({cores} cores), load {result['host']['load_average_before']}",
                  "", "| workers | texts/s | speed-up | x linear | start-up s | RSS MB per worker |",
                  "| ---: | ---: | ---: | ---: | ---: | --- |"]
         table += [f"| {r['workers']} | {r['texts_per_s']:.1f} | {r['speedup']:.2f} | {r['efficiency']:.2f} | "
                   f"{r['startup_s']:.2f} | {r['rss_mb']} |" for r in rows]
+        table += ["", f"CPUs used: {rows[-1]['cpus']}; topology {result['topology']}"]
         write(args.out, "scaling", result, table)
         return 0
     threads = args.threads

@@ -81,6 +81,33 @@ def test_batching_sorts_by_length_and_restores_order(fp32):
     assert np.abs(reordered[::-1] - batched).max() < 1e-5
 
 
+def test_token_cap_keeps_long_rows_in_small_batches():
+    from edgebert.runtime.text import Encoded, length_sorted_batches
+
+    lengths = [400, 20, 300, 12, 250] + [30] * 40 + [8] * 9
+    rows = [Encoded(np.ones(n, np.int64), np.zeros(n, np.int64)) for n in lengths]
+    capped = list(length_sorted_batches(rows, 32, max_tokens=600))
+    assert sorted(int(i) for b in capped for i in b) == list(range(len(rows)))        # every row once
+    assert [lengths[int(b[0])] for b in capped[:3]] == [400, 300, 30]                 # longest first
+    assert [len(b) for b in capped] == [1, 2, 20, 20, 11]        # 600 // 400 = 1 row; // 300 = 2; // 30 = 20
+    assert all(len(b) * max(lengths[int(i)] for i in b) <= 600 for b in capped)
+    plain = list(length_sorted_batches(rows, 32))
+    assert [len(b) for b in plain] == [32, 22]
+    assert max(lengths[int(i)] for i in plain[0]) * 32 == 12800        # what the cap avoids: 32 rows padded to 400
+
+
+def test_batch_tokens_default_and_results(embed_bundle, fp32):
+    assert fp32.batch_tokens == 1024 and fp32.describe()["batch_tokens"] == 1024      # the CPU default
+    texts = TEXTS + [" ".join(TEXTS)] * 3
+    uncapped = EdgeSession(embed_bundle[1], provider="cpu", precision="fp32", threads=1, batch_tokens=0)
+    capped = EdgeSession(embed_bundle[1], provider="cpu", precision="fp32", threads=1, batch_tokens=40)
+    assert uncapped.batch_tokens == 0
+    assert np.abs(capped.embed(texts) - uncapped.embed(texts)).max() < 1e-5
+    for bad in (-1, 1.5, "many"):
+        with pytest.raises(ConfigError, match="batch_tokens"):
+            EdgeSession(embed_bundle[1], provider="cpu", precision="fp32", batch_tokens=bad)
+
+
 def test_concurrent_callers_match_serial_calls(embed_bundle):
     session = EdgeSession(embed_bundle[1], provider="cpu", precision="int8", threads=1)
     inputs = [TEXTS[i:i + 1 + i % 3] for i in range(len(TEXTS))]

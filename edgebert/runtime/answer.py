@@ -121,7 +121,7 @@ def check_context_room(windows: SquadWindows, length: int, doc_stride: int | Non
 
 
 def span_logits(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], pad_id: int, windows: SquadWindows,
-                batch_size: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                batch_size: int, max_tokens: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(start, end) logits of every window, (T_i,) float32 each, in window order. ``run`` maps padded
     feeds to the graph's ``start_logits`` / ``end_logits`` (an ``EdgeSession``'s ``run``, a bench
     path); windows go in length-sorted batches of ``batch_size``, each row cut back to its own length."""
@@ -131,7 +131,7 @@ def span_logits(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], p
 
     rows = [Encoded(ids.astype(np.int64), types.astype(np.int64))
             for ids, types in zip(windows.input_ids, windows.token_type_ids)]
-    logits = batched_logits(stacked, pad_id, batch_size)(rows)
+    logits = batched_logits(stacked, pad_id, batch_size, max_tokens)(rows)
     return [x[:, 0] for x in logits], [x[:, 1] for x in logits]
 
 
@@ -159,7 +159,7 @@ def answer_questions(session, question: Any, context: Any, top_k: int = 1, max_a
     if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
         raise ConfigError(f"batch_size={batch_size!r} must be a positive integer")
     starts, ends = span_logits(lambda feeds: session.run(feeds, list(SPAN_OUTPUTS)), session.pad_id, windows,
-                               int(size))
+                               int(size), session.batch_tokens)
     found = pipeline_answers(examples, windows, starts, ends, top_k, max_answer_len, bool(handle_impossible_answer),
                              bool(align_to_words), cls_id=session.manifest.tokenizer.cls_id)
     results = [answers if top_k > 1 else (answers[0] if answers else _no_span()) for answers in found]

@@ -88,7 +88,7 @@ class SentenceMethods:
         blank = np.asarray([len(r) <= framed for r in (encoder.encode(items, False, True) if prompt else rows)], bool)
         result = np.zeros((len(rows), self.hidden_size), dtype=np.float32)
         size = self._batch_size(batch_size)
-        batches = list(length_sorted_batches(rows, size))
+        batches = list(length_sorted_batches(rows, size, self.batch_tokens))
         for idx in _with_progress(batches, progress):
             feeds = pad_batch([rows[i] for i in idx], self.pad_id)
             hidden = self.run(feeds, ["last_hidden_state"])["last_hidden_state"]          # (B, T, H)

@@ -47,6 +47,10 @@ if TYPE_CHECKING:   # task-specific and GPU-only modules load with their first u
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
+# Padded tokens per CPU call (``batch_tokens``'s default): MiniLM INT8 on SST-2 dev + WikiText-2 paragraphs (lengths
+# 4-417), 2-vCPU Xeon, 1 thread: 150 / 80 texts/s at batch 32 with / without it (calls of 600 rows), about the rate
+# of batch 8; 512-2,048 measured within noise of each other (benchmarks/results/scaleout/README.md).
+CPU_BATCH_TOKENS = 1024
 
 
 class EdgeSession(SentenceMethods):
@@ -69,6 +73,10 @@ class EdgeSession(SentenceMethods):
     truncate: cut over-long inputs to ``max_length`` (default) or raise ``DataError``.
     batch_size: inputs per onnxruntime call (a positive integer; the methods' ``batch_size=None`` means this one);
     inputs are length-sorted into batches, padded to each batch's longest row, and results come back in input order.
+    batch_tokens: at most this many padded tokens per call as well (rows x the batch's longest row; a longer row goes
+    alone), so that the long texts of a mixed corpus run in small batches: None (the default) is
+    ``CPU_BATCH_TOKENS`` (1,024) on the CPU and no cap on a GPU (whose batches are better large); 0: no cap. Results
+    do not depend on it (nor on ``batch_size``).
     int8_target: with ``precision="int8"``, load the graph made for this target (``portable``, ``x86-vnni`` ...)
     instead of the one chosen for this host (``int8_choice``). Either way a graph whose 8-bit weights would saturate
     this CPU's kernel is loaded with exact products or refused. A bundle exported with ``--target openvino`` runs
@@ -89,7 +97,7 @@ class EdgeSession(SentenceMethods):
 
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str | None = None,
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
-                 batch_size: int = 32, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
+                 batch_size: int = 32, batch_tokens: int | None = None, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
                  int8_target: str | None = None, allow_spinning: bool = True,
                  trt_profile: TrtProfile | str | None = None, ort_log_level: int | None = None,
                  graph_format: str = "onnx"):
@@ -105,6 +113,9 @@ class EdgeSession(SentenceMethods):
                               "'ort' loads the graph's .ort form (export or pack with --ort-format)")
         self.graph_format = graph_format
         check_batch_size(batch_size)
+        if batch_tokens is not None and (not is_int(batch_tokens) or batch_tokens < 0):
+            raise ConfigError(f"batch_tokens={batch_tokens!r} must be a non-negative integer",
+                              "0 for no cap, or leave it unset (None) for the provider's default")
         if max_length is not None and not is_int(max_length):
             raise ConfigError(f"max_length={max_length!r} must be an integer or None")
         self.ort_log_level = check_ort_log_level(ort_log_level)
@@ -145,6 +156,8 @@ class EdgeSession(SentenceMethods):
         self.input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
         self._bind_io = self.provider == "cuda"  # see _run_bound
+        self.batch_tokens = int(batch_tokens) if batch_tokens is not None else (
+            CPU_BATCH_TOKENS if self.provider == "cpu" else 0)
 
     # ------------------------------------------------------------------ session creation
     def _create(self, requested: str, trt_cache_dir, trt_profile) -> tuple[Any, list[str], list[str]]:
@@ -193,6 +206,7 @@ class EdgeSession(SentenceMethods):
                 "provider_notes": list(self.provider_notes), "placement": self.placement.as_dict(),
                 "attempts": [a.as_dict() for a in self.attempts],
                 "trt_profile": self.trt_profile.as_dict() if self.trt_profile else None, "threads": self.threads,
+                "batch_size": self.batch_size, "batch_tokens": self.batch_tokens,
                 "max_length": self.max_length, "host": self.host.summary(), "host_cpu": self.host.as_dict(),
                 "int8": self.int8_choice.as_dict() if self.int8_choice else None}
 
@@ -283,7 +297,7 @@ class EdgeSession(SentenceMethods):
     def _batches(self, rows: list[Encoded], outputs: list[str], batch_size: int | None
                  ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]]:
         """(indices into rows, padded feeds, outputs) per length-sorted batch."""
-        for idx in length_sorted_batches(rows, self._batch_size(batch_size)):
+        for idx in length_sorted_batches(rows, self._batch_size(batch_size), self.batch_tokens):
             feeds = pad_batch([rows[i] for i in idx], self.pad_id)
             yield idx, feeds, self.run(feeds, outputs)
 
@@ -349,7 +363,7 @@ class EdgeSession(SentenceMethods):
 
         from edgebert.runtime.tagging import Tagger, batched_logits, tag_texts
         run = batched_logits(lambda feeds: self.run(feeds, ["logits"])["logits"], self.pad_id,
-                             self._batch_size(batch_size))
+                             self._batch_size(batch_size), self.batch_tokens)
         results = tag_texts(Tagger(self.encoder, labels), items, run, aggregation, stride, ignore_labels)
         return results[0] if isinstance(texts, str) else results
 

@@ -144,14 +144,15 @@ class Tagger:
 
 
 # =========================================================================== a batch of texts
-def batched_logits(run_feeds: Callable[[dict[str, np.ndarray]], np.ndarray], pad_id: int, batch_size: int
-                   ) -> Callable[[list[Encoded]], list[np.ndarray]]:
+def batched_logits(run_feeds: Callable[[dict[str, np.ndarray]], np.ndarray], pad_id: int, batch_size: int,
+                   max_tokens: int = 0) -> Callable[[list[Encoded]], list[np.ndarray]]:
     """``tag_texts``'s ``run`` from any model call on padded feeds -> (B, T, C) logits (an onnxruntime
     session, the PyTorch reference of ``edgebert bench``): rows in length-sorted batches of
-    ``batch_size``, each row's logits cut to its own length, in the order of the rows."""
+    ``batch_size`` (and at most ``max_tokens`` padded tokens, ``length_sorted_batches``), each row's logits cut
+    to its own length, in the order of the rows."""
     def run(rows: list[Encoded]) -> list[np.ndarray]:
         out: list[np.ndarray] = [np.zeros(0)] * len(rows)
-        for idx in length_sorted_batches(rows, batch_size):
+        for idx in length_sorted_batches(rows, batch_size, max_tokens):
             logits = run_feeds(pad_batch([rows[i] for i in idx], pad_id))
             for r, i in enumerate(idx):
                 out[i] = logits[r, :len(rows[i])]

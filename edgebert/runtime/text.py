@@ -278,11 +278,19 @@ def pad_batch(rows: Sequence[Encoded], pad_id: int = 0, length: int | None = Non
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-def length_sorted_batches(rows: Sequence[Encoded], batch_size: int) -> Iterator[np.ndarray]:
-    """Indices of ``rows`` in batches of similar length (longest first), so padding stays small.
+def length_sorted_batches(rows: Sequence[Encoded], batch_size: int, max_tokens: int = 0) -> Iterator[np.ndarray]:
+    """Indices of ``rows`` in batches of similar length (longest first), so padding stays small: at most
+    ``batch_size`` rows, and with ``max_tokens`` at most that many padded tokens (rows x the batch's longest row;
+    a row longer than ``max_tokens`` goes alone). The cap keeps the long rows of a mixed corpus in small batches,
+    where a fixed batch size pads them to the longest one (attention's cost grows with the square of it).
 
     Callers scatter each batch's results back to these indices, restoring the input order.
     """
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
-    for start in range(0, len(order), batch_size):
-        yield np.asarray(order[start:start + batch_size], dtype=np.int64)
+    start = 0
+    while start < len(order):
+        size = batch_size
+        if max_tokens:
+            size = max(1, min(batch_size, max_tokens // max(len(rows[order[start]]), 1)))
+        yield np.asarray(order[start:start + size], dtype=np.int64)
+        start += size
