@@ -361,7 +361,10 @@ def topology() -> dict:
 
 
 def host(load_before) -> dict:
+    import onnxruntime
+
     return {"cpu": cpu_model(), "cores": usable_cpus(), "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__, "numpy": np.__version__,
             "load_average_before": [round(x, 2) for x in load_before],
             "load_average_after": [round(x, 2) for x in os.getloadavg()]}
 
