@@ -16,6 +16,10 @@ def _weight(flag: str, what: str):
     return Annotated[Optional[float], typer.Option(flag, help=what)]
 
 
+def _width(flag: str, what: str):
+    return Annotated[Optional[int], typer.Option(flag, help=what)]
+
+
 @app.command("distill")
 @o.engine_options
 def distill_cmd(
@@ -25,7 +29,7 @@ def distill_cmd(
     task: o.task_option("mlm | embed (text) or sst2 | mrpc | tsv | ner | squad (a fine-tuned model); default: "
                         "from the teacher (an MLM head: mlm; a bare encoder: embed; a token classifier: ner; "
                         "a span model: squad)") = None,
-    preset: o.preset_option("distilbert | tinybert | embed | embed-long | task | ner | squad | tiny "
+    preset: o.preset_option("distilbert | tinybert | embed | embed-long | embed-narrow | task | ner | squad | tiny "
                             "(default: by --task)") = None,
     corpus: o.Corpus = None,
     eval_corpus: o.EvalCorpus = None,
@@ -43,6 +47,10 @@ def distill_cmd(
     init: Annotated[Optional[str], typer.Option(
         "--init", help="teacher (copy layers) | random (the from-scratch baseline).")] = None,
     freeze_word_embeddings: o.FreezeWordEmbeddings = None,
+    hidden: _width("--hidden", "A narrower student: its hidden size (default: the teacher's), weights sliced from "
+                               "the teacher's, hidden-state terms through a learned projection (text modes).") = None,
+    heads: _width("--heads", "With --hidden: attention heads (default: the teacher's head size kept).") = None,
+    intermediate: _width("--intermediate", "With --hidden: FFN size (default: the teacher's FFN/hidden ratio).") = None,
     temperature: _weight("--temperature", "Softmax temperature T (2.0).") = None,
     alpha_kd: _weight("--alpha-kd", "KL(student/T || teacher/T) * T^2 (5.0; task and ner presets 1.0).") = None,
     alpha_mlm: _weight("--alpha-mlm", "MLM cross-entropy (2.0).") = None,
@@ -60,7 +68,8 @@ def distill_cmd(
     *,
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
-    """Distil TEACHER_DIR into a shallower student (text distillation, or --task for a classifier)."""
+    """Distil TEACHER_DIR into a shallower (and, with --hidden, narrower) student (text distillation, or --task
+    for a classifier)."""
     from edgebert.stages.distill import build_distill_config, distill
 
     cfg = build_distill_config(
@@ -68,6 +77,7 @@ def distill_cmd(
         eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format, train_file=train_file,
         dev_file=dev_file, max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
         layers=layers, layer_map=layer_map, student_init=init, freeze_word_embeddings=freeze_word_embeddings,
+        hidden=hidden, heads=heads, intermediate=intermediate,
         temperature=temperature, alpha_kd=alpha_kd, alpha_mlm=alpha_mlm, alpha_ce=alpha_ce, alpha_cos=alpha_cos,
         alpha_pool=alpha_pool, alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn,
         max_seq_len=max_seq_len, epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)

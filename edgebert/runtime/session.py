@@ -35,7 +35,16 @@ from edgebert.runtime.numeric import nonfinite_rows, softmax
 from edgebert.runtime.precision import choose_precision
 from edgebert.runtime.providers import short_name
 from edgebert.runtime.sentences import SentenceMethods
-from edgebert.runtime.session_args import ORT_LOG_ENV, check_batch_size, check_ort_log_level, int64_ids, is_int
+from edgebert.runtime.session_args import (
+    CPU_BATCH_TOKENS,
+    ORT_LOG_ENV,
+    check_batch_size,
+    check_batch_tokens,
+    check_feeds,
+    check_ort_log_level,
+    int64_ids,
+    is_int,
+)
 from edgebert.runtime.text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
 from edgebert.runtime.vector_pooling import CALLER_POOLINGS, choose_pooling
 from edgebert.system.environment import check_threads
@@ -47,10 +56,6 @@ if TYPE_CHECKING:   # task-specific and GPU-only modules load with their first u
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
-# Padded tokens per CPU call (``batch_tokens``'s default): MiniLM INT8 on SST-2 dev + WikiText-2 paragraphs (lengths
-# 4-417), 2-vCPU Xeon, 1 thread: 150 / 80 texts/s at batch 32 with / without it (calls of 600 rows), about the rate
-# of batch 8; 512-2,048 measured within noise of each other (benchmarks/results/scaleout/README.md).
-CPU_BATCH_TOKENS = 1024
 
 
 class EdgeSession(SentenceMethods):
@@ -113,9 +118,7 @@ class EdgeSession(SentenceMethods):
                               "'ort' loads the graph's .ort form (export or pack with --ort-format)")
         self.graph_format = graph_format
         check_batch_size(batch_size)
-        if batch_tokens is not None and (not is_int(batch_tokens) or batch_tokens < 0):
-            raise ConfigError(f"batch_tokens={batch_tokens!r} must be a non-negative integer",
-                              "0 for no cap, or leave it unset (None) for the provider's default")
+        check_batch_tokens(batch_tokens)
         if max_length is not None and not is_int(max_length):
             raise ConfigError(f"max_length={max_length!r} must be an integer or None")
         self.ort_log_level = check_ort_log_level(ort_log_level)
@@ -224,7 +227,7 @@ class EdgeSession(SentenceMethods):
         if missing:
             raise DataError(f"run() needs inputs {', '.join(missing)}")
         feeds = {n: int64_ids(n, feeds[n]) for n in self.input_names}
-        self._check_feeds(feeds)
+        check_feeds(feeds, self.manifest.config, self.bundle_dir)
         arrays = self._run_bound(feeds, names)
         result = {n: np.asarray(a, dtype=np.float32) for n, a in zip(names, arrays)}
         for name, array in result.items():
@@ -235,27 +238,6 @@ class EdgeSession(SentenceMethods):
                                    "its weights hold NaN or the values overflow; re-export the bundle from a "
                                    "finite checkpoint, or run precision='fp32'")
         return result
-
-    def _check_feeds(self, feeds: dict[str, np.ndarray]) -> None:
-        """``DataError`` naming the input the graph cannot take: not 2-D, shapes that differ, token ids or token
-        types outside the embedding tables, more tokens than positions."""
-        shape = feeds["input_ids"].shape
-        for name, array in feeds.items():
-            if array.ndim != 2 or array.shape != shape:
-                raise DataError(f"run(): {name} has shape {array.shape}; every input must be (batch, sequence) "
-                                f"like input_ids {shape}", "pad the batch with edgebert.runtime.pad_batch")
-        cfg = self.manifest.config
-        if shape[1] > cfg.max_position_embeddings:
-            raise DataError(f"run(): inputs of {shape[1]} tokens; {self.bundle_dir} has "
-                            f"{cfg.max_position_embeddings} positions", "shorten or truncate the texts")
-        for name, size in (("input_ids", cfg.vocab_size), ("token_type_ids", cfg.type_vocab_size)):
-            array = feeds.get(name)
-            if size is None or array is None or not array.size:
-                continue
-            low, high = int(array.min()), int(array.max())
-            if low < 0 or high >= size:
-                raise DataError(f"run(): {name} holds {low if low < 0 else high}, outside 0..{size - 1} of "
-                                f"{self.bundle_dir}", "make the ids with this bundle's tokenizer (session.tokenize)")
 
     def _run_bound(self, feeds: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
         """One onnxruntime call on the session's provider, never another: TensorRT refuses a shape outside its

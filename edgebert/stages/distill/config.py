@@ -69,6 +69,9 @@ class DistillConfig(TaskShape):
     layer_map: tuple[int, ...] | str | None = None  # per student layer; None: evenly spaced; "closest": measured
     student_init: str = "teacher"          # "teacher" (DistilBERT) or "random" (from-scratch baseline)
     freeze_word_embeddings: bool = False
+    hidden: int | None = None              # a narrower student (None: the teacher's width); see width.student_width
+    heads: int | None = None               # with hidden; None: keep the teacher's head size
+    intermediate: int | None = None        # with hidden; None: the teacher's FFN/hidden ratio
     # the loss
     temperature: float = 2.0
     alpha_kd: float = 5.0                  # KL of the softened logits (masked tokens, classes, or tokens)
@@ -155,6 +158,28 @@ class DistillConfig(TaskShape):
                 raise ConfigError(f"--layer-map {list(self.layer_map)} has a negative layer index")
         if self.student_init not in STUDENT_INITS:
             raise ConfigError(f"student_init={self.student_init!r}", f"use one of {', '.join(STUDENT_INITS)}")
+        self._check_width()
+
+    def _check_width(self) -> None:
+        """What can be said of a narrower student without the teacher (``width.student_width`` checks the rest)."""
+        for name in ("hidden", "heads", "intermediate"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"--{name} {value!r} must be a positive integer")
+        if self.hidden is None:
+            if self.heads is not None or self.intermediate is not None:
+                raise ConfigError("--heads and --intermediate size a narrower student",
+                                  "pass --hidden N as well (the student's width)")
+            return
+        if self.heads is not None and self.hidden % self.heads:
+            raise ConfigError(f"--hidden {self.hidden} is not divisible by --heads {self.heads}",
+                              "choose a head count that divides the width")
+        if self.is_task:
+            raise ConfigError(f"a narrower student (--hidden) is distilled on text, not --task {self.task}",
+                              "use --task embed or mlm, or drop --hidden")
+        if self.layer_map == CLOSEST:
+            raise ConfigError("--layer-map closest measures students of the teacher's width, not --hidden",
+                              "drop --layer-map closest, or --hidden")
 
     def _check_loss(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -295,6 +320,15 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
                        freeze_word_embeddings=True, max_seq_len=128, max_eval_examples=500,
                        train=dict(max_steps=3600, batch_size=16, lr=5e-4, warmup_ratio=0.1, log_every=20,
                                   eval_every=900)),
+    # the embed-long recipe for a narrower student (issue #50: fewer bytes in every layer and in the table):
+    # width 256 (all-MiniLM-L6-v2: 384 -> 256, 8 heads of 32, FFN 1024), the cosine and TinyBERT hidden terms
+    # through a learned projection, the attention term on the kept heads, the width-free similarity term; the
+    # sliced word embeddings train. Not yet measured against the teacher
+    "embed-narrow": dict(task="embed", alpha_kd=0.0, alpha_mlm=0.0, alpha_cos=1.0, alpha_hidden=1.0, alpha_attn=1.0,
+                         alpha_sim=1.0, hidden=256, freeze_word_embeddings=False, max_seq_len=128,
+                         max_eval_examples=500,
+                         train=dict(max_steps=3600, batch_size=16, lr=5e-4, warmup_ratio=0.1, log_every=20,
+                                    eval_every=900)),
     # a fine-tuned classifier -> a 4-layer classifier: logit KD (teacher soft labels only)
     "task": dict(task="sst2", temperature=2.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=0.0, alpha_cos=0.0,
                  max_seq_len=64, epochs=2.0,

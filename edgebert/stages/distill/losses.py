@@ -12,6 +12,7 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from edgebert.model import IGNORE_INDEX
 from edgebert.stages.distill.config import DistillConfig
@@ -73,14 +74,17 @@ def similarity_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
     return 100.0 * ((s @ s.T - t @ t.T)[off] ** 2).mean()
 
 
-def hidden_mse_loss(student_states, teacher_states, layer_map, attention_mask) -> torch.Tensor:
+def hidden_mse_loss(student_states, teacher_states, layer_map, attention_mask,
+                    projection: nn.Module | None = None) -> torch.Tensor:
     """TinyBERT hidden-state MSE: student layer i vs teacher layer layer_map[i] (+ embeddings).
 
-    ``*_states`` are the ``hidden_states`` tuples (embeddings first), so index i+1 is layer i.
+    ``*_states`` are the ``hidden_states`` tuples (embeddings first), so index i+1 is layer i. A narrower
+    student's states go through ``projection`` (its width -> the teacher's) first.
     """
     keep = attention_mask.bool()
     pairs = [(0, 0)] + [(i + 1, t + 1) for i, t in enumerate(layer_map)]
-    total = sum(F.mse_loss(student_states[s][keep].float(), teacher_states[t][keep].float())
+    project = projection if projection is not None else (lambda x: x)
+    total = sum(F.mse_loss(project(student_states[s][keep]).float(), teacher_states[t][keep].float())
                 for s, t in pairs)
     return total / len(pairs)
 
@@ -88,12 +92,16 @@ def hidden_mse_loss(student_states, teacher_states, layer_map, attention_mask) -
 def attention_kl_loss(student_attn, teacher_attn, layer_map, attention_mask) -> torch.Tensor:
     """TinyBERT attention term: KL(teacher probs || student probs) per mapped layer, real query rows only.
 
-    ``*_attn`` are tuples of (B, N, T, T) attention probabilities.
+    ``*_attn`` are tuples of (B, N, T, T) attention probabilities. A student with fewer heads (N_s < N_t)
+    learns the teacher's first N_s heads: the heads it was sliced from (``edgebert.model.narrow``), each
+    still a distribution, so the KL is the same term; what the dropped heads attend to reaches the student
+    through the hidden-state terms only.
     """
-    rows = attention_mask.bool()[:, None, :].expand(-1, student_attn[0].shape[1], -1)  # (B, N, T)
+    heads = student_attn[0].shape[1]
+    rows = attention_mask.bool()[:, None, :].expand(-1, heads, -1)  # (B, N_s, T)
     total = 0.0
     for i, t in enumerate(layer_map):
-        p_t = teacher_attn[t][rows].float().clamp_min(1e-12)                # (n, T)
+        p_t = teacher_attn[t][:, :heads][rows].float().clamp_min(1e-12)     # (n, T)
         p_s = student_attn[i][rows].float().clamp_min(1e-12)
         total = total + (p_t * (p_t.log() - p_s.log())).sum(-1).mean()
     return total / len(layer_map)
@@ -123,15 +131,20 @@ def hard_label_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 
 def distillation_loss(cfg: DistillConfig, student: ModelOutputs, teacher: ModelOutputs,
                       attention_mask: torch.Tensor, hard_targets: torch.Tensor | None,
-                      layer_map: Sequence[int], kd_positions: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                      layer_map: Sequence[int], kd_positions: torch.Tensor | None = None,
+                      projection: nn.Module | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The weighted sum of the enabled terms, and each term (detached) for the logs.
 
     ``kd_positions``: for per-token logits (B, T, C), the (B, T) positions the KD term averages over
     (token distillation: every real sub-token). Every term is 0 when the student's outputs equal the
-    teacher's (the hard-label term aside).
+    teacher's (the hard-label term aside). ``projection``: a narrower student's hidden states -> the
+    teacher's width, for the terms that compare hidden vectors (cos, pool, hidden); the similarity term
+    compares in-batch cosines, which have no width, and uses the student's own vectors.
     """
     terms: dict[str, tuple[float, torch.Tensor]] = {}
+    s_last = student.last_hidden_state
+    if projection is not None and s_last is not None and (cfg.alpha_cos or cfg.alpha_pool):
+        s_last = projection(s_last)
     if cfg.alpha_kd:
         terms["kd"] = (cfg.alpha_kd, kd_loss(student.logits, teacher.logits, cfg.temperature, kd_positions))
     hard_alpha = cfg.alpha_ce if cfg.is_task else cfg.alpha_mlm
@@ -139,17 +152,17 @@ def distillation_loss(cfg: DistillConfig, student: ModelOutputs, teacher: ModelO
         name = "ce" if cfg.is_task else "mlm"
         terms[name] = (hard_alpha, hard_label_loss(student.logits, hard_targets))
     if cfg.alpha_cos:
-        terms["cos"] = (cfg.alpha_cos, cosine_loss(student.last_hidden_state, teacher.last_hidden_state,
+        terms["cos"] = (cfg.alpha_cos, cosine_loss(s_last, teacher.last_hidden_state,
                                                    attention_mask))
     if cfg.alpha_pool:
-        terms["pool"] = (cfg.alpha_pool, pooled_cosine_loss(student.last_hidden_state, teacher.last_hidden_state,
+        terms["pool"] = (cfg.alpha_pool, pooled_cosine_loss(s_last, teacher.last_hidden_state,
                                                             attention_mask))
     if cfg.alpha_sim:
         terms["sim"] = (cfg.alpha_sim, similarity_loss(student.last_hidden_state, teacher.last_hidden_state,
                                                        attention_mask))
     if cfg.alpha_hidden:
         terms["hidden"] = (cfg.alpha_hidden, hidden_mse_loss(student.hidden_states, teacher.hidden_states,
-                                                             layer_map, attention_mask))
+                                                             layer_map, attention_mask, projection))
     if cfg.alpha_attn:
         terms["attn"] = (cfg.alpha_attn, attention_kl_loss(student.attentions, teacher.attentions,
                                                            layer_map, attention_mask))

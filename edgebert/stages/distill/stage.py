@@ -1,8 +1,10 @@
 """``distill``: one distillation run, from the teacher directory to the student directory.
 
-The student keeps the teacher's width and starts from the teacher's embeddings, the teacher layers in
-``layer_map`` (evenly spaced by default: 6 -> 4 gives [0, 2, 3, 5]; ``closest``: measured by ``layer_choice``
-on a sample of the training data before training), pooler and heads
+The student keeps the teacher's width (or, with ``hidden``, a narrower one: its weights sliced from the
+teacher's by ``edgebert.model.narrow``, its hidden-state loss terms through a learned ``HiddenProjection``)
+and starts from the teacher's embeddings, the teacher layers in ``layer_map`` (evenly spaced by default:
+6 -> 4 gives [0, 2, 3, 5]; ``closest``: measured by ``layer_choice`` on a sample of the training data
+before training), pooler and heads
 (``edgebert.model.make_student``); ``student_init="random"`` trains a same-size model from scratch on
 the same batches instead (the baseline distillation has to beat). ``distill_config.json`` in the
 output directory records the layer map, the loss weights and the teacher.
@@ -39,7 +41,13 @@ from edgebert.model import (
     parse_layer_map,
     read_state_dict,
 )
-from edgebert.stages.distill.config import CLOSEST, MLM_ARCHITECTURES, DistillConfig, check_student_depth
+from edgebert.model.narrow import narrow_model
+from edgebert.stages.distill.config import (
+    CLOSEST,
+    MLM_ARCHITECTURES,
+    DistillConfig,
+    check_student_depth,
+)
 from edgebert.stages.distill.layer_choice import (
     PROBE_EXAMPLES,
     closest_layer_map,
@@ -48,6 +56,7 @@ from edgebert.stages.distill.layer_choice import (
     task_distance,
 )
 from edgebert.stages.distill.tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
+from edgebert.stages.distill.width import student_width
 from edgebert.training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
 
 DISTILL_CONFIG_FILE = "distill_config.json"
@@ -97,11 +106,16 @@ def build_student(teacher: nn.Module, cfg: DistillConfig,
         raise ConfigError("--layer-map closest needs the measured map", "distill() measures it on the training data")
     given = measured if cfg.layer_map == CLOSEST else list(cfg.layer_map) if cfg.layer_map else None
     layer_map = parse_layer_map(given, teacher.config.num_hidden_layers, cfg.layers)
+    hidden, heads, intermediate = student_width(cfg, teacher.config)
     if cfg.student_init == "teacher":
         student, layer_map = make_student(teacher, cfg.layers, layer_map)
+        if hidden != teacher.config.hidden_size or intermediate != teacher.config.intermediate_size:
+            student = narrow_model(student, hidden, heads, intermediate)    # weights sliced from the teacher's
     else:
         torch.manual_seed(cfg.train.seed)
-        student = build_model(teacher.config.replace(num_hidden_layers=cfg.layers), type(teacher).__name__)
+        student = build_model(teacher.config.replace(num_hidden_layers=cfg.layers, hidden_size=hidden,
+                                                     num_attention_heads=heads, intermediate_size=intermediate),
+                              type(teacher).__name__)
     student.train()
     for p in student.parameters():
         p.requires_grad_(True)
@@ -200,6 +214,7 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
                     signature=STATE_FILE)
     teacher = load_teacher(cfg.teacher, cfg.task)
     check_student_depth(cfg, teacher.config.num_hidden_layers)
+    student_width(cfg, teacher.config)          # a width the teacher cannot give: refused before any data is read
     read_pooling(cfg.teacher)   # the student keeps the teacher's sentence-transformers modules: refused now if bad
     if cfg.max_seq_len > teacher.config.max_position_embeddings:
         raise ConfigError(f"max_seq_len={cfg.max_seq_len} is longer than the teacher's "
@@ -220,8 +235,11 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
         how += (f", the closest of {len(choice.tried)} choices to the teacher on {choice.examples} training examples "
                 f"({choice.measure}: {choice.distance_of(layer_map):.4f}"
                 + (f"; evenly spaced: {even:.4f})" if even is not None else ")"))
-    say(f"student: {cfg.layers} of the teacher's {teacher.config.num_hidden_layers} layers "
-        f"(width {teacher.config.hidden_size}), from {how}")
+    s_cfg = student.config
+    width = (f"width {s_cfg.hidden_size}" if s_cfg.hidden_size == teacher.config.hidden_size else
+             f"width {s_cfg.hidden_size} of the teacher's {teacher.config.hidden_size}, {s_cfg.num_attention_heads} "
+             f"heads, FFN {s_cfg.intermediate_size}; hidden-state terms through a learned projection")
+    say(f"student: {cfg.layers} of the teacher's {teacher.config.num_hidden_layers} layers ({width}), from {how}")
     task, num_examples = _task(cfg, teacher, student, tok, layer_map, data, say)
     train_cfg = cfg.train_config(num_examples)
     start: dict[str, float] = {}

@@ -19,6 +19,7 @@ from edgebert.model.bert import MASK_VALUE
 from edgebert.stages.classification import ClassificationTask
 from edgebert.stages.distill.config import DistillConfig
 from edgebert.stages.distill.losses import ModelOutputs, distillation_loss, hard_label_loss
+from edgebert.stages.distill.projection import HiddenProjection, StudentWithProjection
 from edgebert.stages.metrics import embedding_agreement, mean_pool, mlm_metrics, sentence_embeddings
 from edgebert.training import LengthGroupedBatches, TrainingTask
 
@@ -36,6 +37,14 @@ class _DistillationTask(TrainingTask):
         self.cfg, self.layer_map = cfg, layer_map
         self.pad_id = SpecialIds.of(tokenizer).pad
         self.teacher_metrics: dict[str, float] | None = None
+        # a narrower student: its hidden states reach the teacher's width through a learned projection,
+        # optimised with it (a part of ``self.model``), never saved with it
+        widths = (student.config.hidden_size, teacher.config.hidden_size) if teacher is not None else (0, 0)
+        self.projection = HiddenProjection(*widths) if widths[0] != widths[1] else None
+
+    def with_projection(self, model: nn.Module) -> nn.Module:
+        """``model`` and the projection as the one module the engine optimises (``model`` alone if none)."""
+        return model if self.projection is None else StudentWithProjection(model, self.projection)
 
     @property
     def encoder_kwargs(self) -> dict[str, bool]:
@@ -74,7 +83,7 @@ class MlmDistillationTask(_DistillationTask):
     def __init__(self, student: nn.Module, teacher: nn.Module | None, tokenizer, train_examples, eval_batches_,
                  cfg: DistillConfig, layer_map: list[int]):
         super().__init__(student, teacher, tokenizer, cfg, layer_map)
-        self.model = StudentMLM(student)
+        self.model = self.with_projection(StudentMLM(student))
         self.train_examples, self.eval_batches = train_examples, eval_batches_
         self.collator = MaskingCollator(SpecialIds.of(tokenizer), student.config.vocab_size,
                                         seed=cfg.train.seed, mlm_probability=cfg.mlm_probability,
@@ -104,7 +113,8 @@ class MlmDistillationTask(_DistillationTask):
         with torch.no_grad():
             t_enc, t_logits, _ = masked_positions_logits(self.teacher, **batch, **self.encoder_kwargs)
         total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s_enc, s_logits), ModelOutputs.of(t_enc, t_logits),
-                                           batch["attention_mask"], targets, self.layer_map)
+                                           batch["attention_mask"], targets, self.layer_map,
+                                           projection=self.projection)
         with torch.no_grad():
             s_pred = s_logits.argmax(-1)
             metrics["mlm_accuracy"] = (s_pred == targets).float().mean()
@@ -117,7 +127,7 @@ class MlmDistillationTask(_DistillationTask):
         if self.teacher_metrics is None:
             self.teacher_metrics = {f"teacher_{k}": v for k, v in mlm_metrics(self.teacher, self.eval_batches).items()
                                     if k != "masked_tokens"}
-        return {**mlm_metrics(model.student, self.eval_batches), **self.teacher_metrics}
+        return {**mlm_metrics(self.student, self.eval_batches), **self.teacher_metrics}
 
 
 # =========================================================================== embedding distillation
@@ -132,6 +142,7 @@ class EmbeddingDistillationTask(_DistillationTask):
         super().__init__(student, teacher, tokenizer, cfg, layer_map)
         self.train_data, self.held_out = train, held_out
         self.teacher_embeddings: torch.Tensor | None = None
+        self.model = self.with_projection(student)
 
     def num_train_examples(self) -> int:
         return len(self.train_data)
@@ -147,10 +158,12 @@ class EmbeddingDistillationTask(_DistillationTask):
         with torch.no_grad():
             t = self.teacher(**batch, **self.encoder_kwargs)
         total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s), ModelOutputs.of(t),
-                                           batch["attention_mask"], None, self.layer_map)
+                                           batch["attention_mask"], None, self.layer_map,
+                                           projection=self.projection)
         with torch.no_grad():
             mask = batch["attention_mask"]
-            cos = F.cosine_similarity(mean_pool(s.last_hidden_state.float(), mask),
+            s_last = s.last_hidden_state if self.projection is None else self.projection(s.last_hidden_state)
+            cos = F.cosine_similarity(mean_pool(s_last.float(), mask),
                                       mean_pool(t.last_hidden_state.float(), mask), dim=-1)
             metrics["embedding_cosine"] = cos.mean()
         return total, metrics
@@ -161,9 +174,23 @@ class EmbeddingDistillationTask(_DistillationTask):
         bs = self.cfg.eval_batch_size
         if self.teacher_embeddings is None:
             self.teacher_embeddings = sentence_embeddings(self.teacher, self.held_out, bs, self.pad_id)
-        student = sentence_embeddings(model, self.held_out, bs, self.pad_id)
-        figures = embedding_agreement(student, self.teacher_embeddings)
+        student = sentence_embeddings(getattr(model, "student", model), self.held_out, bs, self.pad_id)
+        figures = embedding_agreement(student, self.teacher_embeddings) if self.projection is None \
+            else self._narrow_agreement(student)
         return {("embedding_" + k if k.startswith("cosine") else k): v for k, v in figures.items()}
+
+
+    @torch.no_grad()
+    def _narrow_agreement(self, student: torch.Tensor) -> dict[str, float]:
+        """A narrower student's figures: the cosines to the teacher's embeddings through the projection
+        (mean pooling is linear, so pooling then projecting is projecting then pooling); the relational
+        figures (similarity ranks, neighbours) on the student's own vectors, zero-padded to the teacher's
+        width (padding keeps every norm and dot product)."""
+        teacher = self.teacher_embeddings
+        projected = self.projection(student.to(self.projection.proj.weight.device)).float().cpu()
+        own = F.pad(student, (0, teacher.shape[1] - student.shape[1]))
+        through = embedding_agreement(projected, teacher)
+        return {**embedding_agreement(own, teacher), **{k: v for k, v in through.items() if k.startswith("cosine")}}
 
 
 # =========================================================================== task distillation
