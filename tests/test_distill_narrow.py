@@ -159,6 +159,17 @@ def test_a_narrow_student_learns_through_its_projection_and_saves_without_it(toy
     start = torch.zeros(64, 32)
     start[:32] = torch.eye(32)
     assert (weight - start).abs().max() > 1e-3
+    # and it exports like any student: fused fp32 + INT8 (the exporter validates both against PyTorch)
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.runtime import EdgeSession
+
+    export_bundle(ExportConfig(model_dir=cfg.out, out_dir=tmp_path / "bundle", task="embed", int8=True,
+                               validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    fp32 = EdgeSession(tmp_path / "bundle", provider="cpu", precision="fp32", threads=1)
+    int8 = EdgeSession(tmp_path / "bundle", provider="cpu", precision="int8", threads=1)
+    texts = ["the film was good", "a bad movie that nobody liked at all"]
+    assert fp32.hidden_size == 32 and fp32.embed(texts).shape == (2, 32)
+    assert (fp32.embed(texts) * int8.embed(texts)).sum(axis=1).min() > 0.95        # cosine of unit vectors
 
 
 def test_cli_hidden_reaches_the_config(toy, tmp_path, capsys, monkeypatch):
