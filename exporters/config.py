@@ -11,6 +11,7 @@ from edgebert.bundle import TASKS
 from edgebert.bundle.task_registry import BUNDLE_TASKS, task_of_architecture
 from edgebert.errors import ConfigError
 from edgebert.quantization.config import INT8_MODES, Fp16Config, Int8Config
+from edgebert.quantization.int4 import Int4Config
 from edgebert.quantization.targets import target_names
 from edgebert.runtime.trt_profile import TrtProfile
 
@@ -67,6 +68,11 @@ class ExportConfig:
     outlier_ratio: float | None = None         # None: the recipe's (3); 0: no outlier split
     activation_scales: str | None = None       # None: the recipe's (calibrated); per-call: dynamic
     int8_embedding_tables: bool | None = None  # None: the recipe's (int8 per row); False: tables stay fp32
+    # the small graph (int4: 4-bit MatMuls + word table, gated like INT8; quantization.int4); needs int8
+    int4: bool = False
+    int4_block_size: int = 32
+    int4_accuracy_level: int = 4
+    int4_algorithm: str = "rtn"
     # FP16
     fp16: bool = False
     fp16_tolerance: float = 2e-2
@@ -113,6 +119,11 @@ class ExportConfig:
             raise ConfigError(f"fp32 tolerance {self.fp32_tolerance!r} must be > 0")
         if not self.validation_batch_sizes or any(b <= 0 for b in self.validation_batch_sizes):
             raise ConfigError("validation batch sizes must be positive")
+        if self.int4 and not (self.int8 and self.int8_mode == "dynamic"):
+            raise ConfigError("the small (int4) graph is gated on the INT8 feeds and made for the CPU",
+                              "add --int8 (dynamic mode) to --int4")
+        if self.int4:
+            self.int4_config()
         if self.int8:
             self.int8_config()   # validates the INT8 combination (static needs --calib, ...)
         if self.fp16:
@@ -126,6 +137,11 @@ class ExportConfig:
             listed = ", ".join(given)
             raise ConfigError(f"{listed} {'is an INT8 setting' if len(given) == 1 else 'are INT8 settings'}, and "
                               "INT8 settings need --int8", f"add --int8, or drop {listed}")
+
+    def int4_config(self) -> Int4Config:
+        """The small graph's settings (validated by ``Int4Config``); ``max_accuracy_loss`` is INT8's."""
+        return Int4Config(block_size=self.int4_block_size, accuracy_level=self.int4_accuracy_level,
+                          algorithm=self.int4_algorithm)
 
     def int8_config(self, max_len: int | None = None) -> Int8Config:
         """The INT8 settings; with ``max_len``, calibration and gate texts are cut to fit the model's positions."""

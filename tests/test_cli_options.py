@@ -22,6 +22,7 @@ DISTINCT_CONCEPTS = {
     ("--vocab", "--vocab-size"),            # an existing vocabulary / the size of one to train
     ("--batch-size", "--eval-batch-size"),  # examples per optimizer step / per evaluation forward pass
     ("--data", "--downstream-data"),        # the file a command scores / the folder of the held-out embedding sets
+    ("--hidden", "--alpha-hidden"),         # the student's width / the weight of the hidden-state loss term
 }
 
 

@@ -43,8 +43,10 @@ def test_a_bundle_exported_without_int8_opens_with_the_defaults(fp32_only):
     assert session.embed("the film").shape == (1, 64)
     with pytest.raises(BundleError, match=r"the bundle has no INT8 model \(it has: fp32\)"):
         EdgeSession(fp32_only, provider="cpu", precision="int8")            # an explicit choice stays an error
-    with pytest.raises(ConfigError, match="unknown precision 'int4'"):
-        EdgeSession(fp32_only, precision="int4")
+    with pytest.raises(ConfigError, match="unknown precision 'int2'"):
+        EdgeSession(fp32_only, precision="int2")
+    with pytest.raises(BundleError, match=r"the bundle has no int4 model for cpu \(it has: fp32\)"):
+        EdgeSession(fp32_only, provider="cpu", precision="int4")          # the small graph: only when exported
 
 
 def test_the_default_is_int8_where_the_bundle_has_a_graph_exact_here(int8_bundle):

@@ -44,7 +44,7 @@ BUNDLE_FORMAT = "edgebert-bundle"
 BUNDLE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 TASKS = TASK_NAMES                 # the bundle tasks (``task_registry``: one entry each)
-PRECISIONS = ("fp32", "int8", "fp16")
+PRECISIONS = ("fp32", "int8", "fp16", "int4")   # int4: the small graph, loaded only when asked for
 # Output names per task, in graph order (read from the registry).
 _REQUIRED_KEYS = ("format", "version", "task", "config", "tokenizer", "inputs", "outputs", "models", "files")
 

@@ -25,6 +25,13 @@ def export(
                         "checkpoint's architecture).") = None,
     opset: Annotated[int, typer.Option("--opset", help="ONNX opset (14..20).")] = 17,
     int8: Annotated[bool, typer.Option("--int8", help="Also write INT8 graph(s), gated on held-out text.")] = False,
+    int4: Annotated[bool, typer.Option("--int4", help="With --int8: also write the small graph onnx/model_q4.onnx "
+                                       "(4-bit MatMulNBits and word table, the rest 8-bit), gated like INT8; "
+                                       "loaded only when asked for (precision='int4').")] = False,
+    int4_block: Annotated[int, typer.Option("--int4-block", help="4-bit weights per scale along K (16..128, a "
+                                            "power of two).")] = 32,
+    int4_algorithm: Annotated[str, typer.Option("--int4-algorithm", help="rtn (round to nearest, symmetric) | "
+                                                "hqq (half-quadratic fitted scales and zero points).")] = "rtn",
     target: o.Target = None,
     int8_mode: Annotated[str, typer.Option(
         "--int8-mode", help="dynamic (CPU integer ops on the fused graph, one graph per --target) | static "
@@ -80,7 +87,7 @@ def export(
                        gate_size=gate_size, gate_data=gate_data, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda,
-                       ort_format=ort_format)
+                       ort_format=ort_format, int4=int4, int4_block_size=int4_block, int4_algorithm=int4_algorithm)
     result = _export_with_progress(export_bundle, cfg)
     if archive_out is not None:          # packed before the summary: what is printed never costs the archive
         from edgebert.runtime.archive import write_archive

@@ -62,6 +62,7 @@ class CheckReport:
     budget: float | None = None
     speed: dict[str, Any] | None = None
     entities: dict[str, Any] | None = None     # token-cls + CoNLL --data: entity F1 vs the gold tags
+    small: dict[str, Any] | None = None        # the small (int4) graph re-measured here, when the bundle has one
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +76,10 @@ class CheckReport:
             out.append(f"  int8 graph {g['target']:<10} {g['file']:<26} needs {g['needs']:<38} here: {g['here']}")
         if self.chosen:
             out.append(f"chosen: {self.chosen['target']} ({self.chosen['reason']})")
+        if self.small:
+            m = self.small
+            out.append(f"small (int4) graph, not the default: {m['metric']} {m['mean']:.5f} (min {m['min']:.5f}), "
+                       f"loss {m['loss']:.5f} {'<=' if m['within_budget'] else '>'} budget {m['budget']:g}")
         if self.fidelity:
             f = self.fidelity
             unit = "questions" if bundle_task(self.task).inputs == "questions" else "texts"
@@ -202,6 +207,8 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         else:
             measure = _measure_answers if spec.inputs == "questions" else _measure
             fidelity, report.speed = measure(fp32, int8, task, texts)
+        if "int4" in manifest.models and not packed and spec.inputs != "questions":
+            report.small = _measure_small(bundle_dir, manifest, fp32, task, texts, threads)
         if spec.method == "tag" and data is not None and is_conll(data):
             report.entities = _entity_scores({"fp32": fp32, "int8": int8}, Path(data), max_texts)
     except EdgebertError as exc:        # the graphs fail, or give NaN, on this machine
@@ -219,6 +226,20 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         report.reason = (f"FAIL: INT8 graph {choice.target!r} drifts from fp32 on {where} ({summary}); "
                          + drift_advice(str(choice.target), accuracy, manifest.get_extra("default_precision")))
     return report
+
+
+def _measure_small(bundle_dir: Path, manifest: Manifest, fp32, task: str, texts: list,
+                   threads: int | None) -> dict[str, Any]:
+    """The small graph's fidelity to fp32 here, against its own export budget (reported; the small graph is
+    never the default, so it does not decide the verdict)."""
+    from edgebert.runtime.session import EdgeSession
+
+    accuracy = manifest.models["int4"].get_extra("accuracy") or {}
+    small = EdgeSession(bundle_dir, "cpu", "int4", threads, verify=False, allow_spinning=False)
+    fidelity, _ = _measure(fp32, small, task, texts)
+    budget = float(accuracy.get("max_accuracy_loss") or DEFAULT_BUDGETS[task])
+    return {**fidelity.as_dict(), "budget": budget, "within_budget": fidelity.within(budget),
+            "export": {k: accuracy.get(k) for k in ("mean", "min", "loss", "within_budget")}}
 
 
 def drift_advice(target: str, accuracy: dict[str, Any], default_precision: dict | None) -> str:

@@ -35,10 +35,10 @@ from edgebert.runtime.int8_choice import GraphChoice, choose_int8, choose_openvi
 CANDIDATES: dict[tuple[str, str], tuple[str, ...]] = {
     ("tensorrt", "fp32"): ("fp32-trt",), ("tensorrt", "fp16"): ("fp32-trt",), ("tensorrt", "int8"): ("int8-trt",),
     ("cuda", "fp32"): ("fp32-cuda", "fp32"), ("cuda", "fp16"): ("fp16-cuda", "fp16"),
-    ("cpu", "fp32"): ("fp32",), ("cpu", "fp16"): ("fp16",),
+    ("cpu", "fp32"): ("fp32",), ("cpu", "fp16"): ("fp16",), ("cpu", "int4"): ("int4",),
 }
 EXPORT_FLAG = {"fp32-trt": "--tensorrt", "int8-trt": "--tensorrt --int8", "fp32-cuda": "--cuda",
-               "fp16-cuda": "--cuda", "fp16": "--fp16 (or --cuda)", "fp32": ""}
+               "fp16-cuda": "--cuda", "fp16": "--fp16 (or --cuda)", "fp32": "", "int4": "--int8 --int4"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,195 @@
+"""The "small" graph: below one byte per parameter, gated on held-out accuracy like INT8 (issue #50, 1-2).
+
+From the fused fp32 graph:
+
+1. the encoder's weight MatMuls (feed-forward, attention output, pooler) become onnxruntime's
+   ``MatMulNBits``: 4-bit weights in blocks of ``block_size`` along K, symmetric, one float scale per block
+   (``MatMulNBitsQuantizer``; ``algorithm="rtn"`` rounds, ``"hqq"`` fits scales and zero points by
+   half-quadratic optimisation), run with ``accuracy_level`` (4: int8 activations per block);
+2. every MatMul the gate keeps off 4 bits, and the fused ``Attention`` node (its packed QKV weight has no
+   4-bit kernel in onnxruntime), become dynamic INT8 with 7-bit weights (``reduce_range``: cannot saturate an
+   AVX2 CPU's U8S8 sums, so the graph needs no exact-product host);
+3. the ELN word table becomes 4-bit per block (``quantization.int4_tables``, ``GatherBlockQuantized``).
+
+The gate (``quantization.accuracy.quantize_with_guard``) ranks each 4-bit candidate (each MatMul, the word
+table) by the loss it alone causes, and keeps the most sensitive ones 8-bit until the budget is met; a graph
+still over budget with every candidate 8-bit is written and marked ``within_budget: false`` (the runtime
+never picks it by default). Nothing here compares with PyTorch: the exporter validates the written graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import onnx
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+from edgebert.errors import ConfigError
+from edgebert.files.atomic import work_dir
+from edgebert.graph.ops import load, op_type_counts, quiet_logging, weight_nodes
+from edgebert.quantization.accuracy import AccuracyProbe, GuardResult, quantize_with_guard
+from edgebert.quantization.embedding_tables import quantize_tables, table_plan
+from edgebert.quantization.int4_tables import WORD, quantize_word_table, word_table
+from edgebert.quantization.storage import compact_storage
+
+ALGORITHMS = ("rtn", "hqq")
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)     # MatMulNBits: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations
+TABLE = "word_table"                  # the gate's candidate name of the ELN word table
+REQUIREMENTS = {"u8s8_exact": False, "contrib_ops": ["MatMulNBits", "GatherBlockQuantized", "QAttention"],
+                "onnxruntime": ">= 1.20 (GatherBlockQuantized with bits=4)"}
+
+
+@dataclass(frozen=True)
+class Int4Config:
+    """How the small graph is made. ``block_size``: MatMul weights per scale along K (32 measured best on the
+    MiniLM figures of issue #50: 0.977 mean cosine RTN at block 32); ``table_block``: the word table's
+    values per scale; ``word_table``: 4-bit table on/off; ``max_accuracy_loss``: None, the INT8 budget."""
+    block_size: int = 32
+    accuracy_level: int = 4
+    algorithm: str = "rtn"
+    word_table: bool = True
+    table_block: int = 32
+    max_accuracy_loss: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "table_block"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ConfigError(f"4-bit {name} {value} is not a power of two >= 16", "use 16, 32, 64 or 128")
+        if self.accuracy_level not in ACCURACY_LEVELS:
+            raise ConfigError(f"unknown MatMulNBits accuracy_level {self.accuracy_level}",
+                              f"use one of {', '.join(map(str, ACCURACY_LEVELS))} (4: int8 activations)")
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"unknown 4-bit algorithm {self.algorithm!r}", f"use one of {', '.join(ALGORITHMS)}")
+        if self.max_accuracy_loss is not None and not 0 <= self.max_accuracy_loss < 1:
+            raise ConfigError(f"4-bit max_accuracy_loss {self.max_accuracy_loss} is outside [0, 1)",
+                              "give the task metric's loss, e.g. 0.01 for 1 - mean cosine")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bits": 4, "block_size": self.block_size, "accuracy_level": self.accuracy_level,
+                "algorithm": self.algorithm, "symmetric": self.algorithm == "rtn", "word_table": self.word_table,
+                "table_block": self.table_block}
+
+
+class Int4Quantizer:
+    """The gate's quantizer (``accuracy.Quantizer``): candidates are the 4-bit MatMuls and the word table;
+    ``exclude`` keeps candidates 8-bit; ``only`` makes that one candidate 4-bit and leaves the rest fp32
+    (the sensitivity ranking's one-at-a-time graph)."""
+
+    def __init__(self, fused: str | Path, cfg: Int4Config):
+        self.source, self.cfg = Path(fused), cfg
+        self.matmuls = _blockable(self.source, cfg.block_size)
+        self.word = word_table(self.source)
+        self.table = [TABLE] if cfg.word_table and self.word is not None else []
+        self.last_tables: dict | None = None
+        self.last_storage: dict | None = None
+
+    def candidates(self) -> list[str]:
+        return [*self.matmuls, *self.table]
+
+    def quantize(self, out_path: str | Path, exclude: list[str] | tuple[str, ...] = (),
+                 only: str | None = None) -> Path:
+        four = [n for n in self.matmuls if n not in exclude and only in (None, n)]
+        with work_dir("q4") as tmp:
+            current = self.source
+            if four:
+                current = self._nbits(current, Path(tmp) / "nbits.onnx", four)
+            if only is None:
+                eight = Path(tmp) / "eight.onnx"
+                with quiet_logging():
+                    quantize_dynamic(str(current), str(eight), op_types_to_quantize=["MatMul", "Attention"],
+                                     per_channel=True, reduce_range=True, weight_type=QuantType.QInt8,
+                                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
+                                                    "MatMulConstBOnly": True})
+                current = eight
+            four_table = bool(self.table) and TABLE not in exclude and only in (None, TABLE)
+            if only is None:        # the other tables int8 per row, as the INT8 graph has them
+                int8_tables = [t.candidate for t in table_plan(current)[0] if not (four_table and t.slot == WORD)]
+                self.last_tables = quantize_tables(current, Path(tmp) / "tables.onnx", int8_tables)
+                current = Path(tmp) / "tables.onnx"
+            if four_table:
+                self.last_tables = {**(self.last_tables or {}),
+                                    WORD: quantize_word_table(current, out_path, self.cfg.table_block)}
+            else:
+                onnx.save(load(current), str(out_path))
+        if only is None:
+            self.last_storage = compact_storage(out_path)
+        return Path(out_path)
+
+    def _nbits(self, src: Path, dst: Path, nodes: list[str]) -> Path:
+        from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                      HQQWeightOnlyQuantConfig,
+                                                                      MatMulNBitsQuantizer)
+        c = self.cfg
+        if c.algorithm == "hqq":
+            algo = HQQWeightOnlyQuantConfig(block_size=c.block_size, bits=4)
+        else:
+            algo = DefaultWeightOnlyQuantConfig(block_size=c.block_size, is_symmetric=True,
+                                                accuracy_level=c.accuracy_level, bits=4)
+        model = load(src)
+        # nodes_to_include widens op_types_to_quantize (a name in it OR a MatMul), it does not narrow it: the
+        # MatMuls that stay off 4 bits are named in nodes_to_exclude
+        others = [n.name for n in model.graph.node if n.op_type == "MatMul" and n.name not in set(nodes)]
+        with quiet_logging():
+            q = MatMulNBitsQuantizer(model, bits=4, block_size=c.block_size, is_symmetric=True,
+                                     accuracy_level=c.accuracy_level, nodes_to_exclude=others,
+                                     op_types_to_quantize=("MatMul",), algo_config=algo)
+            q.process()
+            q.model.save_model_to_file(str(dst), use_external_data_format=False)
+        return dst
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.cfg.as_dict(), "graph": "fused", "eight_bit": "dynamic INT8, per-channel 7-bit weights "
+                "(QAttention for the fused attention, MatMulInteger for MatMuls kept off 4 bits)",
+                "attention": "8-bit: onnxruntime has no 4-bit form of the fused Attention's packed QKV weight",
+                "embedding_tables": self.last_tables, "storage": self.last_storage}
+
+
+@dataclass(frozen=True)
+class Int4Graph:
+    """The small graph written at ``path`` and its manifest figures."""
+    path: Path
+    requires: dict[str, Any]
+    quantization: dict[str, Any]
+    accuracy: dict[str, Any]
+    bytes: int
+
+    @property
+    def within_budget(self) -> bool:
+        return self.accuracy.get("within_budget") is not False
+
+
+def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: AccuracyProbe, budget: float,
+                say: Callable[[str], None], sensitivity_size: int = 64) -> Int4Graph:
+    """Make the small graph of ``fused`` at ``out`` through the gate (see the module docstring)."""
+    budget = cfg.max_accuracy_loss if cfg.max_accuracy_loss is not None else budget
+    quantizer = Int4Quantizer(fused, cfg)
+    candidates = quantizer.candidates()
+    if not candidates:
+        raise ConfigError(f"no MatMul of the graph has a K that block {cfg.block_size} divides, and no word table",
+                          "use a smaller block size")
+    say(f"quantizing 4-bit ({len(quantizer.matmuls)} MatMuls, {len(quantizer.table)} table; block "
+        f"{cfg.block_size}, accuracy_level {cfg.accuracy_level}, {cfg.algorithm})")
+    guard: GuardResult = quantize_with_guard(quantizer, out, probe, budget, sensitivity_size, say, allow_miss=True)
+    counts = op_type_counts(out)
+    quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
+             "four_bit": [n for n in candidates if n not in guard.excluded], "eight_bit": list(guard.excluded),
+             "op_counts": counts}
+    accuracy = guard.as_dict(budget)
+    return Int4Graph(Path(out), dict(REQUIREMENTS), quant, accuracy, Path(out).stat().st_size)
+
+
+def _blockable(path: Path, block: int) -> list[str]:
+    """The MatMuls with a 2-D weight initializer whose K (rows) ``block`` divides: the 4-bit candidates."""
+    graph = load(path).graph
+    inits = {i.name: i for i in graph.initializer}
+    names = set(weight_nodes(path, ("MatMul",)))
+    out = []
+    for node in graph.node:
+        if node.name in names and len(node.input) > 1 and node.input[1] in inits:
+            dims = inits[node.input[1]].dims
+            if len(dims) == 2 and dims[0] % block == 0:
+                out.append(node.name)
+    return out

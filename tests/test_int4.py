@@ -1,0 +1,119 @@
+"""The small graph (issue #50, 1-2): 4-bit MatMulNBits + a 4-bit word table, the rest 8-bit, gated like INT8,
+its own manifest entry, loaded only when asked for (tiny seeded model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export_fixtures import make_calib_text, make_model_dir
+
+from edgebert.errors import ConfigError
+from edgebert.graph.ops import op_type_counts
+from edgebert.quantization.int4 import Int4Config, small_graph
+from edgebert.quantization.int4_tables import dequantize_blocks, quantize_blocks
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    from edgebert.exporters import ExportConfig, export_bundle
+
+    root = tmp_path_factory.mktemp("int4")
+    model_dir = make_model_dir(root / "model", seed=5)
+    calib = make_calib_text(root / "calib.txt", n=64)
+    out = root / "bundle"
+    export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, int4=True, calib=calib, calib_size=32,
+                               gate_size=32, validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    return out
+
+
+def test_config_refuses_bad_settings():
+    with pytest.raises(ConfigError):
+        Int4Config(block_size=24)
+    with pytest.raises(ConfigError):
+        Int4Config(accuracy_level=7)
+    with pytest.raises(ConfigError):
+        Int4Config(algorithm="gptq")
+
+
+def test_table_blocks_round_trip_within_half_a_step():
+    table = np.random.default_rng(0).normal(size=(50, 64)).astype(np.float32)
+    packed, scale, zp = quantize_blocks(table, 32)
+    assert packed.shape == (50, 32) and scale.shape == (50, 2) and zp.shape == (50, 1)
+    err = np.abs(dequantize_blocks(packed, scale, zp, 32) - table).reshape(50, 2, 32).max(-1)
+    assert (err <= scale.astype(np.float32) * 0.5 + 1e-6).all()
+
+
+def test_small_graph_entry(bundle: Path):
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    entry, int8 = manifest["models"]["int4"], manifest["models"]["int8"]
+    assert entry["file"] == "onnx/model_q4.onnx" and entry["precision"] == "int4"
+    counts = op_type_counts(bundle / entry["file"])
+    q = entry["quantization"]
+    assert counts.get("MatMulNBits", 0) == len(q["four_bit"]) - ("word_table" in q["four_bit"])
+    # the tiny model: 2 layers x (attention output, intermediate, output); fused Attention stays 8-bit
+    assert counts["MatMulNBits"] == 6 and counts["QAttention"] == 2 and counts["GatherBlockQuantized"] == 1
+    assert q["bits"] == 4 and q["block_size"] == 32 and q["accuracy_level"] == 4 and q["eight_bit"] == []
+    small, eight = (bundle / entry["file"]).stat().st_size, (bundle / int8["file"]).stat().st_size
+    assert entry["bytes"] == small and small < 0.85 * eight
+    acc = entry["accuracy"]
+    assert acc["metric"] == "cosine" and acc["within_budget"] is True
+    assert acc["mean"] > 0.995 and acc["min"] > 0.99
+    assert entry["validation"]["max_abs_diff"] < 0.2           # reported vs PyTorch at untraced shapes
+
+
+def test_small_graph_only_when_asked(bundle: Path):
+    from edgebert.runtime import EdgeSession
+
+    texts = ["a charming and moving comedy", "too long", "the actors are wonderful but the script is terrible"]
+    default = EdgeSession(bundle, provider="cpu")
+    assert default.precision == "int8"                       # the default is unchanged by the small graph
+    small = EdgeSession(bundle, provider="cpu", precision="int4")
+    assert small.describe()["model"] == "int4" and small.describe()["model_file"] == "model_q4.onnx"
+    fp32 = EdgeSession(bundle, provider="cpu", precision="fp32")
+    a, b = fp32.encode(texts), small.encode(texts)
+    cos = (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+    assert cos.min() > 0.99
+
+
+def test_gate_keeps_candidates_eight_bit_on_a_tiny_budget(bundle: Path, tmp_path: Path):
+    from tokenizers import Tokenizer
+
+    from edgebert.quantization.accuracy import AccuracyProbe
+    from edgebert.quantization.calibration import TextBatches
+
+    texts = make_calib_text(tmp_path / "held_out.txt", n=24)
+    tok = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    probe = AccuracyProbe("embed", bundle / "onnx/model.onnx", TextBatches(texts, tok, batch_size=8, max_length=32))
+    graph = small_graph(bundle / "onnx/model.onnx", tmp_path / "small.onnx", Int4Config(), probe, 1e-6,
+                        lambda *a, **k: None, sensitivity_size=8)
+    q = graph.quantization
+    assert len(q["eight_bit"]) >= 1 and len(q["eight_bit"]) + len(q["four_bit"]) == q["candidate_nodes"] == 7
+    assert op_type_counts(graph.path).get("MatMulNBits", 0) == len([n for n in q["four_bit"] if n != "word_table"])
+    distances = [r["distance"] for r in graph.accuracy["sensitivity"]]
+    assert len(distances) == 7 and len(set(distances)) > 1     # each candidate measured alone, not all at once
+
+
+def test_only_names_one_matmul(bundle: Path, tmp_path: Path):
+    from edgebert.quantization.int4 import Int4Quantizer
+
+    quantizer = Int4Quantizer(bundle / "onnx/model.onnx", Int4Config())
+    first = quantizer.candidates()[0]
+    counts = op_type_counts(quantizer.quantize(tmp_path / "one.onnx", only=first))
+    assert counts["MatMulNBits"] == 1 and "QAttention" not in counts          # the rest stays fp32
+    counts = op_type_counts(quantizer.quantize(tmp_path / "most.onnx", exclude=[first]))
+    assert counts["MatMulNBits"] == 5 and counts["MatMulInteger"] == 2      # the excluded MatMul + the pooler 8-bit
+
+
+def test_check_re_measures_the_small_graph(bundle: Path):
+    from edgebert.runtime.check import check_bundle
+
+    report = check_bundle(bundle, max_texts=16)
+    assert report.passed, report.reason
+    small = report.small
+    assert small is not None and small["n"] == 16 and small["within_budget"] is True
+    assert small["mean"] > 0.995 and abs(small["mean"] - small["export"]["mean"]) < 0.005
+    assert any("small (int4) graph" in line for line in report.lines())
