@@ -119,9 +119,11 @@ class Int4Quantizer:
         return Path(out_path)
 
     def _nbits(self, src: Path, dst: Path, nodes: list[str]) -> Path:
-        from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                      HQQWeightOnlyQuantConfig,
-                                                                      MatMulNBitsQuantizer)
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
+            DefaultWeightOnlyQuantConfig,
+            HQQWeightOnlyQuantConfig,
+            MatMulNBitsQuantizer,
+        )
         c = self.cfg
         if c.algorithm == "hqq":
             algo = HQQWeightOnlyQuantConfig(block_size=c.block_size, bits=4)

@@ -26,7 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgebert.errors import ConfigError
 from edgebert.graph.ops import drop_unused_initializers, load
-from edgebert.quantization.embedding_tables import ELN, EmbeddingTable, table_plan
+from edgebert.quantization.embedding_tables import EmbeddingTable, table_plan
 
 WORD = "word_embeddings"
 SCALES = "per-block asymmetric uint4 [0, 15] (two per byte), float16 scale and 4-bit zero point per block"

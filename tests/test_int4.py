@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export_fixtures import make_calib_text, make_model_dir
-
 from edgebert.errors import ConfigError
 from edgebert.graph.ops import op_type_counts
 from edgebert.quantization.int4 import Int4Config, small_graph
 from edgebert.quantization.int4_tables import dequantize_blocks, quantize_blocks
+from export_fixtures import make_calib_text, make_model_dir
 
 
 @pytest.fixture(scope="module")
