@@ -15,6 +15,8 @@ Sensitivity is measured per node: quantize *only* that node and record the dista
 (errors of separate nodes add up nearly linearly in BERT, measured on MiniLM). Then the shortest
 prefix of that ranking whose exclusion (``nodes_to_exclude``) meets the budget is searched: first
 guess from the summed per-node distances, then doubling / bisection, measuring the real loss.
+A ``GateOrder`` names the graph in the gate's messages and may rank by distance per byte saved instead
+(the small graph: a candidate kept 8-bit costs its bytes, and the word table is half of them).
 A gate may bound the search (``max_excluded``) and accept a miss (``allow_miss``: the question-answering
 gate, whose graph then ships flagged ``within_budget: false`` instead of failing the export).
 
@@ -59,6 +61,23 @@ def cpu_session(path: str | Path, threads: int | None = None, exact: bool = True
     if exact:
         so.add_session_config_entry(PRECISION_OPTION, "1")
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class GateOrder:
+    """How the gate names its graph and ranks its candidates. The default is INT8's: messages say "INT8 ...
+    loss", excluded nodes are "kept float", and the ranking is by the distance a node alone causes.
+    ``bytes_saved(node)``: what quantizing that candidate saves (> 0); given, the ranking is by distance per
+    byte saved, so of two candidates with the same loss the bigger one stays quantized (the small graph:
+    ``Int4Quantizer.bytes_saved``)."""
+    graph: str = "INT8"
+    kept: str = "float"
+    bytes_saved: Callable[[str], float] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.graph or not self.kept:
+            raise ValidationError("a gate order needs a graph name and a word for what excluded nodes become",
+                                  "e.g. GateOrder('INT4', '8-bit', quantizer.bytes_saved)")
 
 
 class AccuracyProbe:
@@ -115,16 +134,23 @@ class GuardResult:
         return d
 
 
-def rank_nodes(quantizer: Quantizer, probe: AccuracyProbe, sensitivity_size: int, suffix: str = ".onnx") -> list[dict]:
-    """Per-node sensitivity: the distance caused by quantizing that node alone; largest first. ``suffix``:
-    the quantizer's file kind (``.xml``: an OpenVINO IR, which ``cpu_session`` opens as such)."""
+def rank_nodes(quantizer: Quantizer, probe: AccuracyProbe, sensitivity_size: int, suffix: str = ".onnx",
+               bytes_saved: Callable[[str], float] | None = None) -> list[dict]:
+    """Per-node sensitivity: the distance caused by quantizing that node alone; largest first, or with
+    ``bytes_saved`` largest distance per byte saved first (each row then says its ``bytes_saved``).
+    ``suffix``: the quantizer's file kind (``.xml``: an OpenVINO IR, which ``cpu_session`` opens as such)."""
     ranking = []
     with work_dir("sens") as tmp:
         one = Path(tmp) / f"one{suffix}"
         for node in quantizer.candidates():
             quantizer.quantize(one, only=node)
             ranking.append({"node": node, "distance": float(f"{probe.measure(one, sensitivity_size).distance:.4g}")})
-    ranking.sort(key=lambda r: r["distance"], reverse=True)
+    if bytes_saved is None:
+        ranking.sort(key=lambda r: r["distance"], reverse=True)
+        return ranking
+    for r in ranking:
+        r["bytes_saved"] = int(bytes_saved(r["node"]))
+    ranking.sort(key=lambda r: r["distance"] / max(r["bytes_saved"], 1), reverse=True)
     return ranking
 
 
@@ -132,7 +158,8 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
                         budget: float | None, sensitivity_size: int = 64,
                         on_step: Callable[[str], None] | None = None, max_excluded: int | None = None,
                         allow_miss: bool = False,
-                        fallback: Callable[[Fidelity], str | None] | None = None) -> GuardResult | None:
+                        fallback: Callable[[Fidelity], str | None] | None = None,
+                        order: GateOrder | None = None) -> GuardResult | None:
     """Quantize into ``out_path``; with a probe, measure; over ``budget``, exclude sensitive nodes (at
     most ``max_excluded``; None: every candidate).
 
@@ -143,8 +170,12 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
     ``fallback(missed)``: called once when every candidate quantized misses the budget, before any node is
     kept float; a returned text says what it changed in the quantizer (a speed-only approximation dropped,
     e.g. GELU's tanh form), and the graph is made and measured again.
+
+    ``order``: the graph's name in messages and the ranking (``GateOrder``; None: INT8's).
     """
     say = on_step or (lambda msg: None)
+    order = order or GateOrder()
+    name, kept = order.graph, order.kept
     out_path = Path(out_path)
     quantizer.quantize(out_path)
     if probe is None:
@@ -154,11 +185,12 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
     if changed:
         quantizer.quantize(out_path)
         missed, before = before, probe.measure(out_path)
-        say(f"INT8 {probe.metric} loss {missed.loss:.5f} > budget {budget}: {changed}, loss {before.loss:.5f}")
+        say(f"{name} {probe.metric} loss {missed.loss:.5f} > budget {budget}: {changed}, loss {before.loss:.5f}")
     if budget is None or before.within(budget):
         return GuardResult(before, within_budget=True if allow_miss else None)
-    say(f"INT8 {probe.metric} loss {before.loss:.5f} > budget {budget}: ranking nodes by sensitivity")
-    ranking = rank_nodes(quantizer, probe, sensitivity_size, out_path.suffix or ".onnx")
+    per = " per byte saved" if order.bytes_saved else ""
+    say(f"{name} {probe.metric} loss {before.loss:.5f} > budget {budget}: ranking nodes by sensitivity{per}")
+    ranking = rank_nodes(quantizer, probe, sensitivity_size, out_path.suffix or ".onnx", order.bytes_saved)
     nodes = [r["node"] for r in ranking]
     limit = len(nodes) if max_excluded is None else max(1, min(len(nodes), max_excluded))
     # first guess: the shortest prefix whose per-node distances add up to the distance to shed
@@ -174,7 +206,7 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
     def loss_at(k: int) -> Fidelity:
         quantizer.quantize(out_path, exclude=nodes[:k])
         measured[k] = probe.measure(out_path)
-        say(f"{k} node(s) kept float: {probe.metric} loss {measured[k].loss:.5f}")
+        say(f"{k} node(s) kept {kept}: {probe.metric} loss {measured[k].loss:.5f}")
         return measured[k]
 
     lo, hi, k = 0, None, min(limit, max(1, guess))      # lo: known miss; hi: known fit
@@ -194,14 +226,14 @@ def quantize_with_guard(quantizer: Quantizer, out_path: str | Path, probe: Accur
     search = [{"excluded": k, "loss": float(f"{f.loss:.4g}")} for k, f in measured.items()]
     if hi is None:
         if allow_miss:       # the file holds the last try: ``limit`` nodes kept float
-            say(f"INT8 {probe.metric} loss {measured[limit].loss:.5f} still exceeds {budget} with {limit} node(s) "
-                "kept float: the graph is kept, marked over budget")
+            say(f"{name} {probe.metric} loss {measured[limit].loss:.5f} still exceeds {budget} with {limit} node(s) "
+                f"kept {kept}: the graph is kept, marked over budget")
             return GuardResult(measured[limit], nodes[:limit], before, ranking, search, within_budget=False)
         everything = "all" if limit == len(nodes) else f"{limit} of"
         raise ValidationError(
-            f"INT8 {probe.metric} loss {measured[limit].loss:.5f} exceeds --max-accuracy-loss {budget} "
-            f"even with {everything} {len(nodes)} quantizable nodes kept float",
-            "raise --max-accuracy-loss, or export without --int8",
+            f"{name} {probe.metric} loss {measured[limit].loss:.5f} exceeds --max-accuracy-loss {budget} "
+            f"even with {everything} {len(nodes)} quantizable nodes kept {kept}",
+            f"raise --max-accuracy-loss, or export without --{name.lower()}",
             figures={"loss": measured[limit].loss, "max_accuracy_loss": budget, "excluded": limit})
     if k != hi:
         quantizer.quantize(out_path, exclude=nodes[:hi])   # the file holds the last try; restore the fit

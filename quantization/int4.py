@@ -7,12 +7,18 @@ From the fused fp32 graph:
    (``MatMulNBitsQuantizer``; ``algorithm="rtn"`` rounds, ``"hqq"`` fits scales and zero points by
    half-quadratic optimisation), run with ``accuracy_level`` (4: int8 activations per block);
 2. every MatMul the gate keeps off 4 bits, and the fused ``Attention`` node (its packed QKV weight has no
-   4-bit kernel in onnxruntime), become dynamic INT8 with 7-bit weights (``reduce_range``: cannot saturate an
-   AVX2 CPU's U8S8 sums, so the graph needs no exact-product host);
+   4-bit kernel in onnxruntime), become dynamic INT8 with 8-bit per-channel weights. So the graph needs exact
+   U8S8 products (``requires.u8s8_exact``), and the runtime applies ``int8_choice``'s rules to it: exact
+   hosts run it as it is, a saturating AVX2 CPU loads it with ``session.x64quantprecision=1`` or refuses it.
+   7-bit weights (``reduce_range``, which cannot saturate) lost 0.009 of MiniLM's cosine on their own, most of
+   a 0.01 budget, and left no room for a 4-bit table: 8-bit weights brought the gated graph from 22.9 to 16.6 MB
+   (benchmarks/results/int4/README.md);
 3. the ELN word table becomes 4-bit per block (``quantization.int4_tables``, ``GatherBlockQuantized``).
 
 The gate (``quantization.accuracy.quantize_with_guard``) ranks each 4-bit candidate (each MatMul, the word
-table) by the loss it alone causes, and keeps the most sensitive ones 8-bit until the budget is met; a graph
+table) by the loss it alone causes per byte its 4 bits save (``Int4Quantizer.bytes_saved``: on MiniLM the word
+table loses 0.0012 alone but is half the 4-bit savings, so ranking by loss alone kept it 8-bit first), and
+keeps the highest ranked ones 8-bit until the budget is met; a graph
 still over budget with every candidate 8-bit is written and marked ``within_budget: false`` (the runtime
 never picks it by default). Nothing here compares with PyTorch: the exporter validates the written graph.
 """
@@ -29,7 +35,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from edgebert.errors import ConfigError
 from edgebert.files.atomic import work_dir
 from edgebert.graph.ops import load, op_type_counts, quiet_logging, weight_nodes
-from edgebert.quantization.accuracy import AccuracyProbe, GuardResult, quantize_with_guard
+from edgebert.quantization.accuracy import AccuracyProbe, GateOrder, GuardResult, quantize_with_guard
 from edgebert.quantization.embedding_tables import quantize_tables, table_plan
 from edgebert.quantization.int4_tables import WORD, quantize_word_table, word_table
 from edgebert.quantization.storage import compact_storage
@@ -37,7 +43,7 @@ from edgebert.quantization.storage import compact_storage
 ALGORITHMS = ("rtn", "hqq")
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)     # MatMulNBits: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations
 TABLE = "word_table"                  # the gate's candidate name of the ELN word table
-REQUIREMENTS = {"u8s8_exact": False, "contrib_ops": ["MatMulNBits", "GatherBlockQuantized", "QAttention"],
+REQUIREMENTS = {"u8s8_exact": True, "contrib_ops": ["MatMulNBits", "GatherBlockQuantized", "QAttention"],
                 "onnxruntime": ">= 1.20 (GatherBlockQuantized with bits=4)"}
 
 
@@ -80,7 +86,8 @@ class Int4Quantizer:
 
     def __init__(self, fused: str | Path, cfg: Int4Config):
         self.source, self.cfg = Path(fused), cfg
-        self.matmuls = _blockable(self.source, cfg.block_size)
+        self.shapes = _blockable(self.source, cfg.block_size)       # {MatMul: (K, N)}
+        self.matmuls = list(self.shapes)
         self.word = word_table(self.source)
         self.table = [TABLE] if cfg.word_table and self.word is not None else []
         self.last_tables: dict | None = None
@@ -88,6 +95,23 @@ class Int4Quantizer:
 
     def candidates(self) -> list[str]:
         return [*self.matmuls, *self.table]
+
+    def bytes_saved(self, candidate: str) -> int:
+        """The bytes that making ``candidate`` 4-bit saves against keeping it 8-bit, as stored: a MatMul's int8
+        weight [K, N] with a float scale and int8 zero point per column, against K*N/2 packed values and a float
+        scale per block (HQQ: plus a packed 4-bit zero point per block); the word table's int8 rows with a float16
+        scale per row, against packed values, a float16 scale and a 4-bit zero point per block."""
+        if candidate == TABLE and self.word is not None:
+            rows, hidden = self.word.rows, self.word.hidden
+            blocks = hidden // self.cfg.table_block
+            return rows * (hidden + 2) - rows * (hidden // 2 + 2 * blocks + (blocks + 1) // 2)
+        if candidate not in self.shapes:
+            raise ConfigError(f"{candidate!r} is not a 4-bit candidate of this graph",
+                              "name one of Int4Quantizer.candidates()")
+        k, n = self.shapes[candidate]
+        blocks = k // self.cfg.block_size
+        four = k * n // 2 + blocks * n * 4 + (blocks * n + 1) // 2 * (self.cfg.algorithm == "hqq")
+        return k * n + n * 5 - four
 
     def quantize(self, out_path: str | Path, exclude: list[str] | tuple[str, ...] = (),
                  only: str | None = None) -> Path:
@@ -100,7 +124,7 @@ class Int4Quantizer:
                 eight = Path(tmp) / "eight.onnx"
                 with quiet_logging():
                     quantize_dynamic(str(current), str(eight), op_types_to_quantize=["MatMul", "Attention"],
-                                     per_channel=True, reduce_range=True, weight_type=QuantType.QInt8,
+                                     per_channel=True, reduce_range=False, weight_type=QuantType.QInt8,
                                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
                                                     "MatMulConstBOnly": True})
                 current = eight
@@ -174,7 +198,9 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
                           "use a smaller block size")
     say(f"quantizing 4-bit ({len(quantizer.matmuls)} MatMuls, {len(quantizer.table)} table; block "
         f"{cfg.block_size}, accuracy_level {cfg.accuracy_level}, {cfg.algorithm})")
-    guard: GuardResult = quantize_with_guard(quantizer, out, probe, budget, sensitivity_size, say, allow_miss=True)
+    order = GateOrder("INT4", "8-bit", quantizer.bytes_saved)
+    guard: GuardResult = quantize_with_guard(quantizer, out, probe, budget, sensitivity_size, say, allow_miss=True,
+                                             order=order)
     counts = op_type_counts(out)
     quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
              "four_bit": [n for n in candidates if n not in guard.excluded], "eight_bit": list(guard.excluded),
@@ -183,15 +209,16 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
     return Int4Graph(Path(out), dict(REQUIREMENTS), quant, accuracy, Path(out).stat().st_size)
 
 
-def _blockable(path: Path, block: int) -> list[str]:
-    """The MatMuls with a 2-D weight initializer whose K (rows) ``block`` divides: the 4-bit candidates."""
+def _blockable(path: Path, block: int) -> dict[str, tuple[int, int]]:
+    """The MatMuls with a 2-D weight initializer whose K (rows) ``block`` divides, the 4-bit candidates, in
+    graph order, with their weight's (K, N)."""
     graph = load(path).graph
     inits = {i.name: i for i in graph.initializer}
     names = set(weight_nodes(path, ("MatMul",)))
-    out = []
+    out = {}
     for node in graph.node:
         if node.name in names and len(node.input) > 1 and node.input[1] in inits:
             dims = inits[node.input[1]].dims
             if len(dims) == 2 and dims[0] % block == 0:
-                out.append(node.name)
+                out[node.name] = (int(dims[0]), int(dims[1]))
     return out

@@ -116,3 +116,63 @@ def test_check_re_measures_the_small_graph(bundle: Path):
     assert small is not None and small["n"] == 16 and small["within_budget"] is True
     assert small["mean"] > 0.995 and abs(small["mean"] - small["export"]["mean"]) < 0.005
     assert any("small (int4) graph" in line for line in report.lines())
+
+
+def test_bytes_saved_is_what_the_file_shrinks_by(bundle: Path, tmp_path: Path):
+    from edgebert.quantization.int4 import TABLE, Int4Quantizer
+
+    quantizer = Int4Quantizer(bundle / "onnx/model.onnx", Int4Config())
+    four = quantizer.quantize(tmp_path / "four.onnx").stat().st_size
+    first = quantizer.matmuls[0]
+    for candidate in (first, TABLE):
+        eight = quantizer.quantize(tmp_path / "eight.onnx", exclude=[candidate]).stat().st_size
+        saved = quantizer.bytes_saved(candidate)
+        # plus the graph's own bytes: an 8-bit MatMul's dynamic-quantization nodes and names, about 1.1 KB
+        assert saved > 0 and -0.05 * saved < (eight - four) - saved < 0.05 * saved + 1500, (candidate, eight - four)
+    with pytest.raises(ConfigError):
+        quantizer.bytes_saved("no such node")
+
+
+def test_smallest_loads_the_small_graph_only_within_budget_and_smaller(bundle: Path):
+    from edgebert.bundle import Manifest, read_manifest
+    from edgebert.runtime import EdgeSession
+    from edgebert.runtime.hostcpu import detect_host
+    from edgebert.runtime.precision import choose_precision
+
+    session = EdgeSession(bundle, provider="cpu", precision="smallest")
+    assert session.precision == "int4" and session.describe()["model"] == "int4"
+    assert session.precision_reason.startswith("smallest: the small (int4) graph")
+    value, host = read_manifest(bundle).to_dict(), detect_host()
+    small_file, int8_file = value["models"]["int4"]["file"], value["models"]["int8"]["file"]
+    assert value["sizes"][small_file] < value["sizes"][int8_file]
+    missed = json.loads(json.dumps(value))
+    missed["models"]["int4"]["accuracy"]["within_budget"] = False
+    choice = choose_precision("smallest", Manifest.from_dict(missed), host)
+    assert choice.precision == "int8" and "missed its accuracy budget" in choice.reason
+    bigger = json.loads(json.dumps(value))
+    bigger["sizes"][small_file] = bigger["sizes"][int8_file] + 1
+    choice = choose_precision("smallest", Manifest.from_dict(bigger), host)
+    assert choice.precision == "int8" and "no larger than the small" in choice.reason
+    assert choose_precision(None, Manifest.from_dict(value), host).precision == "int8"   # never by default
+
+
+def test_small_graph_takes_the_int8_rules_on_a_saturating_cpu(bundle: Path):
+    """Its 8-bit parts have 8-bit weights: exact hosts run it as it is; an AVX2 host whose kernel saturates
+    loads it with session.x64quantprecision=1 (.onnx) or refuses it (.ort, or no fix)."""
+    from edgebert.bundle import read_manifest
+    from edgebert.errors import BundleError
+    from edgebert.runtime.graphs import choose_model
+    from edgebert.runtime.hostcpu import PRECISION_OPTION, HostCpu
+
+    manifest = read_manifest(bundle)
+    assert manifest.models["int4"].needs_exact_u8s8
+    vnni = HostCpu("x86_64", {"avx2": True, "avx512f": True, "avx512_vnni": True}, "x86-vnni", "exact", None)
+    avx2 = HostCpu("x86_64", {"avx2": True}, "x86-avx2", "saturating", True)
+    unfixed = HostCpu("x86_64", {"avx2": True}, "x86-avx2", "saturating", False)
+    assert choose_model(manifest, "cpu", "int4", vnni).int8.session_config == {}
+    on_avx2 = choose_model(manifest, "cpu", "int4", avx2)
+    assert on_avx2.key == "int4" and on_avx2.int8.session_config == {PRECISION_OPTION: "1"}
+    with pytest.raises(BundleError, match=r"\.ort form keeps 8-bit weights"):
+        choose_model(manifest, "cpu", "int4", avx2, graph_format="ort")
+    with pytest.raises(BundleError, match=r"small graph \(int4\) need exact U8S8 products"):
+        choose_model(manifest, "cpu", "int4", unfixed)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from edgebert.bundle import Manifest, ModelEntry
 from edgebert.errors import BundleError
 from edgebert.runtime.hostcpu import HostCpu
-from edgebert.runtime.int8_choice import GraphChoice, choose_int8, choose_openvino
+from edgebert.runtime.int8_choice import GraphChoice, choose_int8, choose_openvino, choose_small
 
 # (provider, precision) -> model keys, best first
 CANDIDATES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -92,6 +92,9 @@ def choose_model(manifest: Manifest, provider: str, precision: str, host: HostCp
         notes = ((f"int8: {passed_over}",) if passed_over else ()) + (f"int8: {choice.reason}",) \
             + ((_int8_note(provider, choice),) if provider == "cuda" else ())
         return ModelChoice(provider, precision, choice.key, choice.entry, notes, choice)
+    if precision == "int4" and provider == "cpu" and "int4" in models:
+        small = choose_small(manifest, host, graph_format=graph_format)
+        return ModelChoice(provider, precision, small.key, small.entry, (f"int4: {small.reason}",), small)
     if precision == "int8" and int8_target is not None:
         raise BundleError(f"int8_target={int8_target!r} chooses a CPU INT8 graph; {provider} runs the bundle's "
                           "TensorRT INT8 graph", "leave int8_target out for tensorrt")

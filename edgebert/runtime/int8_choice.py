@@ -101,6 +101,26 @@ def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: s
         return GraphChoice(key, entry, {}, f"{where}: onnxruntime's U8S8 kernel {kernel}; {entry.target} "
                                            f"graph chosen (its weights cannot saturate){passed_over}")
     key, entry = next(iter(graphs.items()))
+    return _exact_on_saturating(key, entry, host, graph_format, where, "the bundle's INT8 graphs "
+                                f"({', '.join(str(e.target) for e in graphs.values())})")
+
+
+def choose_small(manifest: Manifest, host: HostCpu, *, graph_format: str = "onnx") -> GraphChoice:
+    """The bundle's small graph (``int4``: 4-bit MatMuls, its other parts INT8) with the session entries this
+    host needs: rules 2 and 3 of the module docstring applied to that one graph (its 8-bit parts may need
+    exact U8S8 products)."""
+    entry = manifest.models["int4"]
+    where = f"this {host.cpu_text()}"
+    if not entry.needs_exact_u8s8 or not host.saturates:
+        return GraphChoice("int4", entry, {}, f"{where} runs the small graph's 8-bit parts exactly")
+    return _exact_on_saturating("int4", entry, host, graph_format, where,
+                                "the 8-bit parts of the bundle's small graph (int4)")
+
+
+def _exact_on_saturating(key: str, entry: ModelEntry, host: HostCpu, graph_format: str, where: str,
+                         what: str) -> GraphChoice:
+    """An 8-bit-weight graph on a host whose U8S8 kernel saturates (or was not probed): loaded with the
+    weight fix, or refused when it cannot take it (rules 2 and 3). ``what``: the graphs named in a refusal."""
     if loads_saved_graph(entry, graph_format):
         raise BundleError(f"the {entry.target} INT8 graph's .ort form keeps 8-bit weights that need exact U8S8 "
                           f"products, which {where} does not compute, and a saved .ort graph cannot be loaded "
@@ -109,8 +129,7 @@ def choose_int8(manifest: Manifest | Mapping[str, Any], host: HostCpu, target: s
                           "open the .onnx form (graph_format='onnx'), or pack/export for this CPU with "
                           "--target portable --ort-format")
     if host.precise_fix is False:
-        raise BundleError(f"the bundle's INT8 graphs ({', '.join(str(e.target) for e in graphs.values())}) "
-                          f"need exact U8S8 products, which {where} does not compute, and "
+        raise BundleError(f"{what} need exact U8S8 products, which {where} does not compute, and "
                           f"{PRECISION_OPTION}=1 does not fix it here",
                           "export with --target portable, or use precision='fp32'")
     kernel = "saturates" if host.u8s8 == "saturating" else "could not be probed"

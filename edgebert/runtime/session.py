@@ -32,7 +32,7 @@ from edgebert.errors import BundleError, ConfigError, DataError, ProviderUnavail
 from edgebert.runtime.attempts import SessionRequest, open_session
 from edgebert.runtime.hostcpu import detect_host
 from edgebert.runtime.numeric import nonfinite_rows, softmax
-from edgebert.runtime.precision import choose_precision
+from edgebert.runtime.precision import SMALLEST, choose_precision
 from edgebert.runtime.providers import short_name
 from edgebert.runtime.sentences import SentenceMethods
 from edgebert.runtime.session_args import (
@@ -67,7 +67,8 @@ class EdgeSession(SentenceMethods):
     provider: ``auto`` (TensorRT -> CUDA -> CPU, one attempt each with the graph made for it, every failure kept in
     ``provider_notes``), or ``cpu`` / ``cuda`` / ``tensorrt`` (``ProviderUnavailable`` with the reason if it cannot
     be had). ``placement`` says where the nodes really run.
-    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16``); None (the default): the best
+    precision: which of the bundle's models to load (``int8`` / ``fp32`` / ``fp16`` / ``int4``; ``smallest``: the small
+    graph where it met its accuracy budget and is smaller than the default's, ``runtime.precision``); None: the best
     the bundle has for this host, INT8 where it has one that runs exactly here (one within its export gate's budget
     first), else fp32 (``runtime.precision``;
     ``describe()["precision_reason"]`` says why). A precision the bundle lacks is a ``BundleError``. On TensorRT
@@ -109,7 +110,7 @@ class EdgeSession(SentenceMethods):
         if not isinstance(bundle_dir, (str, os.PathLike)):
             raise ConfigError(f"bundle_dir={bundle_dir!r} is a {type(bundle_dir).__name__}, not a path",
                               "pass the folder written by `edgebert export` (a str or pathlib.Path)")
-        if precision is not None and precision not in PRECISIONS:
+        if precision is not None and precision not in (*PRECISIONS, SMALLEST):
             raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}, or leave "
                                                                "it unset for the best one here")
         check_threads(threads)   # 1 .. the CPUs this process may use
