@@ -176,3 +176,46 @@ def test_small_graph_takes_the_int8_rules_on_a_saturating_cpu(bundle: Path):
         choose_model(manifest, "cpu", "int4", avx2, graph_format="ort")
     with pytest.raises(BundleError, match=r"small graph \(int4\) need exact U8S8 products"):
         choose_model(manifest, "cpu", "int4", unfixed)
+
+
+_EMULATED = """
+import json, sys, numpy as np
+from edgebert.runtime import EdgeSession
+session = EdgeSession(sys.argv[1], provider="cpu", precision="int4", threads=1)
+feeds = {k: np.asarray(v, np.int64) for k, v in json.loads(sys.argv[2]).items()}
+print(json.dumps({"int8": session.describe()["int8"], "hidden": session.run(feeds)["last_hidden_state"].tolist()}))
+"""
+
+
+@pytest.mark.avx2_emulated
+def test_small_graph_on_an_emulated_avx2_host_matches_the_vnni_result(bundle: Path, tmp_path):
+    """Under QEMU as a Haswell CPU (onnxruntime's AVX2 kernels, bit-identical to a real one) the small graph is
+    loaded with exact 8-bit products, and its MatMulNBits (int8 activations per block) gives this CPU's result."""
+    import os
+    import subprocess
+    import sys
+
+    from edgebert.runtime import EdgeSession, pad_batch
+    from edgebert.runtime.hostcpu import PRECISION_OPTION
+
+    tool = Path(__file__).resolve().parents[2] / "shared" / "tools" / "avx2-python"
+    if not tool.exists() or sys.platform != "linux":
+        pytest.skip("../shared/tools/avx2-python is not available here")
+    native = EdgeSession(bundle, provider="cpu", precision="int4", threads=1)
+    feeds = pad_batch(native.tokenize(["a charming film", "too long and not funny at all", "beautiful music"]),
+                      native.pad_id)
+    script = tmp_path / "emulated.py"
+    script.write_text(_EMULATED, encoding="utf-8")
+    done = subprocess.run([str(tool), sys.executable, str(script), str(bundle),
+                           json.dumps({k: v.tolist() for k, v in feeds.items()})], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    if done.returncode == 127:
+        pytest.skip(f"avx2-python cannot run here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    if native.host.saturates:          # this CPU is itself AVX2: both sides take the fix
+        assert native.describe()["int8"]["session_config"] == {PRECISION_OPTION: "1"}
+    assert got["int8"]["session_config"] == {PRECISION_OPTION: "1"}
+    want = native.run(feeds)["last_hidden_state"]
+    diff = float(np.abs(np.asarray(got["hidden"]) - want).max())
+    assert diff < 1e-5, diff          # measured 4.8e-7 (Xeon 207 vs emulated Haswell)
