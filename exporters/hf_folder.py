@@ -31,7 +31,7 @@ GRAPH_DIR = "onnx"
 TOKENIZER_CONFIG, SPECIAL_TOKENS = "tokenizer_config.json", "special_tokens_map.json"
 HF_FILES = (TOKENIZER_CONFIG, SPECIAL_TOKENS)
 # the transformers.js dtype whose file name (onnx/model<suffix>.onnx) each bundle entry has
-_JS_DTYPES = {"fp32": "fp32", "int8": "q8", "fp16": "fp16"}
+_JS_DTYPES = {"fp32": "fp32", "int8": "q8", "fp16": "fp16", "int4": "q4"}     # int4: the small graph
 # transformers' tokenizer class per model family (transformers.js picks its tokenizer by this name)
 _TOKENIZER_CLASSES = {"bert": "BertTokenizer", "distilbert": "DistilBertTokenizer", "roberta": "RobertaTokenizer",
                       "xlm-roberta": "XLMRobertaTokenizer"}
@@ -115,7 +115,7 @@ def loaders_note(task: str, models: dict[str, dict]) -> dict[str, Any]:
     for key, entry in graphs.items():
         stem = Path(entry["file"]).name.removesuffix(".onnx")
         dtype = _JS_DTYPES.get(key)
-        if dtype is not None and stem == "model" + {"fp32": "", "q8": "_quantized", "fp16": "_fp16"}[dtype]:
+        if dtype is not None and stem == "model" + {"fp32": "", "q8": "_quantized", "fp16": "_fp16", "q4": "_q4"}[dtype]:
             note["transformers.js"][key] = {"dtype": dtype}
         elif key in plain:
             note["transformers.js"][key] = {"dtype": "fp32", "model_file_name": stem}

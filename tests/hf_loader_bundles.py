@@ -39,6 +39,19 @@ def loader_bundles(root: Path) -> dict[str, Path]:
     return out
 
 
+def small_bundle(root: Path) -> Path:
+    """The tiny seeded embed model of ``loader_bundles`` exported with fp32, the portable INT8 graph and the small
+    graph (``onnx/model_q4.onnx``: 4-bit MatMulNBits + 4-bit word table, ``export --int8 --int4``), built once
+    per ``root``."""
+    from edgebert.exporters import ExportConfig, export_bundle
+
+    model_dir, _ = tiny_bundle(Path(root), "embed")
+    out = Path(root) / "hf_small_bundle"
+    if not (out / "manifest.json").is_file():
+        export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, int4=True, **LIGHT))
+    return out
+
+
 def qa_examples(bundle: Path, n: int = 6) -> list[tuple[str, str]]:
     """(question, context) of the toy QA model's dev questions (held out from its training)."""
     data = json.loads((Path(bundle).parent / "dev.json").read_text())

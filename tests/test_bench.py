@@ -132,7 +132,8 @@ def test_bench_config_validation(tmp_path):
     with pytest.raises(ConfigError, match="iters"):
         BenchConfig(tmp_path, iters=2)
     with pytest.raises(ConfigError, match="unknown precision"):
-        BenchConfig(tmp_path, precisions=("int4",))
+        BenchConfig(tmp_path, precisions=("int2",))
+    assert BenchConfig(tmp_path, precisions=("int8", "int4")).precisions == ("int8", "int4")    # the small graph
     with pytest.raises(ConfigError, match="batch value 0"):
         BenchConfig(tmp_path, batches=(0,))
     quick = BenchConfig.preset("quick", tmp_path, iters=7)

@@ -75,9 +75,10 @@ def test_loaders_note_names_each_graphs_file_and_webgpus_graph():
               "int8": {"file": "onnx/model_quantized.onnx", "precision": "int8", "providers": ["cpu"]},
               "int8-x86-vnni": {"file": "onnx/model_qint8_x86-vnni.onnx", "precision": "int8", "providers": ["cpu"]},
               "fp32-trt": {"file": "onnx/model.trt.onnx", "precision": "fp32", "providers": ["tensorrt"]},
-              "fp32-cuda": {"file": "onnx/model.cuda.onnx", "precision": "fp32", "providers": ["cuda"]}}
+              "fp32-cuda": {"file": "onnx/model.cuda.onnx", "precision": "fp32", "providers": ["cuda"]},
+              "int4": {"file": "onnx/model_q4.onnx", "precision": "int4", "providers": ["cpu"]}}
     note = loaders_note("embed", models)
-    assert note["transformers.js"] == {"fp32": {"dtype": "fp32"}, "int8": {"dtype": "q8"},
+    assert note["transformers.js"] == {"fp32": {"dtype": "fp32"}, "int8": {"dtype": "q8"}, "int4": {"dtype": "q4"},
                                        "int8-x86-vnni": {"dtype": "fp32", "model_file_name": "model_qint8_x86-vnni"},
                                        "fp32-trt": {"dtype": "fp32", "model_file_name": "model.trt"}}
     assert set(note["optimum"]) == {"fp32", "int8", "int8-x86-vnni", "fp32-trt"}       # no CUDA-only graph

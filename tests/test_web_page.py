@@ -1,11 +1,13 @@
 """The example page (examples/web) in a real browser: Debian's chromium, headless, loads tiny edgebert bundles
 from serve.py on 127.0.0.1 (cross-origin isolated, so 2 WASM threads run), embeds its sentences and answers
 its question with transformers.js; the results are EdgeSession's (fp32 graph to 1e-5; the INT8 graph: the
-same answer, vectors at cosine >= 0.999 to EdgeSession's INT8 and within the gate's budget of fp32).
+same answer, vectors at cosine >= 0.999 to EdgeSession's INT8 and within the gate's budget of fp32); the small
+graph (dtype "q4": onnx/model_q4.onnx of ``export --int8 --int4``) embeds at cosine >= 0.999 to EdgeSession's int4.
 Skips, saying why, where node, the npm packages or chromium are absent."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -13,8 +15,10 @@ import numpy as np
 import pytest
 
 from edgebert.runtime import EdgeSession
-from hf_loader_bundles import int8_budget, loader_bundles
+from hf_loader_bundles import int8_budget, loader_bundles, small_bundle
 from web_tools import WEB, need_chromium, run_node
+
+SMALL_BUILDS = ("asyncify", "jsep")      # onnxruntime-web WASM builds the page can load (ortbuild=...)
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +26,10 @@ def served(tmp_path_factory):
     """(base URL, bundles) of serve.py serving the tiny embed and QA bundles; stopped after the module."""
     need_chromium()
     bundles = loader_bundles(tmp_path_factory.getbasetemp())
+    bundles["small"] = small_bundle(tmp_path_factory.getbasetemp())
     proc = subprocess.Popen([sys.executable, str(WEB / "serve.py"), f"embed={bundles['embed']}",
-                             f"qa={bundles['qa']}", "--port", "0"], stdout=subprocess.PIPE, text=True)
+                             f"qa={bundles['qa']}", f"small={bundles['small']}", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert line.startswith("serving "), line
@@ -37,10 +43,12 @@ def served(tmp_path_factory):
 def pages(served, tmp_path_factory):
     url, bundles = served
     work = tmp_path_factory.mktemp("web_page")
-    spec = {"pages": [{"url": f"{url}?embed=embed&qa=qa&dtype={d}&threads={t}"} for d, t in (("fp32", 1), ("q8", 2))]}
+    spec = {"pages": [{"url": f"{url}?embed=embed&qa=qa&dtype={d}&threads={t}"} for d, t in (("fp32", 1), ("q8", 2))]
+            + [{"url": f"{url}?embed=small&dtype=q4&threads=1&ortbuild={b}"} for b in SMALL_BUILDS]}
     out = run_node("browser_run.mjs", spec, work)
     assert out["browser"]
-    return {"fp32": out["pages"][0], "int8": out["pages"][1]}, bundles
+    return {"fp32": out["pages"][0], "int8": out["pages"][1],
+            **{f"int4-{b}": page for b, page in zip(SMALL_BUILDS, out["pages"][2:])}}, bundles
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
@@ -64,3 +72,26 @@ def test_page_embeds_and_answers_as_edgesession(pages, precision):
                                                                                                 qa["context"])
     assert qa["answer"] == answer["answer"]
     assert abs(qa["score"] - answer["score"]) <= (1e-5 if precision == "fp32" else 1e-2)
+
+
+@pytest.mark.parametrize("build", SMALL_BUILDS)
+def test_page_embeds_with_the_small_graph(pages, build):
+    """dtype "q4" (the manifest's loaders note names it): onnxruntime-web's WASM kernels for MatMulNBits,
+    GatherBlockQuantized and QAttention in the browser, close to EdgeSession's int4 graph and within its gate.
+    The asyncify build (transformers.js' default) of onnxruntime-web 1.31.0-dev.20260914 lacks the
+    GatherBlockQuantized kernel: skipped, saying so; the jsep build (ortbuild=jsep) runs it."""
+    by_precision, bundles = pages
+    page = by_precision[f"int4-{build}"]
+    error = page["results"].get("error", "")
+    if build == "asyncify" and "Failed to find kernel for com.microsoft.GatherBlockQuantized" in error:
+        pytest.skip(f"onnxruntime-web's asyncify WASM build has no GatherBlockQuantized kernel: {error.splitlines()[0]}")
+    assert page["errors"] == [] and not error, (page["errors"], error)
+    results = page["results"]
+    assert results["dtype"] == "q4" and results["threads"] == 1 and results["ortBuild"] == build
+    got = np.array(results["embed"]["vectors"], dtype=np.float32)
+    texts = results["embed"]["texts"]
+    want = EdgeSession(bundles["small"], provider="cpu", precision="int4", threads=1).embed(texts)
+    assert float((got * want).sum(1).min()) >= 0.999
+    fp32 = EdgeSession(bundles["small"], provider="cpu", precision="fp32", threads=1).embed(texts)
+    budget = json.loads((bundles["small"] / "manifest.json").read_text())["models"]["int4"]["accuracy"]
+    assert float(1 - (got * fp32).sum(1).mean()) <= budget["max_accuracy_loss"]

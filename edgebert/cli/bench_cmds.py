@@ -40,7 +40,7 @@ def bench(
                                                                     "`edgebert export`.")],
     providers: _opt("--providers", "Comma list of cpu,cuda,tensorrt; unavailable ones are reported with "
                                    "the reason (default: all three).") = None,
-    precisions: _opt("--precisions", "Comma list of fp32,int8,fp16 (default: fp32,int8).") = None,
+    precisions: _opt("--precisions", "Comma list of fp32,int8,fp16,int4 (default: fp32,int8; int4: export --int4).") = None,
     batch: _opt("--batch", "Comma list of batch sizes (default: 1,8,32).") = None,
     seq: _opt("--seq", "Comma list of sequence lengths (default: 16,64,128).") = None,
     lengths_from: o.LengthsFrom = None,

@@ -1,8 +1,10 @@
 // An edgebert bundle in the browser through transformers.js (onnxruntime-web, WASM), all from this server:
 // the library from node_modules (no CDN), the bundle from /models/<name>/ (serve.py).
-// URL parameters: embed=<bundle name>, qa=<bundle name> (either may be left out), dtype=q8|fp32 (q8: the
-// bundle's onnx/model_quantized.onnx, its portable INT8 graph), threads=N (WASM threads; more than 1 needs
-// the page to be cross-origin isolated, which serve.py does), autorun=0 to wait for the buttons.
+// URL parameters: embed=<bundle name>, qa=<bundle name> (either may be left out), dtype=q8|fp32|q4 (q8: the
+// bundle's onnx/model_quantized.onnx, its portable INT8 graph; q4: onnx/model_q4.onnx, the small graph of
+// export --int8 --int4), threads=N (WASM threads; more than 1 needs the page to be cross-origin isolated,
+// which serve.py does), ortbuild=asyncify|jsep (onnxruntime-web's WASM build; q4 needs jsep, see below),
+// autorun=0 to wait for the buttons.
 // For tests and benchmarks the page sets window.edgebertResults / window.edgebertDone and exposes
 // window.edgebertBench(spec) (timing of the model call on given token ids).
 import { AutoModel, env, pipeline, Tensor } from "./node_modules/@huggingface/transformers/dist/transformers.min.js";
@@ -16,12 +18,16 @@ env.allowRemoteModels = false;                 // the bundle is served here; nev
 env.allowLocalModels = true;
 env.localModelPath = "/models/";
 env.useBrowserCache = false;
-env.backends.onnx.wasm.wasmPaths = { mjs: ORT + "ort-wasm-simd-threaded.asyncify.mjs",
-                                     wasm: ORT + "ort-wasm-simd-threaded.asyncify.wasm" };
+// onnxruntime-web's WASM build: asyncify (transformers.js' own choice) or jsep. onnxruntime-web
+// 1.31.0-dev.20260914's asyncify build has no kernel for com.microsoft.GatherBlockQuantized, the small graph's
+// 4-bit word table (dtype q4: "Failed to find kernel"); its jsep build has it (tests/test_web_page.py).
+const BUILD = { asyncify: "asyncify", jsep: "jsep" }[params.get("ortbuild") ?? "asyncify"] ?? "asyncify";
+env.backends.onnx.wasm.wasmPaths = { mjs: ORT + `ort-wasm-simd-threaded.${BUILD}.mjs`,
+                                     wasm: ORT + `ort-wasm-simd-threaded.${BUILD}.wasm` };
 env.backends.onnx.wasm.numThreads = THREADS;
 
 const $ = (id) => document.getElementById(id);
-const results = { dtype: DTYPE, threads: THREADS, isolated: self.crossOriginIsolated, timings: {} };
+const results = { dtype: DTYPE, threads: THREADS, ortBuild: BUILD, isolated: self.crossOriginIsolated, timings: {} };
 window.edgebertResults = results;
 const now = () => performance.now();
 const loaded = {};
