@@ -43,6 +43,7 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.01)
     ap.add_argument("--no-table", action="store_true")
     ap.add_argument("--sensitivity", type=int, default=64)
+    ap.add_argument("--keep", type=Path, default=None, help="copy the small graph here (for int4_latency.py)")
     args = ap.parse_args()
     texts = sentences(args.texts)
     gate, held = texts[: len(texts) // 2], texts[len(texts) // 2:]
@@ -73,6 +74,11 @@ def main() -> None:
                   "op_counts": graph.quantization["op_counts"], "host": detect_host().as_dict()}
         with atomic_path(out_dir / f"{name}.json") as path:
             path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        if args.keep:
+            import shutil
+
+            args.keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(small, args.keep)
     print(json.dumps({k: result[k] for k in ("bytes", "held_out", "eight_bit")}, indent=1))
 
 

@@ -1,0 +1,98 @@
+"""Latency of the small (int4) graph against the INT8 graph of the same model, natively on this CPU, one
+onnxruntime thread (issue #50): one batch of 1 x 128 tokens, and the short-text mix (SST-2 dev sentences one at a
+time, each at its own length). Sessions are timed in turns (rotated repeats, spinning off), median per call.
+
+    .venv/bin/python benchmarks/int4_minilm.py --algorithm hqq --keep /tmp/minilm_q4.onnx      # makes the graph
+    .venv/bin/python benchmarks/int4_latency.py --bundle runs/minilm_ort --small /tmp/minilm_q4.onnx
+
+Writes benchmarks/results/int4/latency_<cpu kind>.json / .md with the CPU, versions, threads and the load average
+before and after. Measure on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tokenizers import Tokenizer  # noqa: E402
+
+from edgebert.files.atomic import atomic_path  # noqa: E402
+from edgebert.runtime.hostcpu import detect_host  # noqa: E402
+from edgebert.system.environment import cpu_model  # noqa: E402
+
+SST2 = ROOT.parent / "shared" / "data" / "sst2" / "dev.tsv"
+
+
+def session(path: Path) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def feeds_of(ids: list[int]) -> dict[str, np.ndarray]:
+    row = np.asarray([ids], np.int64)
+    return {"input_ids": row, "attention_mask": np.ones_like(row), "token_type_ids": np.zeros_like(row)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bundle", type=Path, default=ROOT / "runs/minilm_ort")
+    ap.add_argument("--small", type=Path, required=True)
+    ap.add_argument("--texts", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--label", default="", help="suffix of the result files (e.g. the 4-bit algorithm)")
+    args = ap.parse_args()
+    load_before = os.getloadavg()
+    manifest = json.loads((args.bundle / "manifest.json").read_text())
+    graphs = {"int8": args.bundle / manifest["models"]["int8"]["file"], "int4": args.small}
+    tok = Tokenizer.from_file(str(args.bundle / "tokenizer.json"))
+    lines = SST2.read_text(encoding="utf-8").splitlines()[1:]
+    short = [tok.encode(line.split("\t")[0]).ids[:128] for line in lines[:args.texts]]
+    long_text = " ".join(line.split("\t")[0] for line in lines[:40])
+    one_128 = tok.encode(long_text).ids[:127] + [tok.token_to_id("[SEP]")]
+    sessions = {name: session(path) for name, path in graphs.items()}
+    workloads = {"1 x 128": [feeds_of(one_128)] * 20, "short-text mix (batch 1)": [feeds_of(i) for i in short]}
+    times: dict[str, dict[str, list[float]]] = {w: {n: [] for n in sessions} for w in workloads}
+    for name, s in sessions.items():          # warm
+        for f in workloads["1 x 128"][:3] + workloads["short-text mix (batch 1)"][:10]:
+            s.run(None, f)
+    for r in range(args.repeats):
+        order = list(sessions) if r % 2 == 0 else list(sessions)[::-1]
+        for w, calls in workloads.items():
+            for name in order:
+                start = time.perf_counter()
+                for f in calls:
+                    sessions[name].run(None, f)
+                times[w][name].append((time.perf_counter() - start) / len(calls) * 1000)
+    rows = {w: {n: float(np.median(v)) for n, v in by.items()} for w, by in times.items()}
+    host = detect_host()
+    result = {"cpu": cpu_model(), "kind": host.kind, "threads": 1, "onnxruntime": ort.__version__,
+              "python": platform.python_version(), "load_average_before": [round(x, 2) for x in load_before],
+              "load_average_after": [round(x, 2) for x in os.getloadavg()], "repeats": args.repeats,
+              "bytes": {n: p.stat().st_size for n, p in graphs.items()}, "median_ms": rows}
+    table = [f"int4 (small{', ' + args.label.strip('_') if args.label else ''}: {args.small.name}) vs INT8, all-MiniLM-L6-v2, {result['cpu']} ({host.kind}), 1 thread, onnxruntime "
+             f"{ort.__version__}, load {result['load_average_before']} -> {result['load_average_after']}", "",
+             "| workload | INT8 ms | int4 ms | int4 / INT8 |", "|---|---:|---:|---:|"]
+    table += [f"| {w} | {r['int8']:.2f} | {r['int4']:.2f} | {r['int4'] / r['int8']:.2f} |" for w, r in rows.items()]
+    out = ROOT / "benchmarks/results/int4"
+    with atomic_path(out / f"latency_{host.kind}{args.label}.json") as path:
+        path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    with atomic_path(out / f"latency_{host.kind}{args.label}.md") as path:
+        path.write_text("\n".join(table) + "\n", encoding="utf-8")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
