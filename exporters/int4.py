@@ -12,20 +12,18 @@ from __future__ import annotations
 
 from edgebert.exporters.job import ExportJob
 from edgebert.exporters.validate import GraphValidator
-from edgebert.quantization.config import Int8Config
 from edgebert.quantization.int4 import Int4Config, small_graph
 from edgebert.quantization.int8_graphs import Int8Maker
 
 INT4_FILE = "onnx/model_q4.onnx"
 
 
-def export_int4(job: ExportJob, check: GraphValidator, qcfg: Int8Config, cfg: Int4Config) -> dict[str, dict]:
-    """``{"int4": entry}``: the small graph of the job's fused graph, gated like INT8 (``qcfg``'s feeds and
-    budget; ``cfg.max_accuracy_loss`` overrides the budget)."""
-    maker = Int8Maker(qcfg, job.task, job.fused, tokenizer=job.tokenizer, pad_id=job.pad_id, work=job.work,
-                      say=check.say, max_length=job.max_len)
+def export_int4(job: ExportJob, check: GraphValidator, maker: Int8Maker, cfg: Int4Config) -> dict[str, dict]:
+    """``{"int4": entry}``: the small graph of the job's fused graph, gated like INT8 (the INT8 export's
+    ``maker``: its feeds and budget; ``cfg.max_accuracy_loss`` overrides the budget)."""
     out = job.staging / INT4_FILE
-    graph = small_graph(job.fused, out, cfg, maker.probe, maker.budget, check.say, qcfg.sensitivity_size)
+    graph = small_graph(job.fused, out, cfg, maker.probe, maker.budget, check.say,
+                        maker.qcfg.sensitivity_size)
     validation = check.measure(out, "int4")
     accuracy = {**graph.accuracy, "within_budget": graph.within_budget,
                 "held_out": maker.feeds.describe()["held_out"]}

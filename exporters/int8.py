@@ -10,10 +10,12 @@ and writes each graph's manifest entry, with what a host needs to run it exactly
 from __future__ import annotations
 
 from edgebert.exporters.gpu_graphs import GPU_FILES, tensorrt_fields
+from edgebert.exporters.int4 import export_int4
 from edgebert.exporters.job import ExportJob
 from edgebert.exporters.manifest_build import OPENVINO_FILE, OPENVINO_WEIGHTS, export_host, int8_file
 from edgebert.exporters.validate import GraphValidator
 from edgebert.quantization.config import Int8Config
+from edgebert.quantization.int4 import Int4Config
 from edgebert.quantization.int8_graphs import Int8Graph, Int8Maker, OutlierSplit
 from edgebert.runtime.trt_profile import TrtProfile
 
@@ -21,9 +23,10 @@ SUMMARY = ("metric", "mean", "min", "n", "loss", "f1", "fp32_f1", "within_budget
 
 
 def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
-                tensorrt: TrtProfile | None = None) -> dict[str, dict]:
+                tensorrt: TrtProfile | None = None, small: Int4Config | None = None) -> dict[str, dict]:
     """The bundle's INT8 manifest entries: ``{"int8": default CPU target's, "int8-<target>": ...}`` (dynamic
-    mode; ``"int8-openvino"`` for ``--target openvino``: an OpenVINO IR, ``.xml`` + ``.bin``), and ``"int8-trt"`` (static QDQ) when a TensorRT profile is given (static mode: only that one)."""
+    mode; ``"int8-openvino"`` for ``--target openvino``: an OpenVINO IR, ``.xml`` + ``.bin``), and ``"int8-trt"`` (static QDQ) when a TensorRT profile is given (static mode: only that one); with ``small``, the
+    small graph's ``"int4"`` (``exporters.int4``), gated on the same feeds."""
     maker = Int8Maker(qcfg, job.task, job.fused, tokenizer=job.tokenizer, pad_id=job.pad_id, work=job.work,
                       say=check.say, max_length=job.max_len)
     entries = {}
@@ -42,6 +45,8 @@ def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
             graph = maker.openvino_graph(job.raw, job.staging / OPENVINO_FILE, export_host()["kind"])
             entries["int8-openvino"] = {**_entry(graph, check, job), "engine": "openvino", "providers": ["openvino"],
                                         "weights": OPENVINO_WEIGHTS}
+        if small is not None:
+            entries.update(export_int4(job, check, maker, small))
     if tensorrt is not None:
         graph = maker.static_graph(job.raw, job.staging / GPU_FILES["int8-trt"])
         entries["int8-trt"] = {**_entry(graph, check, job), **tensorrt_fields(graph.path, tensorrt, "int8 tensorrt")}

@@ -24,7 +24,6 @@ from edgebert.exporters.config import ExportConfig, default_task
 from edgebert.exporters.fusion import fused_entry
 from edgebert.exporters.gpu_graphs import GpuGraphs
 from edgebert.exporters.hf_folder import GRAPH_DIR, HF_FILES, loaders_note, write_hf_folder
-from edgebert.exporters.int4 import export_int4
 from edgebert.exporters.int8 import default_precision, export_int8
 from edgebert.exporters.job import ExportJob
 from edgebert.exporters.manifest_build import (
@@ -120,9 +119,8 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         if cfg.tensorrt:
             models["fp32-trt"] = gpu.tensorrt_fp32(profile)
         if cfg.int8:
-            models.update(export_int8(job, check, cfg.int8_config(max_len), profile))
-        if cfg.int4:
-            models.update(export_int4(job, check, cfg.int8_config(max_len), cfg.int4_config()))
+            models.update(export_int8(job, check, cfg.int8_config(max_len), profile,
+                                      small=cfg.int4_config() if cfg.int4 else None))
         if cfg.fp16:
             models["fp16"] = gpu.fp16_graph(job.gpu_source, MODEL_FILES["fp16"])
         if cfg.cuda:

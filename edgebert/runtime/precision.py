@@ -63,7 +63,7 @@ def _smallest(manifest: Manifest, host: HostCpu, int8_target: str | None, graph_
     small = manifest.models.get("int4")
     if small is None:
         return PrecisionChoice(best.precision, f"smallest: the bundle has no small (int4) graph; {best.reason}")
-    if (small.get("accuracy") or {}).get("within_budget") is False:
+    if small.missed_budget:
         return PrecisionChoice(best.precision, f"smallest: the small (int4) graph missed its accuracy budget; "
                                                f"{best.reason}")
     if best.precision == "int8" and manifest.get_extra("default_precision") is None:
