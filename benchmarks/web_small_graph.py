@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from browser_wasm import inputs, minilm_dir, stats, wait_for_quiet  # noqa: E402
+from edgebert.files.atomic import atomic_path  # noqa: E402
 
 WEB = REPO / "examples" / "web"
 GRAPHS = ("int4", "int8")      # manifest keys: the small graph and the default (portable) INT8 graph
@@ -168,8 +169,10 @@ def main(argv: list[str] | None = None) -> None:
     report = run(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "web_small_graph.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "web_small_graph.md").write_text(markdown(report))
+    for name, text in (("web_small_graph.json", json.dumps(report, indent=2) + "\n"),
+                       ("web_small_graph.md", markdown(report))):
+        with atomic_path(out / name) as path:          # a killed run leaves the previous results whole
+            path.write_text(text, encoding="utf-8")
     print(markdown(report))
 
 
