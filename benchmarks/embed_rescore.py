@@ -11,6 +11,11 @@ probe fixed, retrieval queries against the whole corpus) to give each retention 
 interval. The point figures are ``edgebert.stages.embed_eval``'s (scikit-learn's ROC-AUC, probe and MRR).
 
     .venv/bin/python benchmarks/embed_rescore.py --recipes long-256-2800,long-256-pool [--paragraphs 300]
+    .venv/bin/python benchmarks/embed_rescore.py --bundles small=runs/q4/bundle --precisions int8,int4
+
+``--bundles NAME=DIR,...`` scores bundles saved anywhere (beside or instead of ``--recipes``); ``--precisions``
+the graphs of each (default fp32,int8; ``int4``: the small graph of ``export --int8 --int4``), each row with its
+graph's bytes.
 
 Writes ``benchmarks/results/embed_rescore/embed_rescore.{json,md}`` (``--stem`` to change), with the CPU and the load.
 """
@@ -18,6 +23,7 @@ Writes ``benchmarks/results/embed_rescore/embed_rescore.{json,md}`` (``--stem`` 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -95,9 +101,10 @@ def markdown(result: dict[str, Any]) -> str:
            "| model | " + " | ".join(LABELS[k] for k in METRICS) + " |", "|---|" + "---|" * len(METRICS),
            "| teacher (PyTorch fp32) | " + " | ".join(f"{result['teacher'][k]:.3f}" for k in METRICS) + " |"]
     for name, row in result["students"].items():
-        for precision in ("fp32", "int8"):
+        for precision in row:
             s, r, ci = row[precision]["scores"], row[precision]["retention"], row[precision]["interval"]
-            out.append(f"| {name} {precision.upper() if precision == 'int8' else precision} | " + " | ".join(
+            size = f" ({row[precision]['graph_bytes'] / 1e6:.2f} MB)" if row[precision].get("graph_bytes") else ""
+            out.append(f"| {name} {precision.upper() if precision == 'int8' else precision}{size} | " + " | ".join(
                 f"{s[k]:.3f} ({100 * r[k]:.1f}%, {100 * ci[k][0]:.0f}-{100 * ci[k][1]:.0f}%)" for k in METRICS) + " |")
     out += ["", f"Total {result['wall_s']:.0f} s. Command: `{result['command']}`", ""]
     return "\n".join(out)
@@ -105,7 +112,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--recipes", required=True, help="comma-separated recipe names with a saved RUNS/<name>/bundle")
+    ap.add_argument("--recipes", default="", help="comma-separated recipe names with a saved RUNS/<name>/bundle")
+    ap.add_argument("--bundles", default="", help="comma-separated NAME=DIR of bundles saved elsewhere")
+    ap.add_argument("--precisions", default="fp32,int8", help="the graphs of each bundle to score")
     ap.add_argument("--runs", type=Path, default=REPO / "runs" / "embed_students")
     ap.add_argument("--teacher", type=Path, default=None, help="default: the installed all-MiniLM-L6-v2")
     ap.add_argument("--data", type=Path, default=SHARED)
@@ -124,16 +133,23 @@ def main() -> None:
     teacher_items = per_item(teacher_vectors, data)
     print(f"teacher on {data.describe()}: {teacher_scores}", flush=True)
     students: dict[str, Any] = {}
-    for name in [n.strip() for n in args.recipes.split(",") if n.strip()]:
-        bundle = args.runs / name / "bundle"
+    bundles = {n.strip(): args.runs / n.strip() / "bundle" for n in args.recipes.split(",") if n.strip()}
+    bundles.update({n.split("=", 1)[0]: Path(n.split("=", 1)[1]) for n in args.bundles.split(",") if "=" in n})
+    if not bundles:
+        raise SystemExit("name --recipes or --bundles")
+    for name, bundle in bundles.items():
         if not (bundle / "manifest.json").is_file():
             raise SystemExit(f"{bundle} has no bundle: run benchmarks/embed_students.py --recipes {name} first")
+        models = json.loads((bundle / "manifest.json").read_text())["models"]
         students[name] = {}
-        for precision in ("fp32", "int8"):
+        for precision in [p.strip() for p in args.precisions.split(",") if p.strip()]:
             scores, vectors, seconds = embed_all(bundle, data, precision)
             interval = bootstrap(per_item(vectors, data), teacher_items, data.pair_labels)
+            key = precision                      # the manifest entry: fp32, int8 (the portable graph), int4
             students[name][precision] = {"scores": scores, "retention": retention(scores, teacher_scores),
-                                         "interval": interval, "seconds": round(seconds, 1)}
+                                         "interval": interval, "seconds": round(seconds, 1),
+                                         "graph_bytes": (bundle / models[key]["file"]).stat().st_size
+                                         if key in models else None}
             print(name, precision, {k: round(v, 3) for k, v in students[name][precision]["retention"].items()},
                   flush=True)
     result = {"benchmark": "embed_rescore", "data": data.describe(), "teacher": teacher_scores, "students": students,

@@ -20,6 +20,11 @@ a heavier process hit them alike):
   it loads hashed, the CPU probed);
 * ``edgebert-checked``: the first open after ``edgebert check BUNDLE`` ran on the device (untimed, in the child's
   fresh cache): check hashes every byte and leaves the stamps, so the app's first open hashes nothing;
+* ``edgebert-int4`` (only where the bundle has the small graph: ``edgebert export --int8 --int4``, manifest entry
+  ``int4``, ``onnx/model_q4.onnx``): as ``edgebert`` with ``EdgeSession(BUNDLE, threads=T, precision="int4")``;
+  the output then has the small graph's rows beside the default graph's: graph MB, one-device archive
+  (``edgebert pack --target int4``), peak RSS, time to first result, accuracy. Without the graph it says
+  "no small (int4) graph in the bundle";
 * ``plain-same``: what a minimal app does by hand: ``tokenizers.Tokenizer.from_file`` of the bundle's
   tokenizer and ``onnxruntime.InferenceSession`` of the very graph file ``EdgeSession`` picked, same
   thread count (no hash check, no input checks, no CPU probe);
@@ -44,9 +49,10 @@ over the repeats, ratios of medians; the goals of the issue are printed beside t
 <= 1.15x plain-ort-int8; time to first result <= 1.2x plain-same).
 
 Also recorded: every graph file's MB, the one-device bundle (``edgebert pack`` of the target the session
-picked, as .tar.gz, and its files unpacked), the machine (CPU model and kind), versions, threads and the
+picked, and of ``int4`` where the bundle has the small graph, as .tar.gz, and its files unpacked), the machine (CPU model and kind), versions, threads and the
 load average before and after (other work on the cores skews every figure: run it on an idle machine).
-Results: ``benchmarks/results/footprint/<name>_<cpu kind>.json`` and ``.md``. ``--smoke`` marks the run
+Results: ``benchmarks/results/footprint/<name>_<cpu kind>.json`` and ``.md`` (accuracy and the Markdown:
+``footprint_parts.py``). ``--smoke`` marks the run
 as a smoke run (names end in ``_smoke``: a check that the script works, not figures to keep).
 """
 
@@ -67,9 +73,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "footprint"
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
-KINDS = ("edgebert", "edgebert-first", "edgebert-checked", "plain-same", "plain-ort-int8", "plain-optimum-int8", "plain-st-int8")
-SST2_DEV = REPO.parent / "shared" / "data" / "sst2" / "dev.tsv"
-CONLL_TEST = REPO.parent / "shared" / "data" / "conll2003" / "test.txt"
+KINDS = ("edgebert", "edgebert-first", "edgebert-checked", "edgebert-int4", "plain-same", "plain-ort-int8",
+         "plain-optimum-int8", "plain-st-int8")
 GOALS = {"rss_vs_ort_int8": 1.15, "first_result_vs_plain_same": 1.2}
 
 
@@ -187,14 +192,15 @@ def _ort_int8(fp32: Path, work: Path) -> Path:
 
 
 def _one_device(bundle: Path, target: str, work: Path) -> dict:
+    """``edgebert pack --target TARGET`` of the bundle (``int4``: its small graph) as .tar.gz and as a folder."""
     from edgebert.errors import ConfigError
     from edgebert.runtime.pack import pack_bundle
 
     try:
-        result = pack_bundle(bundle, target, work / "one_device.tar.gz")
+        result = pack_bundle(bundle, target, work / f"one_device_{target}.tar.gz")
     except ConfigError as exc:          # e.g. a graph over its accuracy budget is not packed without fp32
         return {"target": target, "refused": exc.one_line()}
-    folder = work / "one_device"
+    folder = work / f"one_device_{target}"
     pack_bundle(bundle, target, folder)
     unpacked = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
     return {"target": target, "archive_mb": round(result.bytes / 1e6, 3), "files_mb": round(unpacked / 1e6, 3),
@@ -223,99 +229,6 @@ def _peers(checkpoint: Path, work: Path, kind: str, task: str) -> dict[str, Path
     return peers
 
 
-def _task_texts(task: str) -> tuple[list[str], str] | None:
-    """The first 300 texts the accuracy figure uses: SST-2 dev sentences (embed, cls), CoNLL-2003 test
-    sentences (token-cls); None where the data is absent or the task takes pairs (qa: its F1 comes from
-    ``edgebert evaluate``)."""
-    if task in ("embed", "cls") and SST2_DEV.is_file():
-        lines = SST2_DEV.read_text(encoding="utf-8").splitlines()[1:301]
-        return [line.split("\t")[0] for line in lines], "SST-2 dev, first 300 sentences"
-    if task == "token-cls" and CONLL_TEST.is_file():
-        sentences, words = [], []
-        for line in CONLL_TEST.read_text(encoding="utf-8").splitlines():
-            if not line.strip() or line.startswith("-DOCSTART-"):
-                if words:
-                    sentences.append(" ".join(words))
-                words = [] if not line.strip() else words
-                continue
-            words.append(line.split()[0])
-        return sentences[:300], "CoNLL-2003 test, first 300 sentences"
-    return None
-
-
-def _task_agreement(bundle: Path, task: str, paths: dict[str, Path | None], threads: int,
-                    precision: str | None = None) -> dict | None:
-    """The export gate's metric (label / token-label agreement) of each graph's task output against the
-    bundle's fp32 graph's, one text at a time."""
-    import onnxruntime as ort
-
-    from edgebert.runtime import EdgeSession, pad_batch
-    from edgebert.runtime.fidelity import OUTPUT, FidelityTracker
-
-    texts = _task_texts(task)
-    if texts is None or task not in OUTPUT:
-        return None
-    texts, what = texts
-    reference = EdgeSession(bundle, precision="fp32", threads=threads)
-    feeds = [pad_batch(reference.tokenize([t]), reference.pad_id) for t in texts]
-    fp32 = [reference.run(f, [OUTPUT[task]])[OUTPUT[task]] for f in feeds]
-    out = {}
-    for kind, graph in paths.items():
-        tracker = FidelityTracker(task)
-        if graph is None:
-            session = EdgeSession(bundle, threads=threads, precision=precision)
-            runs = [session.run(f, [OUTPUT[task]])[OUTPUT[task]] for f in feeds]
-        else:
-            session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
-            names = {i.name for i in session.get_inputs()}
-            runs = [session.run([OUTPUT[task]], {k: v for k, v in f.items() if k in names})[0] for f in feeds]
-        for f, ref, got in zip(feeds, fp32, runs):
-            tracker.add_outputs(ref, got, f["attention_mask"])
-        result = tracker.result()
-        out[kind] = {"mean": round(result.mean, 5), "min": None}
-    return {"texts": len(texts), "data": what, "metric": FidelityTracker(task).metric, "vs_fp32": out}
-
-
-def _accuracy(bundle: Path, paths: dict[str, Path | None], threads: int, precision: str | None = None) -> dict | None:
-    """Cosine with the fp32 graph's sentence vectors on the first 300 SST-2 dev sentences, per way (embedding
-    bundles); the gate's agreement metric for classifiers and taggers (``_task_agreement``)."""
-    import numpy as np
-    import onnxruntime as ort
-
-    from edgebert.bundle import read_manifest
-    from edgebert.runtime import EdgeSession, pad_batch
-
-    task = read_manifest(bundle).task
-    if task != "embed":
-        return _task_agreement(bundle, task, paths, threads, precision)
-    if not SST2_DEV.is_file():
-        return None
-    texts = [line.split("\t")[0] for line in SST2_DEV.read_text(encoding="utf-8").splitlines()[1:301]]
-    reference = EdgeSession(bundle, precision="fp32", threads=threads)
-    pooling = reference.manifest.pooling
-    if pooling is None or pooling.mode != "mean":
-        return None
-    fp32 = reference.embed(texts)
-    out = {}
-    for kind, graph in paths.items():
-        if graph is None:
-            vectors = EdgeSession(bundle, threads=threads, precision=precision).embed(texts)
-        else:
-            session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
-            names = {i.name for i in session.get_inputs()}
-            rows = []
-            for text in texts:     # one at a time: no padding question between the ways
-                feeds = pad_batch(reference.tokenize([text]), reference.pad_id)
-                hidden = session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
-                mask = feeds["attention_mask"][..., None].astype(np.float32)
-                rows.append((hidden * mask).sum(1)[0] / mask.sum())
-            vectors = np.stack(rows)
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        cos = (vectors * fp32).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(fp32, axis=1)
-        out[kind] = {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
-    return {"texts": len(texts), "data": "SST-2 dev, first 300 sentences", "metric": "cosine", "vs_fp32": out}
-
-
 def _summary(rows: list[dict]) -> dict:
     out = {}
     for key in ("rss_peak_mb", "first_result_s", "import_s", "open_s", "first_run_s"):
@@ -330,6 +243,7 @@ def run(args: argparse.Namespace) -> dict:
     from edgebert.runtime.archive import bundle_folder
     from edgebert.runtime.hostcpu import detect_host
     from edgebert.system.environment import versions
+    from footprint_parts import NO_SMALL, SMALL_KIND, SMALL_PRECISION, accuracy, kind_precision
 
     cache = tempfile.mkdtemp(prefix="footprint-cache-")
     os.environ["EDGEBERT_CACHE"] = cache     # the children's ``edgebert``: stamped and probed by this session
@@ -344,6 +258,11 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="footprint-") as tmp:
         work = Path(tmp)
         paths = {"edgebert": None, "edgebert-first": None, "edgebert-checked": None, "plain-same": probe.model_file}
+        small = SMALL_PRECISION in manifest.models and (bundle / manifest.models[SMALL_PRECISION].file).is_file()
+        if small:                                   # the small graph: EdgeSession(BUNDLE, precision="int4")
+            paths[SMALL_KIND] = None
+        else:
+            print(f"footprint: {NO_SMALL}: no {SMALL_KIND} rows")
         if "fp32" in manifest.models:
             paths["plain-ort-int8"] = _ort_int8(bundle / manifest.models["fp32"].file, work)
             graphs["ort-quantize-dynamic"] = {"file": "(onnxruntime quantize_dynamic of fp32, defaults)",
@@ -353,13 +272,17 @@ def run(args: argparse.Namespace) -> dict:
                 paths[kind] = graph
                 graphs[kind.removeprefix("plain-")] = {"file": f"({kind} of {args.checkpoint.name})",
                                                        "mb": round(graph.stat().st_size / 1e6, 3)}
-        accuracy = _accuracy(bundle, {k: v for k, v in paths.items() if k not in ("edgebert-first", "edgebert-checked", "plain-same")},
-                             args.threads, args.precision) if not args.no_accuracy else None
-        target = probe.int8_choice.target if probe.int8_choice else None
+        same = ("edgebert-first", "edgebert-checked", "plain-same")       # the graph of `edgebert`: its figure
+        vs_fp32 = accuracy(bundle, {k: v for k, v in paths.items() if k not in same}, args.threads,
+                           args.precision) if not args.no_accuracy else None
+        target = probe.int8_choice.target if probe.int8_choice and probe.precision == "int8" else None
         one_device = _one_device(bundle, target, work) if target and "fp32" in manifest.models else None
+        small_graph = {"model": SMALL_PRECISION, "file": manifest.models[SMALL_PRECISION].file,
+                       "one_device": _one_device(bundle, SMALL_PRECISION, work) if "fp32" in manifest.models else None
+                       } if small else None
         del probe
-        _measure("edgebert", bundle, None, tokenizer, args.threads, args.child_python,   # its cache, as an app's
-                 args.precision)
+        for kind in ("edgebert", SMALL_KIND) if small else ("edgebert",):             # its cache, as an app's
+            _measure(kind, bundle, None, tokenizer, args.threads, args.child_python, kind_precision(kind, args.precision))
         checked = [_checked_cache(bundle, args.threads, args.child_python) for _ in range(args.repeats)]
         time.sleep(15)                                           # the checks' load settles before the timing
         load_timed = list(os.getloadavg())
@@ -370,7 +293,8 @@ def run(args: argparse.Namespace) -> dict:
             rng.shuffle(kinds)
             for kind, graph in kinds:
                 measured[kind].append(_measure(kind, bundle, graph, tokenizer, args.threads, args.child_python,
-                                               args.precision, checked[i] if kind == "edgebert-checked" else None))
+                                               kind_precision(kind, args.precision),
+                                               checked[i] if kind == "edgebert-checked" else None))
     load_after = list(os.getloadavg())
     shutil.rmtree(cache, ignore_errors=True)
     summary = {k: _summary(v) for k, v in measured.items()}
@@ -383,6 +307,9 @@ def run(args: argparse.Namespace) -> dict:
         suffix = {"edgebert": "", "edgebert-first": "_first_open", "edgebert-checked": "_first_open_after_check"}[kind]
         ratios[f"first_result_vs_plain_same{suffix}"] = round(med[kind]["first_result_s"]
                                                               / med["plain-same"]["first_result_s"], 3)
+    if SMALL_KIND in med:                   # the small graph against the graph the session picks by default
+        for key, name in (("rss_peak_mb", "rss"), ("first_result_s", "first_result")):
+            ratios[f"small_{name}_vs_edgebert"] = round(med[SMALL_KIND][key] / med["edgebert"][key], 3)
     return {"bundle": str(args.bundle), "name": args.name, "smoke": args.smoke, "task": manifest.task,
             "picked": {"model": measured["edgebert"][0].get("model"), "graph": measured["edgebert"][0].get("graph"),
                        "target": target},
@@ -393,46 +320,9 @@ def run(args: argparse.Namespace) -> dict:
             "child_python": args.child_python, "child_versions": _child_versions(args.child_python),
             "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after],
                              "timing_started": [round(x, 2) for x in load_timed]},
-            "graphs_mb": graphs, "one_device_bundle": one_device, "measured": summary, "ratios": ratios,
-            "accuracy": accuracy, "checkpoint": str(args.checkpoint) if args.checkpoint else None,
+            "graphs_mb": graphs, "one_device_bundle": one_device, "small_graph": small_graph, "measured": summary,
+            "ratios": ratios, "accuracy": vs_fp32, "checkpoint": str(args.checkpoint) if args.checkpoint else None,
             "goals": GOALS, "method": __doc__.split("\n\n", 2)[2].split("Also recorded")[0].strip()}
-
-
-def markdown(r: dict) -> str:
-    m = r["machine"]
-    lines = [f"# Footprint: {r['name']}{' (SMOKE RUN: not figures to keep)' if r['smoke'] else ''}", "",
-             f"Machine: {m['cpu']} ({m['kind']}, {m['usable_cpus']} usable CPUs), threads {r['threads']}, "
-             f"{r['repeats']} fresh processes per kind; load average before {r['load_average']['before']}, "
-             f"as the timing started {r['load_average'].get('timing_started', '-')}, after {r['load_average']['after']}.",
-             f"Timed children: {r.get('child_python')} ({r.get('child_versions')}).",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items() if v), "",
-             f"EdgeSession (precision {r.get('precision', '(default)')}) picked {r['picked']['model']} "
-             f"({Path(r['picked']['graph'] or '?').name}).", "",
-             "| way | peak RSS MB (median / min) | first result s (median / min) | import s | open s | first run s |",
-             "|---|---|---|---|---|---|"]
-    for kind, s in r["measured"].items():
-        lines.append(f"| {kind} | {s['rss_peak_mb']['median']} / {s['rss_peak_mb']['min']} | "
-                     f"{s['first_result_s']['median']} / {s['first_result_s']['min']} | {s['import_s']['median']} | "
-                     f"{s['open_s']['median']} | {s['first_run_s']['median']} |")
-    lines += ["", "Ratios (medians): " + ", ".join(f"{k} {v}" + (f" (goal <= {GOALS[k]})" if k in GOALS else "")
-                                                 for k, v in r["ratios"].items()), "",
-              "| graph | file | MB |", "|---|---|---|"]
-    lines += [f"| {k} | {g['file']} | {g['mb']} |" for k, g in r["graphs_mb"].items()]
-    if r.get("accuracy"):
-        a = r["accuracy"]
-        what = ("cosine with the fp32 graph's sentence vectors" if a.get("metric", "cosine") == "cosine" else
-                f"{a['metric']} with the fp32 graph's task output")
-        lines += ["", f"Accuracy: {what}, {a['data']} ({a['texts']} texts), {m['kind']}:", "",
-                  "| way | mean | min |", "|---|---|---|"]
-        lines += [f"| {k} | {v['mean']} | {v['min'] if v['min'] is not None else '-'} |"
-                  for k, v in a.get("vs_fp32", a.get("cosine_vs_fp32", {})).items()]
-    d = r["one_device_bundle"]
-    if d and d.get("refused"):
-        lines += ["", f"One-device bundle ({d['target']}): not made: {d['refused']}"]
-    elif d:
-        lines += ["", f"One-device bundle ({d['target']}): {d['archive_mb']} MB as .tar.gz, {d['files_mb']} MB of "
-                      f"files; left out: {', '.join(d['left_out'])}"]
-    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -463,6 +353,7 @@ def main() -> None:
     args.child_python = os.path.abspath(args.child_python)   # not resolved: a venv's python is a link
     result = run(args)
     from edgebert.files.atomic import write_json, write_text
+    from footprint_parts import markdown
 
     stem = f"{args.name}_{result['machine']['kind']}{'_smoke' if args.smoke else ''}"
     write_json(args.out_dir / f"{stem}.json", result)

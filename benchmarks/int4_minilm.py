@@ -3,6 +3,7 @@
 
     python benchmarks/int4_minilm.py [--bundle runs/minilm_ort] [--texts 200] [--block 32] [--algorithm rtn]
                                      [--budget 0.01] [--no-table] [--sensitivity 64]
+                                     [--attention split|packed] [--table-block 32]
 
 The gate's held-out texts are the first half of the SST-2 dev sentences, the reported figures the second
 half (not seen by the gate). Writes benchmarks/results/int4/<name>.json. CPU-heavy: one run at a time.
@@ -42,6 +43,8 @@ def main() -> None:
     ap.add_argument("--algorithm", default="rtn")
     ap.add_argument("--budget", type=float, default=0.01)
     ap.add_argument("--no-table", action="store_true")
+    ap.add_argument("--attention", default="split", help="split: QKV 4-bit candidates; packed: fused Attention 8-bit")
+    ap.add_argument("--table-block", type=int, default=32)
     ap.add_argument("--sensitivity", type=int, default=64)
     ap.add_argument("--keep", type=Path, default=None, help="copy the small graph here (for int4_latency.py)")
     args = ap.parse_args()
@@ -51,10 +54,13 @@ def main() -> None:
     fused = args.bundle / manifest["models"]["fp32"]["file"]
     int8 = args.bundle / manifest["models"]["int8"]["file"]
     tok = Tokenizer.from_file(str(args.bundle / "tokenizer.json"))
-    cfg = Int4Config(block_size=args.block, algorithm=args.algorithm, word_table=not args.no_table)
+    cfg = Int4Config(block_size=args.block, algorithm=args.algorithm, word_table=not args.no_table,
+                     attention=args.attention, table_block=args.table_block)
     # "_perbyte": the gate ranks by loss per byte saved (results without it were ranked by loss alone)
+    # "_split": QKV projections 4-bit candidates (quantization.split_attention) and float16 block scales
     name = (f"minilm_b{args.block}_{args.algorithm}{'_notable' if args.no_table else ''}_budget{args.budget:g}"
-            "_perbyte")
+            f"_perbyte{'_split' if args.attention == 'split' else ''}"
+            f"{f'_t{args.table_block}' if args.table_block != 32 else ''}")
     out_dir = ROOT / "benchmarks/results/int4"
     out_dir.mkdir(parents=True, exist_ok=True)
     with work_dir("int4bench") as tmp:

@@ -66,7 +66,7 @@ def run(args) -> dict:
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    bundle = Path(args.bundle) if args.bundle else export(Path(args.model), work)
+    bundle = Path(args.bundle).resolve() if args.bundle else export(Path(args.model), work)
     manifest = json.loads((bundle / "manifest.json").read_text())
     if "int4" not in manifest["models"]:
         sys.exit(f"web_small_graph: {bundle} has no small graph (export it with --int8 --int4)")

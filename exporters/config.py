@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle import TASKS
-from edgebert.bundle.task_registry import BUNDLE_TASKS, task_of_architecture
+from edgebert.bundle.task_registry import BUNDLE_TASKS, bundle_task, task_of_architecture
 from edgebert.errors import ConfigError
 from edgebert.quantization.config import INT8_MODES, Fp16Config, Int8Config
 from edgebert.quantization.int4 import Int4Config
@@ -62,7 +62,7 @@ class ExportConfig:
     quantize_attention: bool = True            # dynamic: Attention -> QAttention
     calib: Path | None = None                  # None: the built-in English text
     calib_size: int = 256
-    gate_size: int = 200                       # held-out texts the accuracy gate measures on
+    gate_size: int | None = None               # None: 200 held-out texts, or every built-in question (qa)
     gate_data: Path | None = None              # qa: a SQuAD file of questions not trained on, for the gate
     max_accuracy_loss: float | None = None     # None: the task's default budget (the gate is always on)
     outlier_ratio: float | None = None         # None: the recipe's (3); 0: no outlier split
@@ -70,9 +70,12 @@ class ExportConfig:
     int8_embedding_tables: bool | None = None  # None: the recipe's (int8 per row); False: tables stay fp32
     # the small graph (int4: 4-bit MatMuls + word table, gated like INT8; quantization.int4); needs int8
     int4: bool = False
-    int4_block_size: int = 32
+    int4_block_size: int | None = None         # None: the block a --int4-aware student trained at, else 32
     int4_accuracy_level: int = 4
     int4_algorithm: str = "rtn"
+    int4_attention: str = "split"              # split: QKV 4-bit candidates (MultiHeadAttention) | packed
+    # a domain vocabulary (exporters.vocab_prune): keep the word pieces this text file uses (+ characters)
+    vocab_from: Path | None = None
     # FP16
     fp16: bool = False
     fp16_tolerance: float = 2e-2
@@ -124,6 +127,14 @@ class ExportConfig:
                               "add --int8 (dynamic mode) to --int4")
         if self.int4:
             self.int4_config()
+        if self.vocab_from is not None:
+            object.__setattr__(self, "vocab_from", Path(self.vocab_from))
+            if not self.vocab_from.is_file():
+                raise ConfigError(f"--vocab-from corpus {self.vocab_from} not found",
+                                  "give a text file of the domain's texts, one per line")
+            if self.task is not None and bundle_task(self.task).outputs_vocabulary:
+                raise ConfigError("--vocab-from changes the token ids a fill-mask model predicts",
+                                  "drop --vocab-from for --task mlm")
         if self.int8:
             self.int8_config()   # validates the INT8 combination (static needs --calib, ...)
         if self.fp16:
@@ -139,9 +150,12 @@ class ExportConfig:
                               "INT8 settings need --int8", f"add --int8, or drop {listed}")
 
     def int4_config(self) -> Int4Config:
-        """The small graph's settings (validated by ``Int4Config``); ``max_accuracy_loss`` is INT8's."""
-        return Int4Config(block_size=self.int4_block_size, accuracy_level=self.int4_accuracy_level,
-                          algorithm=self.int4_algorithm)
+        """The small graph's settings (validated by ``Int4Config``); ``max_accuracy_loss`` is INT8's. The block:
+        ``int4_block_size``, else the one a ``distill --int4-aware`` student trained at (its ``distill_config.json``:
+        exported at another block, its rounding would not be the trained one), else 32."""
+        block = self.int4_block_size or trained_int4_block(self.model_dir) or 32
+        return Int4Config(block_size=block, accuracy_level=self.int4_accuracy_level, algorithm=self.int4_algorithm,
+                          attention=self.int4_attention, table_block=block)
 
     def int8_config(self, max_len: int | None = None) -> Int8Config:
         """The INT8 settings; with ``max_len``, calibration and gate texts are cut to fit the model's positions."""
@@ -188,3 +202,15 @@ EXPORT_PRESETS: dict[str, dict[str, Any]] = {
     # every provider: CPU INT8 (portable), TensorRT fp32 + QDQ INT8, CUDA fp32 + fp16
     "gpu": dict(int8=True, tensorrt=True, cuda=True),
 }
+
+
+def trained_int4_block(model_dir: Path) -> int | None:
+    """The ``int4_block`` a ``distill --int4-aware`` student records in its ``distill_config.json`` (None: none)."""
+    import json
+
+    path = Path(model_dir) / "distill_config.json"
+    try:
+        block = json.loads(path.read_text(encoding="utf-8")).get("int4_block") if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return block if isinstance(block, int) and not isinstance(block, bool) else None

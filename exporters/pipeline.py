@@ -9,6 +9,7 @@ new or empty, or an earlier bundle with ``overwrite``; the scratch folders of ki
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -40,6 +41,7 @@ from edgebert.exporters.result import ExportResult
 from edgebert.exporters.shared_graphs import share_equal_graphs
 from edgebert.exporters.tokenizer_info import find_tokenizer, tokenizer_metadata
 from edgebert.exporters.validate import GraphValidator, Say, make_cases, torch_reference
+from edgebert.exporters.vocab_prune import prune_vocabulary
 from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_dir, write_text
 from edgebert.files.outdirs import OutputDir
 from edgebert.model import CONFIG_NAME, BertConfig, load_model
@@ -84,13 +86,31 @@ def _load(cfg: ExportConfig) -> tuple[BertConfig, str, object, Path]:
 
 
 def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = None) -> ExportResult:
-    """Export ``cfg.model_dir`` into the bundle directory ``cfg.out_dir``; see the module docstring."""
+    """Export ``cfg.model_dir`` into the bundle directory ``cfg.out_dir``; see the module docstring.
+    With ``cfg.vocab_from`` the checkpoint is first rewritten with that corpus's vocabulary
+    (``exporters.vocab_prune``) in a scratch folder, and the bundle is exported from it."""
     say = _Steps(on_step)
     out = OutputDir(cfg.out_dir, "export", names=BUNDLE_OUTPUTS, overwrite=cfg.overwrite, signature=MANIFEST_NAME,
                     flags="--overwrite")
     remove_stale_work_dirs()
+    if cfg.vocab_from is None:
+        return _export(cfg, say, out, cfg.model_dir, {})
+    with work_dir("vocab") as tmp:
+        say(f"keeping the vocabulary of {cfg.vocab_from.name}")
+        pruned = prune_vocabulary(cfg.model_dir, cfg.vocab_from, Path(tmp) / "model")
+        say("vocabulary pruned", kept=pruned.kept, original=pruned.original)
+        return _export(dataclasses.replace(cfg, model_dir=Path(tmp) / "model"), say, out, cfg.model_dir,
+                       {"vocabulary": pruned.as_dict()})
+
+
+def _export(cfg: ExportConfig, say: _Steps, out: OutputDir, source_dir: Path, extra: dict) -> ExportResult:
+    """``export_bundle`` from ``cfg.model_dir`` (``source_dir``: the folder the user named, for the manifest;
+    ``extra``: more manifest fields)."""
     say("loading checkpoint")
     model_cfg, task, model, tok_file = _load(cfg)
+    if "vocabulary" in extra and bundle_task(task).outputs_vocabulary:
+        raise ConfigError("--vocab-from changes the token ids a fill-mask model predicts",
+                          "drop --vocab-from, or export the encoder with --task embed")
     pooling = read_pooling(cfg.model_dir) if bundle_task(task).has_pooling else None   # the model's own
     st_settings = _st_settings(cfg.model_dir, task)          # its prompts: the manifest's and the bundle's file
     tok_meta = tokenizer_metadata(tok_file)
@@ -130,14 +150,14 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
         write_hf_folder(staging, task=task, cfg=model_cfg, num_labels=model_cfg.num_labels, tok_file=tok_file,
                         tok_meta=tok_meta, max_len=max_len, pooling=pooling, source_dir=cfg.model_dir,
                         st_settings=st_settings.get(MANIFEST_KEY))
-        manifest = build_manifest(task=task, cfg=model_cfg, model_dir=cfg.model_dir, max_len=max_len,
+        manifest = build_manifest(task=task, cfg=model_cfg, model_dir=source_dir, max_len=max_len,
                                   tokenizer=tok_meta, opset=cfg.opset, models=models, trt_profile=profile,
                                   extra={"attention_mask": "raw 2-D mask (any padding side)",
                                          "export_host": export_host(),
                                          **({"pooling": pooling.as_dict()} if pooling else {}),
                                          **st_settings,
                                          "loaders": loaders_note(task, models),
-                                         **default_precision(models)},
+                                         **default_precision(models), **extra},
                                   output_names=wrapped.names)
         manifest = write_manifest(staging, manifest)
         if manifest.int8_graphs() and task in REFERENCE_TASKS:    # what `check` compares a one-device bundle with

@@ -48,7 +48,10 @@ class ChannelStats:
             real = feeds["attention_mask"].astype(bool)
             stats.texts += int(real.shape[0])
             for name, value in zip(tensors, sess.run(tensors, {k: v for k, v in feeds.items() if k in inputs})):
-                rows = value[real] if value.shape[:2] == real.shape else value.reshape(-1, value.shape[-1])
+                # [batch, tokens, channels]: the real tokens; [batch, channels] (the pooler's first token) as it is,
+                # also when channels == the padded length (a 2-D shape matched [batch, tokens] there)
+                per_token = value.ndim == 3 and value.shape[:2] == real.shape
+                rows = value[real] if per_token else value.reshape(-1, value.shape[-1])
                 lo, hi = rows.min(0), rows.max(0)
                 stats.low[name] = lo if name not in stats.low else np.minimum(stats.low[name], lo)
                 stats.high[name] = hi if name not in stats.high else np.maximum(stats.high[name], hi)

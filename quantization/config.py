@@ -63,7 +63,8 @@ class Int8Config:
     op_types: tuple[str, ...] | None = None      # None: the recipe's / STATIC_OP_TYPES
     calib: Path | None = None                    # None: the built-in English text
     calib_size: int = 256                        # texts that calibrate (cap; streamed)
-    gate_size: int = 200                         # held-out texts the accuracy gate measures on
+    gate_size: int | None = None                 # held-out items the gate measures: None, GATE_TEXTS texts (all
+                                                 # of the built-in questions for question answering)
     gate_data: Path | None = None                # qa: a SQuAD file the gate measures on (questions not trained on)
     calib_batch_size: int = 32
     calib_seq_len: int = 128                     # truncation length (static: also the fixed padding)
@@ -111,6 +112,8 @@ class Int8Config:
         check_budget(self.max_accuracy_loss)
         for name in ("calib_size", "gate_size", "calib_batch_size", "calib_seq_len", "sensitivity_size"):
             value = getattr(self, name)
+            if name == "gate_size" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
         if self.outlier_ratio is not None and not (

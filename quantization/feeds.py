@@ -11,12 +11,14 @@ One per kind of input a task takes (its ``task_registry`` entry's ``inputs``):
 * ``QuestionFeeds`` (questions: qa): ``[CLS] question [SEP] context [SEP]`` windows as the bundle answers with
   them (``edgebert.qa.windows``: 384 tokens or the model's maximum, the default stride), gated by the
   overlap of the answers with fp32's on held-out questions (``quantization.span_gate``: the metric and
-  budget of ``edgebert check``). The gate measures on questions the model did not train on: the 62
-  built-in questions about the built-in held-out text (``edgebert.qa.squad_file.builtin_questions``,
-  what ``check`` measures on by default), or ``--gate-data`` (a SQuAD file), less any question of the
-  calibration file (said when there are some; a ``--gate-data`` that is the ``--calib`` file is
-  refused). ``--calib`` a SQuAD JSON file: its first ``calib_size`` questions calibrate (the rest of a
-  training file are questions the model trained on: they never gate); otherwise the calibration text
+  budget of ``edgebert check``). The gate measures on questions the model did not train on: all 439 built-in
+  questions about the built-in held-out text (or the first ``gate_size``; at 439 one flipped answer costs
+  0.23 points of the 2-point budget, at 62 it cost 1.6)
+  (``edgebert.qa.squad_file.builtin_questions``, one per paragraph first; what ``check`` measures on by
+  default), or ``--gate-data`` (a SQuAD file), less any question of the calibration file (said when there
+  are some; a ``--gate-data`` that is the ``--calib`` file is refused). ``--calib`` a SQuAD JSON file: its
+  first ``calib_size`` questions calibrate (the rest of a training file are questions the model trained
+  on: they never gate); otherwise the calibration text
   (``--calib`` or the built-in text), as pairs of consecutive lines (the first as the question),
   calibrates.
 
@@ -46,6 +48,8 @@ from edgebert.quantization.calibration import (
     prepared_tokenizer,
 )
 from edgebert.quantization.config import Int8Config, check_gate_file
+
+GATE_TEXTS = 200                 # held-out texts (or --gate-data questions) the gate measures when not told
 from edgebert.quantization.span_gate import SpanProbe
 from edgebert.runtime.answer import window_maker
 from edgebert.runtime.text import Encoded, pad_batch
@@ -64,7 +68,7 @@ class TextFeeds:
         if qcfg.gate_data is not None:
             raise ConfigError("--gate-data is for question-answering exports (a SQuAD file)",
                               "drop it: the gate of this task measures on --calib's texts after --calib-size")
-        self.split = calibration_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size)
+        self.split = calibration_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size or GATE_TEXTS)
         say(f"fp32 reference on held-out text ({self.split.held_out.describe()['source']})")
         self.probe = AccuracyProbe(task, fused, self._batches(self.split.held_out))
 
@@ -178,7 +182,8 @@ def _key(e: SquadExample) -> tuple[str, str]:
     return e.question.strip(), e.context
 
 
-def question_split(calib: Path | None, calib_size: int, gate_size: int, gate_data: Path | None = None) -> QuestionSplit:
+def question_split(calib: Path | None, calib_size: int, gate_size: int | None,
+                   gate_data: Path | None = None) -> QuestionSplit:
     """The calibration and held-out questions of a question-answering export (module docstring): the
     first ``gate_size`` answerable questions of ``gate_data`` (else the built-in ones) that are not in the
     calibration file gate; never a question that calibrates, nor one of a SQuAD ``calib`` file (a training
@@ -199,7 +204,7 @@ def question_split(calib: Path | None, calib_size: int, gate_size: int, gate_dat
         said = "pairs of consecutive calibration lines (the first as the question) calibrate"
     seen = {_key(e) for e in trained}
     if gate_data is None:
-        held = [e for e in builtin_questions() if _key(e) not in seen][:gate_size]
+        held = [e for e in builtin_questions() if _key(e) not in seen][:gate_size]     # None: every one
         return QuestionSplit(calibration, held, f"{said}; the built-in questions about the built-in held-out text "
                                                 "gate (questions the model did not train on)",
                              {"calibration": source, "held_out": "built-in questions"})
@@ -212,7 +217,7 @@ def question_split(calib: Path | None, calib_size: int, gate_size: int, gate_dat
     trained_too = len(answerable) - len(held)
     left_out = (f" ({trained_too} of its questions are in {Path(calib).name if calib else 'the calibration text'}"
                 " and never gate)") if trained_too else ""
-    held = held[:gate_size]
+    held = held[:gate_size or GATE_TEXTS]
     return QuestionSplit(calibration, held, f"{said}; the first {len(held)} answerable questions of "
                                             f"{Path(gate_data).name} that are not in the calibration file gate"
                                             f"{left_out}",

@@ -8,8 +8,12 @@ From the fused fp32 graph:
    (more accurate, but its float zero points and missing ``accuracy_level`` send onnxruntime 1.32's CPU kernel to
    a slow path: 16 ms against 0.76 ms per MiniLM call of 7 tokens) fits scales and zero points by
    half-quadratic optimisation), run with ``accuracy_level`` (4: int8 activations per block);
-2. every MatMul the gate keeps off 4 bits, and the fused ``Attention`` node (its packed QKV weight has no
-   4-bit kernel in onnxruntime), become dynamic INT8 with 8-bit per-channel weights. So the graph needs exact
+   With ``attention="split"`` (the default) each fused ``Attention`` node is first split into its query, key
+   and value MatMuls feeding ``MultiHeadAttention`` (``quantization.split_attention``: onnxruntime has no
+   4-bit form of the packed QKV weight), so those projections are candidates too; ``"packed"`` keeps the
+   fused node (8-bit ``QAttention``);
+2. every MatMul the gate keeps off 4 bits (and a packed ``Attention``) become dynamic INT8 with 8-bit
+   per-channel weights. So the graph needs exact
    U8S8 products (``requires.u8s8_exact``), and the runtime applies ``int8_choice``'s rules to it: exact
    hosts run it as it is, a saturating AVX2 CPU loads it with ``session.x64quantprecision=1`` or refuses it.
    7-bit weights (``reduce_range``, which cannot saturate) lost 0.009 of MiniLM's cosine on their own, most of
@@ -40,25 +44,28 @@ from edgebert.graph.ops import load, op_type_counts, quiet_logging, weight_nodes
 from edgebert.quantization.accuracy import AccuracyProbe, GateOrder, GuardResult, quantize_with_guard
 from edgebert.quantization.embedding_tables import quantize_tables, table_plan
 from edgebert.quantization.int4_tables import WORD, quantize_word_table, word_table
+from edgebert.quantization.split_attention import split_attention
 from edgebert.quantization.storage import compact_storage
 
 ALGORITHMS = ("rtn", "hqq")
+ATTENTION = ("split", "packed")       # QKV as three 4-bit candidate MatMuls, or the fused node's 8-bit weight
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)     # MatMulNBits: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations
 TABLE = "word_table"                  # the gate's candidate name of the ELN word table
-REQUIREMENTS = {"u8s8_exact": True, "contrib_ops": ["MatMulNBits", "GatherBlockQuantized", "QAttention"],
-                "onnxruntime": ">= 1.20 (GatherBlockQuantized with bits=4)"}
+REQUIREMENTS = {"u8s8_exact": True, "onnxruntime": ">= 1.20 (GatherBlockQuantized with bits=4)"}
 
 
 @dataclass(frozen=True)
 class Int4Config:
     """How the small graph is made. ``block_size``: MatMul weights per scale along K (32 measured best on the
     MiniLM figures of issue #50: 0.977 mean cosine RTN at block 32); ``table_block``: the word table's
-    values per scale; ``word_table``: 4-bit table on/off; ``max_accuracy_loss``: None, the INT8 budget."""
+    values per scale; ``word_table``: 4-bit table on/off; ``attention``: ``split`` (QKV projections are 4-bit
+    candidates) or ``packed`` (the fused node, 8-bit); ``max_accuracy_loss``: None, the INT8 budget."""
     block_size: int = 32
     accuracy_level: int = 4
     algorithm: str = "rtn"
     word_table: bool = True
     table_block: int = 32
+    attention: str = "split"
     max_accuracy_loss: float | None = None
 
     def __post_init__(self) -> None:
@@ -69,6 +76,8 @@ class Int4Config:
         if self.accuracy_level not in ACCURACY_LEVELS:
             raise ConfigError(f"unknown MatMulNBits accuracy_level {self.accuracy_level}",
                               f"use one of {', '.join(map(str, ACCURACY_LEVELS))} (4: int8 activations)")
+        if self.attention not in ATTENTION:
+            raise ConfigError(f"unknown 4-bit attention form {self.attention!r}", f"use one of {', '.join(ATTENTION)}")
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"unknown 4-bit algorithm {self.algorithm!r}", f"use one of {', '.join(ALGORITHMS)}")
         if self.max_accuracy_loss is not None and not 0 <= self.max_accuracy_loss < 1:
@@ -78,7 +87,7 @@ class Int4Config:
     def as_dict(self) -> dict[str, Any]:
         return {"bits": 4, "block_size": self.block_size, "accuracy_level": self.accuracy_level,
                 "algorithm": self.algorithm, "symmetric": self.algorithm == "rtn", "word_table": self.word_table,
-                "table_block": self.table_block}
+                "table_block": self.table_block, "attention": self.attention}
 
 
 class Int4Quantizer:
@@ -86,8 +95,8 @@ class Int4Quantizer:
     ``exclude`` keeps candidates 8-bit; ``only`` makes that one candidate 4-bit and leaves the rest fp32
     (the sensitivity ranking's one-at-a-time graph)."""
 
-    def __init__(self, fused: str | Path, cfg: Int4Config):
-        self.source, self.cfg = Path(fused), cfg
+    def __init__(self, fused: str | Path, cfg: Int4Config, split: int = 0):
+        self.source, self.cfg, self.split = Path(fused), cfg, split      # split: Attention nodes split before
         self.shapes = _blockable(self.source, cfg.block_size)       # {MatMul: (K, N)}
         self.matmuls = list(self.shapes)
         self.word = word_table(self.source)
@@ -101,8 +110,9 @@ class Int4Quantizer:
     def bytes_saved(self, candidate: str) -> int:
         """The bytes that making ``candidate`` 4-bit saves against keeping it 8-bit, as stored: a MatMul's int8
         weight [K, N] with a float scale and int8 zero point per column, against K*N/2 packed values and a float
-        scale per block (HQQ: plus a packed 4-bit zero point per block); the word table's int8 rows with a float16
-        scale per row, against packed values, a float16 scale and a 4-bit zero point per block."""
+        scale per block (HQQ: plus a packed 4-bit zero point per block), the scales stored float16 in both
+        (``quantization.storage``), the 8-bit zero points dropped (all zero); the word table's int8 rows with a
+        float16 scale per row, against packed values, a float16 scale and a 4-bit zero point per block."""
         if candidate == TABLE and self.word is not None:
             rows, hidden = self.word.rows, self.word.hidden
             blocks = hidden // self.cfg.table_block
@@ -112,8 +122,8 @@ class Int4Quantizer:
                               "name one of Int4Quantizer.candidates()")
         k, n = self.shapes[candidate]
         blocks = k // self.cfg.block_size
-        four = k * n // 2 + blocks * n * 4 + (blocks * n + 1) // 2 * (self.cfg.algorithm == "hqq")
-        return k * n + n * 5 - four
+        four = k * n // 2 + blocks * n * 2 + (blocks * n + 1) // 2 * (self.cfg.algorithm == "hqq")
+        return k * n + n * 2 - four
 
     def quantize(self, out_path: str | Path, exclude: list[str] | tuple[str, ...] = (),
                  only: str | None = None) -> Path:
@@ -169,10 +179,13 @@ class Int4Quantizer:
         return dst
 
     def describe(self) -> dict[str, Any]:
-        return {**self.cfg.as_dict(), "graph": "fused", "eight_bit": "dynamic INT8, per-channel 7-bit weights "
-                "(QAttention for the fused attention, MatMulInteger for MatMuls kept off 4 bits)",
-                "attention": "8-bit: onnxruntime has no 4-bit form of the fused Attention's packed QKV weight",
-                "embedding_tables": self.last_tables, "storage": self.last_storage}
+        attention = ({"form": "split", "split_nodes": self.split, "what": "query, key and value MatMuls (4-bit "
+                      "candidates) feeding MultiHeadAttention"} if self.cfg.attention == "split" else
+                     {"form": "packed", "what": "fused Attention, 8-bit (QAttention): onnxruntime has no 4-bit form "
+                      "of its packed QKV weight"})
+        return {**self.cfg.as_dict(), "graph": "fused", "eight_bit": "dynamic INT8, per-channel 8-bit weights "
+                "(MatMulInteger for MatMuls kept off 4 bits, QAttention for a packed attention)",
+                "attention": attention, "embedding_tables": self.last_tables, "storage": self.last_storage}
 
 
 @dataclass(frozen=True)
@@ -193,22 +206,32 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
                 say: Callable[[str], None], sensitivity_size: int = 64) -> Int4Graph:
     """Make the small graph of ``fused`` at ``out`` through the gate (see the module docstring)."""
     budget = cfg.max_accuracy_loss if cfg.max_accuracy_loss is not None else budget
-    quantizer = Int4Quantizer(fused, cfg)
-    candidates = quantizer.candidates()
-    if not candidates:
-        raise ConfigError(f"no MatMul of the graph has a K that block {cfg.block_size} divides, and no word table",
-                          "use a smaller block size")
-    say(f"quantizing 4-bit ({len(quantizer.matmuls)} MatMuls, {len(quantizer.table)} table; block "
-        f"{cfg.block_size}, accuracy_level {cfg.accuracy_level}, {cfg.algorithm})")
-    order = GateOrder("INT4", "8-bit", quantizer.bytes_saved)
-    guard: GuardResult = quantize_with_guard(quantizer, out, probe, budget, sensitivity_size, say, allow_miss=True,
-                                             order=order)
+    with work_dir("q4src") as tmp:
+        split = 0
+        if cfg.attention == "split":
+            split = split_attention(fused, Path(tmp) / "split.onnx")
+            fused = Path(tmp) / "split.onnx"
+        quantizer = Int4Quantizer(fused, cfg, split)
+        candidates = quantizer.candidates()
+        if not candidates:
+            raise ConfigError(f"no MatMul of the graph has a K that block {cfg.block_size} divides, and no word "
+                              "table", "use a smaller block size")
+        say(f"quantizing 4-bit ({len(quantizer.matmuls)} MatMuls, {len(quantizer.table)} table; block "
+            f"{cfg.block_size}, accuracy_level {cfg.accuracy_level}, {cfg.algorithm}, attention {cfg.attention})")
+        order = GateOrder("INT4", "8-bit", quantizer.bytes_saved)
+        guard: GuardResult = quantize_with_guard(quantizer, out, probe, budget, sensitivity_size, say,
+                                                 allow_miss=True, order=order)
     counts = op_type_counts(out)
     quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
              "four_bit": [n for n in candidates if n not in guard.excluded], "eight_bit": list(guard.excluded),
              "op_counts": counts}
-    accuracy = guard.as_dict(budget)
-    return Int4Graph(Path(out), dict(REQUIREMENTS), quant, accuracy, Path(out).stat().st_size)
+    requires = {**REQUIREMENTS, "contrib_ops": _contrib_ops(out)}
+    return Int4Graph(Path(out), requires, quant, guard.as_dict(budget), Path(out).stat().st_size)
+
+
+def _contrib_ops(path: str | Path) -> list[str]:
+    """The onnxruntime contrib op types the graph uses (its ``requires.contrib_ops``)."""
+    return sorted({n.op_type for n in load(path).graph.node if n.domain == "com.microsoft"})
 
 
 def _blockable(path: Path, block: int) -> dict[str, tuple[int, int]]:

@@ -4,10 +4,11 @@ downloads), measured by the accuracy gate like every other step because the gate
 * no ``value_info``: the shapes ONNX inferred while quantizing (onnxruntime infers its own when it loads);
 * no all-zero weight zero points: they are optional inputs of ``MatMulIntegerToFloat`` and ``QAttention``,
   and an absent one means 0 (symmetric int8 weights);
-* per-channel weight scales stored as float16 (the embedding tables' row scales already are:
-  ``quantization.embedding_tables``), each read through one ``Cast`` to float32 (a constant: onnxruntime
-  folds it when the session loads). Rounding a scale to float16 moves it by at most 2^-11 of itself, a
-  sixteenth of the rounding of a 7-bit weight (half a step, 1/128 of the column's largest weight).
+* per-channel weight scales, and the 4-bit graph's per-block ``MatMulNBits`` scales, stored as float16 (the
+  embedding tables' row scales already are: ``quantization.embedding_tables``), each read through one ``Cast``
+  to float32 (a constant: onnxruntime folds it when the session loads). Rounding a scale to float16 moves it by
+  at most 2^-11 of itself, a sixteenth of the rounding of a 7-bit weight (half a step, 1/128 of the column's
+  largest weight) and 1/128 of a 4-bit one's. At block 32 that is 2 bytes per 32 weights instead of 4.
 
 A scale outside float16's normal range stays float32.
 """
@@ -24,7 +25,7 @@ from edgebert.graph.ops import drop_unused_initializers, load
 
 # (op type, input index) of the optional weight zero points, and of the per-channel weight scales
 ZERO_POINT_INPUTS = {"MatMulIntegerToFloat": 5, "QAttention": 7}
-SCALE_INPUTS = {"MatMulIntegerToFloat": 3, "QAttention": 4}
+SCALE_INPUTS = {"MatMulIntegerToFloat": 3, "QAttention": 4, "MatMulNBits": 2}
 FP16_SUFFIX = "_fp16"
 MIN_ELEMENTS = 64                        # a scalar or a handful of scales: the Cast costs more than it saves
 FP16_NORMAL = (2.0 ** -14, 65504.0)      # float16's normal range (also the embedding tables' row scales)

@@ -95,9 +95,13 @@ def test_the_defaults_the_help_states_are_the_codes(capsys):
     for task, budget in DEFAULT_BUDGETS.items():
         assert f"({task}, default {budget})" in pipeline or f"({task}, {budget})" in pipeline, task
     export = _flat(_help(capsys, "export"))
-    gate = ExportConfig.__dataclass_fields__["gate_size"].default
+    from edgebert.qa.squad_file import builtin_questions
+    from edgebert.quantization.feeds import GATE_TEXTS
+
+    assert ExportConfig.__dataclass_fields__["gate_size"].default is None         # GATE_TEXTS, or every question
     held = len(builtin_texts("held-out"))
-    assert f"the first {gate} of the built-in held-out text's {held}" in export and f"[default: {gate}]" in export
+    assert f"(default {GATE_TEXTS}): of the built-in held-out text's {held}" in export
+    assert f"of the {len(builtin_questions())} built-in ones (default: all {len(builtin_questions())})" in export
     check = _flat(_help(capsys, "check"))
     assert f"the built-in held-out text has {held}" in check
 

@@ -53,8 +53,12 @@ def test_small_graph_entry(bundle: Path):
     counts = op_type_counts(bundle / entry["file"])
     q = entry["quantization"]
     assert counts.get("MatMulNBits", 0) == len(q["four_bit"]) - ("word_table" in q["four_bit"])
-    # the tiny model: 2 layers x (attention output, intermediate, output); fused Attention stays 8-bit
-    assert counts["MatMulNBits"] == 6 and counts["QAttention"] == 2 and counts["GatherBlockQuantized"] == 1
+    # the tiny model: 2 layers x (query, key, value, attention output, intermediate, output): attention split
+    assert counts["MatMulNBits"] == 12 and counts["MultiHeadAttention"] == 2 and counts["GatherBlockQuantized"] == 1
+    assert "QAttention" not in counts and "Attention" not in counts
+    assert q["attention"]["form"] == "split" and q["attention"]["split_nodes"] == 2
+    ops = entry["requires"]["contrib_ops"]
+    assert {"GatherBlockQuantized", "MatMulNBits", "MultiHeadAttention"} <= set(ops) and "QAttention" not in ops
     assert q["bits"] == 4 and q["block_size"] == 32 and q["accuracy_level"] == 4 and q["eight_bit"] == []
     small, eight = (bundle / entry["file"]).stat().st_size, (bundle / int8["file"]).stat().st_size
     assert entry["bytes"] == small and small < 0.85 * eight
@@ -90,10 +94,49 @@ def test_gate_keeps_candidates_eight_bit_on_a_tiny_budget(bundle: Path, tmp_path
     graph = small_graph(bundle / "onnx/model.onnx", tmp_path / "small.onnx", Int4Config(), probe, 1e-6,
                         lambda *a, **k: None, sensitivity_size=8)
     q = graph.quantization
-    assert len(q["eight_bit"]) >= 1 and len(q["eight_bit"]) + len(q["four_bit"]) == q["candidate_nodes"] == 7
+    assert len(q["eight_bit"]) >= 1 and len(q["eight_bit"]) + len(q["four_bit"]) == q["candidate_nodes"] == 13
     assert op_type_counts(graph.path).get("MatMulNBits", 0) == len([n for n in q["four_bit"] if n != "word_table"])
     distances = [r["distance"] for r in graph.accuracy["sensitivity"]]
-    assert len(distances) == 7 and len(set(distances)) > 1     # each candidate measured alone, not all at once
+    assert len(distances) == 13 and len(set(distances)) > 1     # each candidate measured alone, not all at once
+
+
+def test_packed_attention_keeps_the_fused_node_8_bit(bundle: Path, tmp_path: Path):
+    from tokenizers import Tokenizer
+
+    from edgebert.quantization.accuracy import AccuracyProbe
+    from edgebert.quantization.calibration import TextBatches
+
+    texts = make_calib_text(tmp_path / "held_out.txt", n=16)
+    tok = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    probe = AccuracyProbe("embed", bundle / "onnx/model.onnx", TextBatches(texts, tok, batch_size=8, max_length=32))
+    graph = small_graph(bundle / "onnx/model.onnx", tmp_path / "packed.onnx", Int4Config(attention="packed"), probe,
+                        0.5, lambda *a, **k: None, sensitivity_size=8)
+    counts = op_type_counts(graph.path)
+    assert counts["MatMulNBits"] == 6 and counts["QAttention"] == 2 and "MultiHeadAttention" not in counts
+    assert graph.quantization["attention"]["form"] == "packed" and graph.quantization["candidate_nodes"] == 7
+    with pytest.raises(ConfigError):
+        Int4Config(attention="fused")
+
+
+def test_split_attention_gives_the_fused_graph_outputs(bundle: Path, tmp_path: Path):
+    import onnxruntime as ort
+
+    from edgebert.quantization.split_attention import split_attention
+
+    fused = bundle / "onnx/model.onnx"
+    assert split_attention(fused, tmp_path / "split.onnx") == 2
+    counts = op_type_counts(tmp_path / "split.onnx")
+    assert counts["MultiHeadAttention"] == 2 and "Attention" not in counts and counts["MatMul"] >= 12
+    rng = np.random.default_rng(3)
+    ids = rng.integers(5, 90, (3, 19)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 11:] = 0                                     # right padding
+    mask[2, :6] = 0                                      # left padding
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    want, got = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+                 for p in (fused, tmp_path / "split.onnx"))
+    assert want.shape == got.shape == (3, 19, 64)
+    assert np.abs((want - got) * mask[..., None]).max() < 1e-5
 
 
 def test_only_names_one_matmul(bundle: Path, tmp_path: Path):

@@ -82,19 +82,24 @@ def test_qa_int8_is_gated_on_answers_to_questions_not_trained_on(toy):
 
 
 def test_question_splits(tmp_path):
+    from edgebert.files.textfiles import builtin_texts
     from edgebert.qa.squad_file import builtin_questions
     from edgebert.quantization.feeds import question_split
     from squad_helpers import write_toy_squad
 
     builtin = builtin_questions()
-    assert len(builtin) == 62 and all(e.has_answer and e.context[e.answers[0].start:].startswith(e.answers[0].text)
+    assert len(builtin) == 439 and all(e.has_answer and e.context[e.answers[0].start:].startswith(e.answers[0].text)
                                       for e in builtin)
+    # about the held-out paragraphs, one question of each first
+    assert {e.context for e in builtin} <= set(builtin_texts("held-out")) and len({e.id for e in builtin}) == 439
+    assert len({e.context for e in builtin[:176]}) == 176 == len({e.context for e in builtin})
     split = question_split(None, 10, 200)
-    assert split.held_out == builtin and len(split.calibration) == 10 and split.sources["held_out"] == "built-in questions"
+    assert split.held_out == builtin[:200] and len(split.calibration) == 10 and split.sources["held_out"] == "built-in questions"
+    assert question_split(None, 10, None).held_out == builtin        # the default: every built-in question gates
     assert split.calibration[0].question and split.calibration[0].context      # pairs of calibration lines
     squad = write_toy_squad(tmp_path / "calib.json", 60, seed=3)
     split = question_split(squad, 20, 200)          # the rest of a training file never gates: the built-in ones
-    assert len(split.calibration) == 20 and split.held_out == builtin
+    assert len(split.calibration) == 20 and split.held_out == builtin[:200]
     # --gate-data: questions the model did not train on gate; --calib's first calib_size all calibrate
     unseen = write_toy_squad(tmp_path / "unseen.json", 50, seed=4, unanswerable=0.3)
     split = question_split(squad, 20, 30, unseen)

@@ -77,7 +77,7 @@ def test_page_embeds_and_answers_as_edgesession(pages, precision):
 @pytest.mark.parametrize("build", SMALL_BUILDS)
 def test_page_embeds_with_the_small_graph(pages, build):
     """dtype "q4" (the manifest's loaders note names it): onnxruntime-web's WASM kernels for MatMulNBits,
-    GatherBlockQuantized and QAttention in the browser, close to EdgeSession's int4 graph and within its gate.
+    GatherBlockQuantized and MultiHeadAttention in the browser, close to EdgeSession's int4 graph and within its gate.
     The asyncify build (transformers.js' default) of onnxruntime-web 1.31.0-dev.20260914 lacks the
     GatherBlockQuantized kernel: skipped, saying so; the jsep build (ortbuild=jsep) runs it."""
     by_precision, bundles = pages

@@ -51,6 +51,8 @@ def distill_cmd(
                                "the teacher's, hidden-state terms through a learned projection (text modes).") = None,
     heads: _width("--heads", "With --hidden: attention heads (default: the teacher's head size kept).") = None,
     intermediate: _width("--intermediate", "With --hidden: FFN size (default: the teacher's FFN/hidden ratio).") = None,
+    int4_aware: _width("--int4-aware", "Train as `export --int4` will round: 4-bit encoder weights in blocks of this "
+                                       "many inputs (32, as --int4-block), saved rounded (text modes).") = None,
     temperature: _weight("--temperature", "Softmax temperature T (2.0).") = None,
     alpha_kd: _weight("--alpha-kd", "KL(student/T || teacher/T) * T^2 (5.0; task and ner presets 1.0).") = None,
     alpha_mlm: _weight("--alpha-mlm", "MLM cross-entropy (2.0).") = None,
@@ -77,7 +79,7 @@ def distill_cmd(
         eval_corpus=tuple(eval_corpus or ()) or None, corpus_format=corpus_format, train_file=train_file,
         dev_file=dev_file, max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
         layers=layers, layer_map=layer_map, student_init=init, freeze_word_embeddings=freeze_word_embeddings,
-        hidden=hidden, heads=heads, intermediate=intermediate,
+        hidden=hidden, heads=heads, intermediate=intermediate, int4_block=int4_aware,
         temperature=temperature, alpha_kd=alpha_kd, alpha_mlm=alpha_mlm, alpha_ce=alpha_ce, alpha_cos=alpha_cos,
         alpha_pool=alpha_pool, alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn,
         max_seq_len=max_seq_len, epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)

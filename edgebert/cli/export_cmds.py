@@ -28,11 +28,18 @@ def export(
     int4: Annotated[bool, typer.Option("--int4", help="With --int8: also write the small graph onnx/model_q4.onnx "
                                        "(4-bit MatMulNBits and word table, the rest 8-bit), gated like INT8; "
                                        "loaded only when asked for (precision='int4').")] = False,
-    int4_block: Annotated[int, typer.Option("--int4-block", help="4-bit weights per scale along K (16..128, a "
-                                            "power of two).")] = 32,
+    int4_block: Annotated[Optional[int], typer.Option("--int4-block", help="4-bit weights (and word-table values) per "
+                                                      "scale (16..128, a power of two; default: the block a --int4-aware "
+                                                      "student trained at, else 32).")] = None,
     int4_algorithm: Annotated[str, typer.Option("--int4-algorithm", help="rtn (round to nearest, symmetric) | "
                                                 "hqq (fitted scales and zero points: more accurate, but onnxruntime's CPU kernel takes a slow path, 7x "
                                                 "INT8's time on short texts).")] = "rtn",
+    int4_attention: Annotated[str, typer.Option("--int4-attention", help="split (query, key and value MatMuls "
+                                                "can be 4-bit, feeding MultiHeadAttention) | packed (the fused "
+                                                "Attention, 8-bit).")] = "split",
+    vocab_from: Annotated[Optional[Path], typer.Option(
+        "--vocab-from", help="A domain's text (one per line): keep only the word pieces it uses, plus every "
+                             "character, so any text still tokenizes (words outside it cost more tokens).")] = None,
     target: o.Target = None,
     int8_mode: Annotated[str, typer.Option(
         "--int8-mode", help="dynamic (CPU integer ops on the fused graph, one graph per --target) | static "
@@ -41,10 +48,11 @@ def export(
         "--per-channel/--per-tensor", help="INT8 weight scales (default: the target's, per-channel).")] = None,
     calib: o.Calib = None,
     calib_size: Annotated[int, typer.Option("--calib-size", help="Texts that calibrate.")] = 256,
-    gate_size: Annotated[int, typer.Option(
-        "--gate-size", help="Held-out texts the accuracy gate measures on: the first 200 of the built-in held-out "
+    gate_size: Annotated[Optional[int], typer.Option(
+        "--gate-size", help="Held-out texts the accuracy gate measures on (default 200): of the built-in held-out "
                             "text's 202 (`edgebert check` re-measures on all 202), or of --calib's texts after "
-                            "--calib-size.")] = 200,
+                            "--calib-size; question answering: of --gate-data's questions, or of the 439 built-in "
+                            "ones (default: all 439).")] = None,
     gate_data: Annotated[Optional[Path], typer.Option(
         "--gate-data", help="Question answering: a SQuAD JSON file of questions the model did not train on; "
                             "its first --gate-size answerable questions that are not in the --calib file gate instead "
@@ -88,7 +96,8 @@ def export(
                        gate_size=gate_size, gate_data=gate_data, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda,
-                       ort_format=ort_format, int4=int4, int4_block_size=int4_block, int4_algorithm=int4_algorithm)
+                       ort_format=ort_format, int4=int4, int4_block_size=int4_block, int4_algorithm=int4_algorithm,
+                       int4_attention=int4_attention, vocab_from=vocab_from)
     result = _export_with_progress(export_bundle, cfg)
     if archive_out is not None:          # packed before the summary: what is printed never costs the archive
         from edgebert.runtime.archive import write_archive

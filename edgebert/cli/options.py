@@ -128,7 +128,7 @@ PackOut = Annotated[Path, typer.Option(                           # edgebert pac
     "--out", "-o", help="The one-device bundle: a folder, or an archive (.tar.gz, .tgz or .zip).")]
 PackTarget = Annotated[str, typer.Option(                         # edgebert pack's own words
     "--target", help="The INT8 target the device runs (portable, x86-vnni, arm64 ...: one the bundle was "
-                     "exported with).")]
+                     "exported with), or int4: the small graph of `export --int8 --int4`.")]
 CheckTarget = Annotated[Optional[str], typer.Option(             # edgebert check's own words
     "--target", help="Check this INT8 graph of the bundle (portable | x86-avx2 | x86-vnni | arm64 | openvino) "
                      "instead of the one the runtime picks on this CPU.")]

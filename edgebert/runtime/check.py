@@ -6,8 +6,9 @@ right *there*. Torch-free (onnxruntime, tokenizers, numpy).
 3. list the bundle's INT8 graphs with what each needs, and pick one as ``EdgeSession`` does
    (``int8_choice``: a graph that would saturate here is loaded with exact products, or refused; an
    OpenVINO graph only when asked for: ``int8_choice.OPENVINO_DEFAULT_ON`` lists no CPU kind yet);
-4. re-measure that graph against the bundle's fp32 graph on this machine, on the built-in held-out
-   text (the same texts the export gate used) or ``--data``, with the task metric of the gate;
+4. re-measure that graph (a one-device bundle of the small graph, ``pack --target int4``: that graph) against
+   the bundle's fp32 graph on this machine, on the built-in held-out text (the same texts the export gate
+   used) or ``--data``, with the task metric of the gate;
 5. time both on the same batches (interleaved, spinning off) to show what INT8 buys here;
    A ``qa`` bundle is measured on questions (a SQuAD JSON ``--data`` file, else the built-in held-out
    questions): the overlap F1 of the INT8 graph's answers with the fp32 graph's, through
@@ -73,7 +74,7 @@ class CheckReport:
                if not self.reason.startswith("FAIL: bundle files") else f"bundle: {self.bundle}",
                f"host: {self.host['summary']}"]
         for g in self.graphs:
-            out.append(f"  int8 graph {g['target']:<10} {g['file']:<26} needs {g['needs']:<38} here: {g['here']}")
+            out.append(f"  {g.get('kind', 'int8')} graph {g['target']:<10} {g['file']:<26} needs {g['needs']:<38} here: {g['here']}")
         if self.chosen:
             out.append(f"chosen: {self.chosen['target']} ({self.chosen['reason']})")
         if self.small:
@@ -118,7 +119,7 @@ def _describe_graph(entry: ModelEntry, host) -> dict[str, Any]:
         here = f"exact only with {PRECISION_OPTION}=1 (slower)"
     else:
         here = "WRONG here (saturating kernel, no fix)"
-    return {"target": str(entry.target), "file": entry.file, "here": here,
+    return {"target": str(entry.target), "file": entry.file, "here": here, "kind": entry.precision,
             "needs": "exact U8S8 (VNNI / ARM64)" if exact else "nothing (exact on any x86-64 / ARM64)"}
 
 
@@ -140,7 +141,7 @@ def _check_target(bundle_dir: Path, manifest: Manifest, target: str | None) -> N
                                                  "runtime picks on this CPU")
 
 
-def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_texts: int = 256,
+def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_texts: int = 512,
                  max_accuracy_loss: float | None = None, int8_target: str | None = None,
                  threads: int | None = None) -> CheckReport:
     """Check ``bundle_dir`` on this machine; see the module docstring. ``BundleError`` only when the
@@ -169,6 +170,9 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         report.reason = f"FAIL: {exc.one_line()}"
         return report
     graphs = manifest.int8_graphs()
+    small_only = not graphs and "fp32" not in manifest.models and "int4" in manifest.models   # pack --target int4
+    if small_only:
+        graphs = {"int4": manifest.models["int4"]}
     report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
         _describe_openvino(manifest, e, host) for e in manifest.models.values() if e.engine == ENGINE]
     texts, report.texts = measured_texts(Path(data) if data is not None else None, max_texts, task)
@@ -185,8 +189,8 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         return report
     try:
         fp32 = None if packed else EdgeSession(bundle_dir, "cpu", "fp32", threads, verify=False, allow_spinning=False)
-        int8 = EdgeSession(bundle_dir, "cpu", "int8", threads, verify=False, allow_spinning=False,
-                           int8_target=int8_target)
+        int8 = EdgeSession(bundle_dir, "cpu", "int4" if small_only else "int8", threads, verify=False,
+                           allow_spinning=False, int8_target=None if small_only else int8_target)
     except EdgebertError as exc:
         report.reason = f"FAIL: {exc.one_line()}"
         return report
@@ -216,14 +220,15 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
         return report
     report.fidelity = fidelity.as_dict()
     where = f"this {host.kind} CPU"
+    graph = "small (int4) graph" if small_only else f"INT8 graph {choice.target!r}"
     summary = (f"{fidelity.metric} {fidelity.mean:.5f}, loss {fidelity.loss:.5f} "
                f"{'<=' if fidelity.within(report.budget) else '>'} budget {report.budget:g}, "
                f"on {fidelity.n} {report.texts['source']} {'questions' if spec.inputs == 'questions' else 'texts'}")
     if fidelity.within(report.budget):
         report.passed = True
-        report.reason = f"PASS: INT8 graph {choice.target!r} follows fp32 on {where} ({summary})"
+        report.reason = f"PASS: {graph} follows fp32 on {where} ({summary})"
     else:
-        report.reason = (f"FAIL: INT8 graph {choice.target!r} drifts from fp32 on {where} ({summary}); "
+        report.reason = (f"FAIL: {graph} drifts from fp32 on {where} ({summary}); "
                          + drift_advice(str(choice.target), accuracy, manifest.get_extra("default_precision")))
     return report
 

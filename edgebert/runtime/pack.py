@@ -7,6 +7,8 @@ graph (tokenizer files, ``config.json``, the sentence-transformers pooling files
 fp32 graph). Left out: every other graph (the fp32 graph, other targets', GPU graphs), each named in
 the manifest's ``packed.left_out`` with its size and why. The kept entry keeps its key and file name,
 so the packed bundle opens and checks like the full one (``EdgeSession``, ``edgebert check``).
+Target ``int4`` (``SMALL``) packs the bundle's small graph (``export --int8 --int4``) instead of an INT8 graph,
+when its gate met the budget: the packed bundle's only graph, loaded by default there.
 
 The output is a folder, or an archive (``.tar.gz`` / ``.tgz`` / ``.zip``: ``archive.write_archive``);
 either is written atomically and follows the one output rule (``files.outdirs`` / ``files.outfiles``):
@@ -34,6 +36,7 @@ from edgebert.runtime.float_reference import FIELD, REFERENCE_TASKS, write_refer
 __all__ = ["PackResult", "pack_bundle", "pack_plan"]
 
 PACKED = "packed"          # the manifest's key
+SMALL = "int4"             # the target naming the small graph (its manifest key)
 _ORIGIN = {"export": "from the export", "pack": "computed now from the fp32 graph"}
 
 
@@ -50,7 +53,8 @@ class PackResult:
 
     def lines(self) -> list[str]:
         gone = sum(e["bytes"] for e in self.left_out)
-        return [f"packed: {self.out} ({self.bytes / 1e6:.2f} MB): the {self.target} INT8 graph ({self.model}) and "
+        graph = "small (int4) graph" if self.target == SMALL else f"{self.target} INT8 graph"
+        return [f"packed: {self.out} ({self.bytes / 1e6:.2f} MB): the {graph} ({self.model}) and "
                 f"{len(self.kept) - 1} other files",
                 f"left out: {len(self.left_out)} files ({gone / 1e6:.2f} MB): "
                 + (", ".join(e["file"] for e in self.left_out) or "nothing"),
@@ -61,6 +65,8 @@ class PackResult:
 def _target_entry(bundle: Path, manifest: Manifest, target: str) -> tuple[str, ModelEntry]:
     graphs = {str(e.target): (k, e) for k, e in manifest.models.items() if e.precision == "int8"
               and e.is_cpu_int8}
+    if SMALL in manifest.models:
+        graphs[SMALL] = (SMALL, manifest.models[SMALL])
     if target not in graphs:
         have = ", ".join(graphs) or "none: export with --int8"
         other = next((e for e in manifest.models.values() if e.target is not None and str(e.target) == target), None)
@@ -75,7 +81,8 @@ def _target_entry(bundle: Path, manifest: Manifest, target: str) -> tuple[str, M
     key, entry = graphs[target]
     accuracy = entry.get_extra("accuracy") or {}
     if accuracy.get("within_budget") is False:
-        raise ConfigError(f"the {target} INT8 graph of {bundle} missed its accuracy budget at export, so a bundle "
+        graph = "small (int4) graph" if target == SMALL else f"{target} INT8 graph"
+        raise ConfigError(f"the {graph} of {bundle} missed its accuracy budget at export, so a bundle "
                           "without its fp32 graph would serve it", "ship the full bundle, or re-export")
     return key, entry
 
@@ -97,9 +104,12 @@ def pack_plan(bundle: Path, manifest: Manifest, target: str) -> tuple[str, list[
         if other == key:
             continue
         e = manifest.models[other]
-        why = ("the fp32 graph: this device runs the INT8 graph, and `edgebert check` compares it with the fp32 "
+        runs = "the small (int4) graph" if key == SMALL else "the INT8 graph"
+        why = (f"the fp32 graph: this device runs {runs}, and `edgebert check` compares it with the fp32 "
                "outputs stored in the bundle" if other == "fp32" else
-               f"the {e.target or other} graph ({e.precision}, for {', '.join(e.providers)}): made for other devices")
+               f"the small (int4) graph: this device runs the {target} INT8 graph" if other == SMALL else
+               f"the {e.target or other} graph ({e.precision}, for {', '.join(e.providers)}): "
+               + ("this device runs the small (int4) graph" if key == SMALL else "made for other devices"))
         for name in _graph_files(manifest, other):
             if name not in keep_graph and name not in left:
                 left[name] = {"file": name, "model": other, "reason": why,

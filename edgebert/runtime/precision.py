@@ -7,7 +7,8 @@ stays a ``BundleError``. Torch-free.
 
 ``precision="smallest"`` (asked for, never the default): the fewer-bytes of the bundle's small graph (``int4``)
 and the graph the default picks here, the small graph only if its gate met the budget (``accuracy.within_budget``
-not false: a small graph over budget is written to be looked at, not loaded unasked).
+not false: a small graph over budget is written to be looked at, not loaded unasked). A one-device bundle of the
+small graph (``edgebert pack --target int4``: no fp32 or INT8 graph) loads it by default.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def choose_precision(requested: str | None, manifest: Manifest, host: HostCpu,
         return PrecisionChoice(requested, "asked for by the caller")
     if int8_target is not None:       # a target names an INT8 graph: the caller asked for INT8
         return PrecisionChoice("int8", f"int8_target={int8_target!r} names an INT8 graph")
+    if not manifest.int8_graphs() and "fp32" not in manifest.models and "int4" in manifest.models:
+        return PrecisionChoice("int4", "default: a one-device bundle of the small (int4) graph (`edgebert pack "
+                                       "--target int4`), its only graph")
     if not manifest.int8_graphs():
         return PrecisionChoice("fp32", f"default: the bundle has no INT8 graph (it has: {', '.join(manifest.models)})")
     held = manifest.get_extra("default_precision")    # the export kept fp32 as the default (exporters.int8)

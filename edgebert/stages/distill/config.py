@@ -72,6 +72,7 @@ class DistillConfig(TaskShape):
     hidden: int | None = None              # a narrower student (None: the teacher's width); see width.student_width
     heads: int | None = None               # with hidden; None: keep the teacher's head size
     intermediate: int | None = None        # with hidden; None: the teacher's FFN/hidden ratio
+    int4_block: int | None = None          # 4-bit-aware (stages.distill.int4_aware): trains as export --int4 rounds
     # the loss
     temperature: float = 2.0
     alpha_kd: float = 5.0                  # KL of the softened logits (masked tokens, classes, or tokens)
@@ -158,6 +159,9 @@ class DistillConfig(TaskShape):
                 raise ConfigError(f"--layer-map {list(self.layer_map)} has a negative layer index")
         if self.student_init not in STUDENT_INITS:
             raise ConfigError(f"student_init={self.student_init!r}", f"use one of {', '.join(STUDENT_INITS)}")
+        if self.int4_block is not None and (self.int4_block not in (16, 32, 64, 128) or self.is_task):
+            raise ConfigError(f"--int4-aware block {self.int4_block} with --task {self.task}", "use a block of 16, "
+                              "32, 64 or 128 (export --int4-block), for a text student (embed / mlm)")
         self._check_width()
 
     def _check_width(self) -> None:

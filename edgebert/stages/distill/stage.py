@@ -48,6 +48,7 @@ from edgebert.stages.distill.config import (
     DistillConfig,
     check_student_depth,
 )
+from edgebert.stages.distill.int4_aware import bake_student, make_int4_aware
 from edgebert.stages.distill.layer_choice import (
     PROBE_EXAMPLES,
     closest_layer_map,
@@ -229,6 +230,9 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
     data = mode_data(cfg, teacher, tok)
     choice = closest_layer_map(teacher, cfg.layers, *layer_probe(cfg, data, tok)) if cfg.layer_map == CLOSEST else None
     student, layer_map = build_student(teacher, cfg, choice.layer_map if choice else None)
+    if cfg.int4_block is not None:
+        rounded = make_int4_aware(student, cfg.int4_block)
+        say(f"4-bit-aware: {rounded} encoder weights trained through their 4-bit rounding (block {cfg.int4_block})")
     how = f"teacher layers {layer_map}" if cfg.student_init == "teacher" else "random initialisation"
     if choice is not None:
         even = choice.distance_of(default_layer_map(teacher.config.num_hidden_layers, cfg.layers))
@@ -257,6 +261,8 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
                 "student_parameters": count_parameters(student), "start_metrics": start,
                 "layer_choice": choice.as_dict() if choice is not None else None})
         result = trainer.fit(task, stop_at_step)
+        if cfg.int4_block is not None and trainer.is_main:
+            bake_student(cfg.out, cfg.int4_block)    # the published model files: the rounded weights
     best = dict(task.best.metrics) if cfg.is_task else {}
     return DistillResult(cfg.out, result.step, layer_map, dict(result.eval_metrics), best,
                          dict(result.train_metrics), count_parameters(student), count_parameters(teacher),

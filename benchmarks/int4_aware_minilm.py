@@ -1,0 +1,125 @@
+"""all-MiniLM-L6-v2 trained 4-bit-aware against itself (issue #50, goal: <= 12 MB at embedding cosine vs the fp32
+model mean >= 0.99, min >= 0.97 on held-out texts).
+
+    python benchmarks/int4_aware_minilm.py [--block 128] [--steps 1500] [--lr 1e-4] [--skip-distill]
+
+1. ``distill`` the 6-layer model into a 6-layer student that starts as the model itself (layer map 0..5), with
+   ``--int4-aware BLOCK`` (``edgebert.stages.distill.int4_aware``: encoder weights trained through their 4-bit
+   rounding, the frozen word table replaced by its 4-bit round trip), the embed-long loss (+ the pooled-vector
+   cosine), on the embedding students' training text (``runs/embed_students/train_sentences.txt``: WikiText-2
+   valid + SST-2 and MRPC *train* sentences; made by ``embed_students.py``);
+2. ``export --int8 --int4 --int4-block BLOCK`` of the (baked) student;
+3. sentence vectors (the model's mean pooling, unit length) of held-out texts from the small, INT8 and fp32 graphs
+   of that bundle, against the *original* model's fp32 graph (``--reference``, default ``runs/minilm_ort``):
+   SST-2 dev sentences 100-199 (the held-out half of ``int4_minilm.py``), the rest of SST-2 dev, MRPC dev first
+   sentences, WikiText-2 test first sentences. None of them is training text.
+
+Writes ``benchmarks/results/int4/aware_minilm_b<BLOCK>_<STEPS>steps_lr<LR>.{json,md}`` with the CPU, versions and load. Accuracy and
+bytes only (not timed); CPU-heavy (the distillation): run nothing else meanwhile if wall times matter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT.parent / "shared" / "data"
+OUT = ROOT / "benchmarks" / "results" / "int4"
+TRAIN_TEXT = ROOT / "runs" / "embed_students" / "train_sentences.txt"
+
+
+def held_out_sets(n: int) -> dict[str, list[str]]:
+    from edgebert.stages.embed_eval import DownstreamData
+
+    data = DownstreamData.load(DATA, paragraphs=n)
+    dev = data.probe_dev
+    return {"SST-2 dev 100-199 (int4_minilm's held-out)": dev[100:200], "SST-2 dev, the rest": dev[200:200 + n],
+            "MRPC dev, first sentences": [a for a, _ in data.pairs][:n], "WikiText-2 test, first sentences":
+            data.queries[:n]}
+
+
+def distill_student(args) -> float:
+    from edgebert.pipeline.config import installed_teacher
+    from edgebert.stages.distill import DistillConfig, distill
+
+    if not TRAIN_TEXT.is_file():
+        raise SystemExit(f"{TRAIN_TEXT} not found: run benchmarks/embed_students.py once (it writes it)")
+    t0 = time.perf_counter()
+    cfg = DistillConfig.preset("embed-long", installed_teacher(), args.out / "student", layers=6,
+                               int4_block=args.block, corpus=(TRAIN_TEXT,), corpus_format="lines",
+                               alpha_pool=args.alpha_pool, overwrite=True,
+                               train={"max_steps": args.steps, "batch_size": 16, "lr": args.lr, "eval_every": args.steps,
+                                      "save_every": args.steps, "log_every": 50, "progress": False, "seed": 0})
+    result = distill(cfg)
+    print(f"distilled {result.steps} steps in {time.perf_counter() - t0:.0f} s: {result.eval_metrics}", flush=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--block", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--alpha-pool", type=float, default=1.0)
+    ap.add_argument("--texts", type=int, default=400)
+    ap.add_argument("--out", type=Path, default=ROOT / "runs" / "minilm_q4aware")
+    ap.add_argument("--reference", type=Path, default=ROOT / "runs" / "minilm_ort")
+    ap.add_argument("--skip-distill", action="store_true", help="reuse OUT/student")
+    args = ap.parse_args()
+
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.files.atomic import write_json, write_text
+    from edgebert.runtime import EdgeSession
+    from edgebert.system.environment import describe
+
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    distill_s = None if args.skip_distill else round(distill_student(args), 1)
+    bundle = args.out / f"bundle_b{args.block}"
+    exported = export_bundle(ExportConfig(model_dir=args.out / "student", out_dir=bundle, task="embed", int8=True,
+                                          int4=True, int4_block_size=args.block, overwrite=True,
+                                          validation_batch_sizes=(1, 3)))
+    manifest = exported.manifest
+    reference = EdgeSession(args.reference, provider="cpu", precision="fp32", threads=2)
+    graphs = {p: EdgeSession(bundle, provider="cpu", precision=p, threads=2) for p in ("int4", "int8", "fp32")}
+    sizes = {p: (bundle / manifest.models[p].file).stat().st_size for p in graphs}
+    rows = {}
+    for name, texts in held_out_sets(args.texts).items():
+        want = reference.embed(texts)
+        rows[name] = {"texts": len(texts)}
+        for precision, session in graphs.items():
+            cos = (want * session.embed(texts)).sum(-1)
+            rows[name][precision] = {"mean": float(cos.mean()), "min": float(cos.min()),
+                                     "p5": float(np.percentile(cos, 5))}
+        print(name, {p: round(rows[name][p]["mean"], 4) for p in graphs}, flush=True)
+    entry = manifest.models["int4"]
+    result = {"block": args.block, "steps": args.steps, "lr": args.lr, "alpha_pool": args.alpha_pool,
+              "distill_s": distill_s, "bytes": sizes, "int4": {"eight_bit": entry.get_extra("quantization")["eight_bit"],
+                                                               "gate": entry.get_extra("accuracy")},
+              "held_out": rows, "reference": str(args.reference), "bundle": str(bundle), "load_before": load_before,
+              "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
+              "command": "python benchmarks/int4_aware_minilm.py " + " ".join(sys.argv[1:])}
+    stem = f"aware_minilm_b{args.block}_{args.steps}steps_lr{args.lr:g}"
+    write_json(OUT / f"{stem}.json", result)
+    lines = [f"# all-MiniLM-L6-v2 trained 4-bit-aware against itself, block {args.block}", "",
+             f"{args.steps} steps, lr {args.lr}, alpha_pool {args.alpha_pool}; distill {distill_s} s. Cosine of each "
+             f"graph's sentence vectors with the original fp32 model's ({args.reference}).", "",
+             "| graph | bytes |", "|---|---:|", *[f"| {p} | {b:,} |" for p, b in sizes.items()], "",
+             "| held-out texts | n | small (int4): mean / p5 / min | INT8 | fp32 (the trained model) |",
+             "|---|---:|---|---|---|"]
+    for name, r in rows.items():
+        cells = [f"{r[p]['mean']:.4f} / {r[p]['p5']:.4f} / {r[p]['min']:.4f}" for p in graphs]
+        lines.append(f"| {name} | {r['texts']} | " + " | ".join(cells) + " |")
+    lines += ["", f"Load average {load_before} before, {result['load_after']} after. `{result['command']}`", ""]
+    write_text(OUT / f"{stem}.md", "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""4-bit-aware distillation (issue #50): the rounding is onnxruntime's, the gradient passes straight through,
+the saved student is already rounded, and its small graph then equals its fp32 graph (tiny seeded models)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from distill_helpers import make_model_dir, write_toy_corpus
+from edgebert.errors import ConfigError
+from edgebert.stages.distill import DistillConfig, distill
+from edgebert.stages.distill.int4_aware import four_bit_linears, make_int4_aware, round_4bit
+from edgebert.training import TrainConfig
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("int4aware")
+    make_model_dir(root / "encoder", "BertModel", layers=2)          # hidden 64, FFN 128
+    write_toy_corpus(root / "corpus.txt")
+    return root
+
+
+def test_rounding_is_onnxruntimes_matmulnbits():
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    k, n = 64, 6
+    weight = np.random.default_rng(1).normal(size=(n, k)).astype(np.float32)      # torch layout [out, in]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "B"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+                              [numpy_helper.from_array(weight.T.copy(), "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    algo = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=0)
+    quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True, accuracy_level=0, algo_config=algo)
+    quantizer.process()
+    assert [node.op_type for node in quantizer.model.model.graph.node] == ["MatMulNBits"]
+    session = ort.InferenceSession(quantizer.model.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    onnx.checker.check_model(quantizer.model.model)
+    eye = np.eye(k, dtype=np.float32)
+    ort_weight = np.stack([session.run(None, {"x": eye[i:i + 1]})[0][0] for i in range(k)]).T     # [n, k]
+    ours = round_4bit(torch.from_numpy(weight), 32).numpy()
+    assert np.abs(ours - ort_weight).max() < 1e-6 and np.abs(ours - weight).max() > 0.01
+    assert np.array_equal(round_4bit(torch.from_numpy(ours), 32).numpy(), ours)        # rounding twice: the same
+
+
+def test_gradient_passes_straight_through(toy):
+    from edgebert.model import load_model
+
+    model = load_model(toy / "encoder")
+    assert make_int4_aware(model, 32) == 12                     # 2 layers x (q, k, v, attention out, FFN in, out)
+    linear = four_bit_linears(model)["encoder.layer.0.intermediate.dense"]
+    x = torch.randn(3, 64)
+    y = linear(x)
+    want = x @ round_4bit(linear.weight.detach(), 32).T + linear.bias
+    assert torch.allclose(y, want, atol=1e-5)
+    y.sum().backward()
+    assert torch.allclose(linear.weight.grad, x.sum(0).expand_as(linear.weight), atol=1e-5)
+
+
+def test_config_refuses_a_block_for_task_distillation(toy, tmp_path):
+    with pytest.raises(ConfigError, match="int4-aware"):
+        DistillConfig(teacher=toy / "encoder", out=tmp_path / "s", task="embed", corpus=(toy / "corpus.txt",),
+                      int4_block=24)
+
+
+def test_an_int4_aware_student_is_saved_rounded_and_its_small_graph_follows_it(toy, tmp_path):
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.model import load_model
+    from edgebert.runtime import EdgeSession
+
+    cfg = DistillConfig(teacher=toy / "encoder", out=tmp_path / "student", task="embed", corpus=(toy / "corpus.txt",),
+                        layers=2, alpha_kd=0.0, alpha_mlm=0.0, max_seq_len=32, max_eval_examples=16,
+                        eval_batch_size=8, int4_block=16,
+                        train=TrainConfig(max_steps=20, batch_size=8, lr=1e-3, warmup_ratio=0.0, log_every=1,
+                                          eval_every=20, save_every=20, progress=False))
+    distill(cfg)
+    losses = [json.loads(line)["loss"] for line in (cfg.out / "metrics.jsonl").read_text().splitlines()
+              if "loss" in json.loads(line)]
+    assert len(losses) == 20 and np.isfinite(losses).all()
+    saved = four_bit_linears(load_model(cfg.out))
+    assert len(saved) == 12
+    for layer in saved.values():                                  # on the 4-bit grid already
+        assert torch.equal(round_4bit(layer.weight.detach(), 16), layer.weight.detach())
+    bundle = tmp_path / "bundle"
+    export_bundle(ExportConfig(model_dir=cfg.out, out_dir=bundle, task="embed", int8=True, int4=True,
+                               validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    entry = json.loads((bundle / "manifest.json").read_text())["models"]["int4"]
+    assert entry["quantization"]["eight_bit"] == []                 # nothing left to keep 8-bit
+    q = entry["quantization"]
+    assert q["block_size"] == q["table_block"] == 16                # the block it trained at (distill_config.json)
+    texts = ["the film was good", "a bad movie that nobody liked at all", "one more text"]
+    fp32 = EdgeSession(bundle, provider="cpu", precision="fp32", threads=1).embed(texts)
+    small = EdgeSession(bundle, provider="cpu", precision="int4", threads=1).embed(texts)
+    assert (fp32 * small).sum(axis=1).min() > 0.999                # int8 activations and the 4-bit table remain
