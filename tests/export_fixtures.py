@@ -26,3 +26,15 @@ def make_calib_text(path: Path, n: int = 48) -> Path:
              for i in range(n)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def make_small_bundle(root: Path) -> Path:
+    """A tiny seeded embedding bundle with INT8 and the small (int4) graph (``export --int8 --int4``)."""
+    from edgebert.exporters import ExportConfig, export_bundle
+
+    model_dir = make_model_dir(root / "model", seed=5)
+    calib = make_calib_text(root / "calib.txt", n=64)
+    out = root / "bundle"
+    export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, int4=True, calib=calib, calib_size=32,
+                               gate_size=32, validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    return out

@@ -13,20 +13,12 @@ from edgebert.errors import ConfigError
 from edgebert.graph.ops import op_type_counts
 from edgebert.quantization.int4 import Int4Config, small_graph
 from edgebert.quantization.int4_tables import dequantize_blocks, quantize_blocks
-from export_fixtures import make_calib_text, make_model_dir
+from export_fixtures import make_calib_text, make_small_bundle
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    from edgebert.exporters import ExportConfig, export_bundle
-
-    root = tmp_path_factory.mktemp("int4")
-    model_dir = make_model_dir(root / "model", seed=5)
-    calib = make_calib_text(root / "calib.txt", n=64)
-    out = root / "bundle"
-    export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, int4=True, calib=calib, calib_size=32,
-                               gate_size=32, validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
-    return out
+    return make_small_bundle(tmp_path_factory.mktemp("int4"))
 
 
 def test_config_refuses_bad_settings():

@@ -10,20 +10,12 @@ from pathlib import Path
 import pytest
 
 from edgebert.errors import ConfigError
-from export_fixtures import make_calib_text, make_model_dir
+from export_fixtures import make_small_bundle
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
-    from edgebert.exporters import ExportConfig, export_bundle
-
-    root = tmp_path_factory.mktemp("pack_small")
-    model_dir = make_model_dir(root / "model", seed=5)
-    calib = make_calib_text(root / "calib.txt", n=64)
-    out = root / "bundle"
-    export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, int4=True, calib=calib, calib_size=32,
-                               gate_size=32, validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
-    return out
+    return make_small_bundle(tmp_path_factory.mktemp("pack_small"))
 
 
 def test_pack_int4_keeps_the_small_graph_alone_loads_it_by_default_and_checks(bundle: Path, tmp_path: Path):
