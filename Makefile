@@ -68,7 +68,7 @@ demo: $(STAMP)
 	$(BIN)/edgebert pipeline --out $(RUNS)/demo --overwrite --downstream-data $(DATA)
 
 test: $(STAMP) $(WEB_STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=25
 
 test-all: $(STAMP) $(WEB_STAMP)
 	$(BIN)/python -m pytest -q

@@ -113,7 +113,9 @@ def main() -> None:
               "bytes": {n: p.stat().st_size for n, p in graphs.items()}, "median_ms": rows,
               "graphs": {n: str(p) for n, p in graphs.items()}}
     small = [n for n in graphs if n != "int8"]
-    table = [f"int4 (small{', ' + args.label.strip('_') if args.label else ''}) vs INT8, all-MiniLM-L6-v2, "
+    model = "/".join(Path(manifest.get("source", {}).get("model_dir", args.bundle)).parts[-2:])
+    result["model"] = f"{model} ({manifest['config']['num_hidden_layers']} layers, hidden {manifest['config']['hidden_size']})"
+    table = [f"int4 (small{', ' + args.label.strip('_') if args.label else ''}) vs INT8, {result['model']}, "
              f"{result['cpu']} ({host.kind}), 1 thread, onnxruntime {ort.__version__}, load "
              f"{result['load_average_before']} -> {result['load_average_after']}", "",
              "| workload | INT8 ms | " + " | ".join(f"{n} ms (/ INT8)" for n in small) + " |",

@@ -22,6 +22,10 @@ INT8_SETTINGS = {"int8_mode": "--int8-mode", "int8_targets": "--target", "per_ch
                  "gate_size": "--gate-size", "gate_data": "--gate-data", "max_accuracy_loss": "--max-accuracy-loss",
                  "outlier_ratio": "--outlier-ratio", "activation_scales": "--activation-scales",
                  "int8_embedding_tables": "int8_embedding_tables"}
+# the settings that shape only the small graph: refused without --int4
+INT4_SETTINGS = {"int4_block_size": "--int4-block", "int4_accuracy_level": "--int4-accuracy-level",
+                 "int4_algorithm": "--int4-algorithm", "int4_attention": "--int4-attention",
+                 "int4_max_accuracy_loss": "--int4-max-accuracy-loss"}
 # Read from the task registry (``edgebert.bundle.task_registry``), kept for code that imports them:
 # the default task of each architecture (config.json "architectures"), the class each task exports as.
 ARCHITECTURE_TASKS = {a: t.name for t in BUNDLE_TASKS for a in t.architectures}
@@ -74,6 +78,7 @@ class ExportConfig:
     int4_accuracy_level: int = 4
     int4_algorithm: str = "rtn"
     int4_attention: str = "split"              # split: QKV 4-bit candidates (MultiHeadAttention) | packed
+    int4_max_accuracy_loss: float | None = None   # None: the INT8 budget (max_accuracy_loss, else the task's)
     # a domain vocabulary (exporters.vocab_prune): keep the word pieces this text file uses (+ characters)
     vocab_from: Path | None = None
     # FP16
@@ -135,6 +140,8 @@ class ExportConfig:
             if self.task is not None and bundle_task(self.task).outputs_vocabulary:
                 raise ConfigError("--vocab-from changes the token ids a fill-mask model predicts",
                                   "drop --vocab-from for --task mlm")
+        if not self.int4:
+            self._check_unused(INT4_SETTINGS, "a 4-bit", "--int4")
         if self.int8:
             self.int8_config()   # validates the INT8 combination (static needs --calib, ...)
         if self.fp16:
@@ -142,20 +149,27 @@ class ExportConfig:
 
     def _check_no_int8_settings(self) -> None:
         """Without ``int8`` no INT8 setting may differ from its default: it would be silently unused."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in INT8_SETTINGS}
-        given = [flag for name, flag in INT8_SETTINGS.items() if getattr(self, name) != defaults[name]]
+        self._check_unused(INT8_SETTINGS, "an INT8", "--int8")
+
+    def _check_unused(self, settings: dict[str, str], one: str, flag: str) -> None:
+        """No setting of ``settings`` may differ from its default without ``flag`` (``one``: "an INT8")."""
+        kind = one.split(" ", 1)[1]
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in settings}
+        given = [option for name, option in settings.items() if getattr(self, name) != defaults[name]]
         if given:
             listed = ", ".join(given)
-            raise ConfigError(f"{listed} {'is an INT8 setting' if len(given) == 1 else 'are INT8 settings'}, and "
-                              "INT8 settings need --int8", f"add --int8, or drop {listed}")
+            raise ConfigError(f"{listed} {f'is {one} setting' if len(given) == 1 else f'are {kind} settings'}, "
+                              f"and {kind} settings need {flag}", f"add {flag}, or drop {listed}")
 
     def int4_config(self) -> Int4Config:
-        """The small graph's settings (validated by ``Int4Config``); ``max_accuracy_loss`` is INT8's. The block:
+        """The small graph's settings (validated by ``Int4Config``); its budget: ``int4_max_accuracy_loss``, else INT8's
+        (a tight INT8 budget can leave no room for 4 bits: give the small graph its own). The block:
         ``int4_block_size``, else the one a ``distill --int4-aware`` student trained at (its ``distill_config.json``:
         exported at another block, its rounding would not be the trained one), else 32."""
         block = self.int4_block_size or trained_int4_block(self.model_dir) or 32
         return Int4Config(block_size=block, accuracy_level=self.int4_accuracy_level, algorithm=self.int4_algorithm,
-                          attention=self.int4_attention, table_block=block)
+                          attention=self.int4_attention, table_block=block,
+                          max_accuracy_loss=self.int4_max_accuracy_loss)
 
     def int8_config(self, max_len: int | None = None) -> Int8Config:
         """The INT8 settings; with ``max_len``, calibration and gate texts are cut to fit the model's positions."""

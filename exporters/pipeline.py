@@ -45,6 +45,7 @@ from edgebert.exporters.vocab_prune import prune_vocabulary
 from edgebert.files.atomic import current_umask, remove_stale_work_dirs, work_dir, write_text
 from edgebert.files.outdirs import OutputDir
 from edgebert.model import CONFIG_NAME, BertConfig, load_model
+from edgebert.model.bert import BertEmbeddings
 from edgebert.model.families import check_pad_id
 from edgebert.runtime.float_reference import REFERENCE_FILE, REFERENCE_TASKS, write_reference
 from edgebert.runtime.ort_format import ORT_CONFIG, add_ort_graphs
@@ -85,6 +86,15 @@ def _load(cfg: ExportConfig) -> tuple[BertConfig, str, object, Path]:
     return model_cfg, task, model, tok_file
 
 
+def _crop_positions(model, model_cfg: BertConfig, max_len: int) -> BertConfig:
+    """The position table cut to the rows ``max_len`` tokens read, in the model and in the config the bundle
+    records (its config.json and manifest then say ``max_len``)."""
+    for module in model.modules():
+        if isinstance(module, BertEmbeddings):
+            module.crop_positions(max_len)
+    return dataclasses.replace(model_cfg, max_position_embeddings=max_len + model_cfg.position_offset)
+
+
 def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = None) -> ExportResult:
     """Export ``cfg.model_dir`` into the bundle directory ``cfg.out_dir``; see the module docstring.
     With ``cfg.vocab_from`` the checkpoint is first rewritten with that corpus's vocabulary
@@ -118,6 +128,8 @@ def _export(cfg: ExportConfig, say: _Steps, out: OutputDir, source_dir: Path, ex
     if max_len > model_cfg.max_sequence_length:
         raise ConfigError(f"max sequence length {max_len} exceeds the model's {model_cfg.max_sequence_length} "
                           f"positions (max_position_embeddings={model_cfg.max_position_embeddings})")
+    if max_len < model_cfg.max_sequence_length:      # rows past max_len are never read: not in the graph
+        model_cfg = _crop_positions(model, model_cfg, max_len)
     check_pad_id(model_cfg.model_type, model_cfg.pad_token_id, tok_meta["pad_id"], str(cfg.model_dir))
     if tok_meta["vocab_size"] > model_cfg.vocab_size:
         raise CheckpointError(f"{tok_file} has {tok_meta['vocab_size']} tokens, the model only "

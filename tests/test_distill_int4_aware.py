@@ -100,3 +100,32 @@ def test_an_int4_aware_student_is_saved_rounded_and_its_small_graph_follows_it(t
     fp32 = EdgeSession(bundle, provider="cpu", precision="fp32", threads=1).embed(texts)
     small = EdgeSession(bundle, provider="cpu", precision="int4", threads=1).embed(texts)
     assert (fp32 * small).sum(axis=1).min() > 0.999                # int8 activations and the 4-bit table remain
+
+
+def test_distill_continues_from_a_trained_students_folder(toy, tmp_path):
+    """``--init DIR``: a float student fine-tuned 4-bit-aware starts from its own weights (its held-out agreement
+    at the start is the one it ended with), and a student of another shape is refused in one line."""
+    from edgebert.model import load_model
+
+    def cfg(out, layers=1, **fields):
+        return DistillConfig(teacher=toy / "encoder", out=out, task="embed", corpus=(toy / "corpus.txt",),
+                             layers=layers, alpha_kd=0.0, alpha_mlm=0.0, max_seq_len=32, max_eval_examples=16,
+                             eval_batch_size=8, **fields,
+                             train=TrainConfig(max_steps=6, batch_size=8, lr=1e-3, warmup_ratio=0.0, log_every=1,
+                                               eval_every=6, save_every=6, progress=False))
+
+    first = distill(cfg(tmp_path / "float", layer_map=(0,)))           # evenly spaced would be [1]
+    again = distill(cfg(tmp_path / "again", student_init=str(first.out_dir)))
+    key = "embedding_cosine_mean"
+    assert again.layer_map == [0]                                        # the map it was trained with
+    assert abs(again.start_metrics[key] - first.eval_metrics[key]) < 1e-6
+    fresh = distill(cfg(tmp_path / "fresh"))
+    assert abs(fresh.start_metrics[key] - first.eval_metrics[key]) > 1e-4   # the teacher's layers start elsewhere
+    aware = distill(cfg(tmp_path / "aware", student_init=str(first.out_dir), int4_block=16))
+    for layer in four_bit_linears(load_model(aware.out_dir)).values():     # fine-tuned and saved on the grid
+        assert (round_4bit(layer.weight.detach(), 16) - layer.weight.detach()).abs().max() < 1e-7
+    with pytest.raises(ConfigError, match=r"has \(layers, hidden, heads, FFN\) \(1, 64, 4, 128\); this run asks "
+                                          r"for \(2, 64, 4, 128\)"):
+        distill(cfg(tmp_path / "two", layers=2, student_init=str(first.out_dir)))
+    with pytest.raises(ConfigError, match="not teacher, random, or a folder with a config.json"):
+        cfg(tmp_path / "bad", student_init=str(tmp_path / "nowhere"))

@@ -44,3 +44,26 @@ def test_the_library_config_names_every_int8_setting_given(tmp_path):
     # with --int8 they are taken; the defaults without it are no settings at all
     assert ExportConfig(model_dir=tmp_path / "m", out_dir=tmp_path / "o", int8=True, gate_size=50).gate_size == 50
     assert not ExportConfig(model_dir=tmp_path / "m", out_dir=tmp_path / "o").int8
+
+
+@pytest.mark.parametrize("argv, flag", [(["--int4-block", "64"], "--int4-block"),
+                                        (["--int4-attention", "packed"], "--int4-attention"),
+                                        (["--int4-accuracy-level", "1"], "--int4-accuracy-level"),
+                                        (["--int4-max-accuracy-loss", "0.005"], "--int4-max-accuracy-loss")])
+def test_a_4bit_option_without_int4_is_refused_in_one_line(argv, flag, tmp_path, capsys):
+    model = make_tiny_model_dir(tmp_path / "model", "BertModel")
+    code, _, err = run_cli(capsys, "export", model, "--out", tmp_path / "bundle", "--int8", *argv)
+    assert_one_line_error(code, err, f"{flag} is a 4-bit setting, and 4-bit settings need --int4",
+                          f"(add --int4, or drop {flag})")
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_the_small_graph_takes_its_own_budget_else_the_int8_one(tmp_path):
+    base = dict(model_dir=tmp_path / "m", out_dir=tmp_path / "o", int8=True, int4=True, max_accuracy_loss=0.0006)
+    assert ExportConfig(**base).int4_config().max_accuracy_loss is None          # None: the INT8 budget
+    assert ExportConfig(**base, int4_max_accuracy_loss=0.004).int4_config().max_accuracy_loss == 0.004
+    with pytest.raises(ConfigError, match=r"4-bit max_accuracy_loss 1.5 is outside \[0, 1\)"):
+        ExportConfig(**base, int4_max_accuracy_loss=1.5)
+    assert ExportConfig(**base, int4_accuracy_level=1).int4_config().accuracy_level == 1
+    with pytest.raises(ConfigError, match="unknown MatMulNBits accuracy_level 5"):
+        ExportConfig(**base, int4_accuracy_level=5)

@@ -45,7 +45,8 @@ def distill_cmd(
         "--layer-map", help="Teacher layer per student layer, e.g. 0,4,8,11 (default: evenly spaced), or "
                             "closest: the layers whose untrained student is nearest the teacher on training examples.")] = None,
     init: Annotated[Optional[str], typer.Option(
-        "--init", help="teacher (copy layers) | random (the from-scratch baseline).")] = None,
+        "--init", help="teacher (copy layers) | random (the from-scratch baseline) | a trained student's folder "
+                  "to continue from (e.g. --int4-aware fine-tuning of a float student).")] = None,
     freeze_word_embeddings: o.FreezeWordEmbeddings = None,
     hidden: _width("--hidden", "A narrower student: its hidden size (default: the teacher's), weights sliced from "
                                "the teacher's, hidden-state terms through a learned projection (text modes).") = None,

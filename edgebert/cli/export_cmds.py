@@ -37,6 +37,13 @@ def export(
     int4_attention: Annotated[str, typer.Option("--int4-attention", help="split (query, key and value MatMuls "
                                                 "can be 4-bit, feeding MultiHeadAttention) | packed (the fused "
                                                 "Attention, 8-bit).")] = "split",
+    int4_accuracy_level: Annotated[int, typer.Option(
+        "--int4-accuracy-level", help="MatMulNBits' compute: 4 (int8 activations, the default) | 1 (float32 "
+                                      "activations: no activation rounding; slower on short texts) | 0 (onnxruntime's "
+                                      "choice).")] = 4,
+    int4_max_accuracy_loss: Annotated[Optional[float], typer.Option(
+        "--int4-max-accuracy-loss", help="The small graph's own budget, in the gate's metric (default: "
+                                         "--max-accuracy-loss, else the task's).")] = None,
     vocab_from: Annotated[Optional[Path], typer.Option(
         "--vocab-from", help="A domain's text (one per line): keep only the word pieces it uses, plus every "
                              "character, so any text still tokenizes (words outside it cost more tokens).")] = None,
@@ -97,7 +104,8 @@ def export(
                        activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda,
                        ort_format=ort_format, int4=int4, int4_block_size=int4_block, int4_algorithm=int4_algorithm,
-                       int4_attention=int4_attention, vocab_from=vocab_from)
+                       int4_attention=int4_attention, int4_max_accuracy_loss=int4_max_accuracy_loss,
+                       int4_accuracy_level=int4_accuracy_level, vocab_from=vocab_from)
     result = _export_with_progress(export_bundle, cfg)
     if archive_out is not None:          # packed before the summary: what is printed never costs the archive
         from edgebert.runtime.archive import write_archive

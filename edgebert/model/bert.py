@@ -107,6 +107,17 @@ class BertEmbeddings(nn.Module):
         # same as counting non-pad tokens for right-padded rows without pad ids inside (what the runtime feeds)
         self.static_positions = False
 
+    def crop_positions(self, max_len: int) -> None:
+        """Keep the position rows inputs of at most ``max_len`` tokens read (nanoGPT's crop_block_size): a graph
+        exported for shorter inputs does not carry the rest."""
+        rows = max_len + self.offset
+        old = self.position_embeddings
+        if rows >= old.num_embeddings:
+            return
+        self.position_embeddings = nn.Embedding(rows, old.embedding_dim, padding_idx=old.padding_idx)
+        self.position_embeddings.weight = nn.Parameter(old.weight.detach()[:rows].clone(), old.weight.requires_grad)
+        self.position_ids = self.position_ids[:, :max_len]
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         T = input_ids.shape[1]
         if not self.offset:

@@ -67,7 +67,7 @@ class DistillConfig(TaskShape):
     # the student
     layers: int = 4
     layer_map: tuple[int, ...] | str | None = None  # per student layer; None: evenly spaced; "closest": measured
-    student_init: str = "teacher"          # "teacher" (DistilBERT) or "random" (from-scratch baseline)
+    student_init: str = "teacher"          # "teacher" (DistilBERT), "random" (baseline), or a student's folder
     freeze_word_embeddings: bool = False
     hidden: int | None = None              # a narrower student (None: the teacher's width); see width.student_width
     heads: int | None = None               # with hidden; None: keep the teacher's head size
@@ -147,18 +147,18 @@ class DistillConfig(TaskShape):
     def _check_student(self) -> None:
         if not isinstance(self.layers, int) or self.layers < 1:
             raise ConfigError(f"--layers {self.layers!r} must be a positive integer")
-        if self.layer_map == CLOSEST:
-            if self.student_init != "teacher":
-                raise ConfigError("--layer-map closest picks teacher layers to copy, not a random student",
-                                  "drop --layer-map, or use --init teacher")
-        elif self.layer_map is not None:
+        if self.layer_map == CLOSEST and self.student_init != "teacher":
+            raise ConfigError("--layer-map closest picks teacher layers to copy, not another student",
+                              "drop --layer-map, or use --init teacher")
+        elif self.layer_map is not None and self.layer_map != CLOSEST:
             if len(self.layer_map) != self.layers:
                 raise ConfigError(f"--layer-map has {len(self.layer_map)} entries but the student has "
                                   f"{self.layers} layers", "give one teacher layer per student layer")
             if any(i < 0 for i in self.layer_map):
                 raise ConfigError(f"--layer-map {list(self.layer_map)} has a negative layer index")
-        if self.student_init not in STUDENT_INITS:
-            raise ConfigError(f"student_init={self.student_init!r}", f"use one of {', '.join(STUDENT_INITS)}")
+        if self.student_init not in STUDENT_INITS and not (Path(self.student_init) / "config.json").is_file():
+            raise ConfigError(f"--init {self.student_init}: not teacher, random, or a folder with a config.json",
+                              "give teacher, random, or a trained student's folder (config.json + weights)")
         if self.int4_block is not None and (self.int4_block not in (16, 32, 64, 128) or self.is_task):
             raise ConfigError(f"--int4-aware block {self.int4_block} with --task {self.task}", "use a block of 16, "
                               "32, 64 or 128 (export --int4-block), for a text student (embed / mlm)")

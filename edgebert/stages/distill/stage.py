@@ -28,6 +28,7 @@ from edgebert.data.tasks import SPAN_PRESETS, TOKEN_PRESETS
 from edgebert.data.tokenizer import TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import write_json
+from edgebert.files.jsonfile import read_json_or_none
 from edgebert.files.outdirs import OutputDir
 from edgebert.model import (
     MODEL_OUTPUTS,
@@ -45,6 +46,7 @@ from edgebert.model.narrow import narrow_model
 from edgebert.stages.distill.config import (
     CLOSEST,
     MLM_ARCHITECTURES,
+    STUDENT_INITS,
     DistillConfig,
     check_student_depth,
 )
@@ -99,6 +101,18 @@ def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
     return teacher
 
 
+def trained_student(folder: Path, architecture: str, shape: tuple[int, int, int, int]) -> nn.Module:
+    """A trained student to continue from (``--init DIR``: e.g. 4-bit-aware fine-tuning of a float student); its
+    (layers, hidden, heads, FFN) must be the ones this run asks for."""
+    student = load_model(folder, architecture, allow_new_heads=True)
+    c = student.config
+    have = (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size)
+    if have != shape:
+        raise ConfigError(f"--init {folder} has (layers, hidden, heads, FFN) {have}; this run asks for {shape}",
+                          "give --layers / --hidden / --heads / --intermediate as that student has them")
+    return student
+
+
 def build_student(teacher: nn.Module, cfg: DistillConfig,
                   measured: list[int] | None = None) -> tuple[nn.Module, list[int]]:
     """The student and its layer map (validated against the teacher's depth); ``measured``: the map that
@@ -106,13 +120,18 @@ def build_student(teacher: nn.Module, cfg: DistillConfig,
     if cfg.layer_map == CLOSEST and measured is None:
         raise ConfigError("--layer-map closest needs the measured map", "distill() measures it on the training data")
     given = measured if cfg.layer_map == CLOSEST else list(cfg.layer_map) if cfg.layer_map else None
-    layer_map = parse_layer_map(given, teacher.config.num_hidden_layers, cfg.layers)
+    trained = None if cfg.student_init in STUDENT_INITS else Path(cfg.student_init)
     hidden, heads, intermediate = student_width(cfg, teacher.config)
+    if trained is not None:
+        student = trained_student(trained, type(teacher).__name__, (cfg.layers, hidden, heads, intermediate))
+        if given is None:                               # the map it was trained with, if it says
+            given = (read_json_or_none(trained / "distill_config.json") or {}).get("layer_map")
+    layer_map = parse_layer_map(given, teacher.config.num_hidden_layers, cfg.layers)
     if cfg.student_init == "teacher":
         student, layer_map = make_student(teacher, cfg.layers, layer_map)
         if hidden != teacher.config.hidden_size or intermediate != teacher.config.intermediate_size:
             student = narrow_model(student, hidden, heads, intermediate)    # weights sliced from the teacher's
-    else:
+    elif trained is None:
         torch.manual_seed(cfg.train.seed)
         student = build_model(teacher.config.replace(num_hidden_layers=cfg.layers, hidden_size=hidden,
                                                      num_attention_heads=heads, intermediate_size=intermediate),
@@ -233,7 +252,8 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
     if cfg.int4_block is not None:
         rounded = make_int4_aware(student, cfg.int4_block)
         say(f"4-bit-aware: {rounded} encoder weights trained through their 4-bit rounding (block {cfg.int4_block})")
-    how = f"teacher layers {layer_map}" if cfg.student_init == "teacher" else "random initialisation"
+    how = {"teacher": f"teacher layers {layer_map}", "random": "random initialisation"}.get(
+        cfg.student_init, f"the student in {cfg.student_init} (layer map {layer_map})")
     if choice is not None:
         even = choice.distance_of(default_layer_map(teacher.config.num_hidden_layers, cfg.layers))
         how += (f", the closest of {len(choice.tried)} choices to the teacher on {choice.examples} training examples "
