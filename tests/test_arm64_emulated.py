@@ -212,6 +212,7 @@ def test_runtime_on_emulated_arm64_is_exact_and_follows_fp32(cpu, arm64_site, bu
     assert cos.min() > 0.9999, cos                                                   # INT8 follows fp32
 
 
+@pytest.mark.slow   # the whole CLI twice under QEMU: 2-3 minutes; the exactness test above runs by default
 def test_edgebert_check_and_info_on_emulated_arm64(arm64_site, bundle):
     env = {**os.environ, "ARM64_CPU": "max", "PYTHONPATH": f"{arm64_site}{os.pathsep}{REPO}"}
     check = _run([ARM64_PYTHON, "-m", "edgebert.cli", "check", bundle, "--max-texts", "64", "--json"], env=env)
