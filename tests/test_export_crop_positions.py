@@ -75,7 +75,7 @@ def test_crop_positions_keeps_the_outputs_of_shorter_inputs(model_type, pad):
 
     cfg = BertConfig.preset("tiny", model_type=model_type, pad_token_id=pad, hidden_dropout_prob=0.0,
                             architecture="BertModel",
-                            attention_probs_dropout_prob=0.0, max_position_embeddings=64 + cfg_offset(model_type))
+                            attention_probs_dropout_prob=0.0, max_position_embeddings=66)
     torch.manual_seed(0)
     model = build_model(cfg, "BertModel").eval()
     ids = torch.randint(5, cfg.vocab_size, (2, 20))
@@ -86,9 +86,6 @@ def test_crop_positions_keeps_the_outputs_of_shorter_inputs(model_type, pad):
         embeddings = [m for m in model.modules() if isinstance(m, BertEmbeddings)][0]
         embeddings.crop_positions(24)
         after = model(ids, attention_mask=mask).last_hidden_state
-    assert embeddings.position_embeddings.num_embeddings == 24 + cfg_offset(model_type)
+    assert embeddings.position_embeddings.num_embeddings == 24 + cfg.position_offset == 24 + 2 * pad
     torch.testing.assert_close(after, before, atol=1e-6, rtol=0)
 
-
-def cfg_offset(model_type: str) -> int:
-    return 2 if model_type == "roberta" else 0

@@ -104,7 +104,7 @@ def load_teacher(teacher_dir: Path, task: str) -> nn.Module:
 def trained_student(folder: Path, architecture: str, shape: tuple[int, int, int, int]) -> nn.Module:
     """A trained student to continue from (``--init DIR``: e.g. 4-bit-aware fine-tuning of a float student); its
     (layers, hidden, heads, FFN) must be the ones this run asks for."""
-    student = load_model(folder, architecture, allow_new_heads=True)
+    student = load_model(folder, architecture)      # every weight of the architecture: nothing new to train
     c = student.config
     have = (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size)
     if have != shape:
