@@ -21,13 +21,17 @@ transformers = pytest.importorskip("transformers")
 TEXTS = [" Zoë lives in Zürich and works for Acme.", "Marie  Curie won the Nobel Prize in Paris.",
          "Café prices rose by 3.5 percent.", "Hello world"]
 QUESTIONS = ["Where does Zoë live?", "Who won the prize?", " What rose?", "Hello?"]
+# a small calibration and gate set, two validation shapes: these tests are about offsets, not INT8 accuracy
+SHAPES = dict(validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32))
+QUICK_INT8 = dict(calib_size=32, gate_size=40)
 
 
 def bundle(tmp_path_factory, family: str, head: str, int8: bool = False):
     tmp = tmp_path_factory.mktemp(f"{family}-{head}")
     src, hf = hf_dir(tmp, family, head)
     checkpoint = convert_hf(src, tmp / "checkpoint").out_dir
-    result = export_bundle(ExportConfig(model_dir=checkpoint, out_dir=tmp / "bundle", int8=int8))
+    result = export_bundle(ExportConfig(model_dir=checkpoint, out_dir=tmp / "bundle", int8=int8, **SHAPES,
+                                        **(QUICK_INT8 if int8 else {})))
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(src))
     return result, hf, tokenizer, BertConfig.load(checkpoint)
 
@@ -105,10 +109,9 @@ def test_embed_and_fill_mask_are_transformers(tmp_path, family):
 
     from family_fixtures import hf_dir
 
-    quick = dict(validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32))
     src, hf = hf_dir(tmp_path, family, "Model")
     bundle = export_bundle(ExportConfig(model_dir=convert_hf(src, tmp_path / "model").out_dir,
-                                        out_dir=tmp_path / "embed", **quick)).bundle_dir
+                                        out_dir=tmp_path / "embed", **SHAPES)).bundle_dir
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(src))
     feeds = tokenizer(TEXTS, padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -120,7 +123,7 @@ def test_embed_and_fill_mask_are_transformers(tmp_path, family):
 
     src, hf = hf_dir(tmp_path, family, "ForMaskedLM")
     bundle = export_bundle(ExportConfig(model_dir=convert_hf(src, tmp_path / "mlm").out_dir,
-                                        out_dir=tmp_path / "fill", **quick)).bundle_dir
+                                        out_dir=tmp_path / "fill", **SHAPES)).bundle_dir
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(src))     # this folder's (trained anew)
     pipe = transformers.pipeline("fill-mask", model=hf, tokenizer=tokenizer, device="cpu")
     text = f"Zoë lives in {tokenizer.mask_token}."
@@ -137,8 +140,7 @@ def test_distilbert_gpu_graphs_take_no_token_types(tmp_path):
 
     src, _ = hf_dir(tmp_path, "distilbert", "ForQuestionAnswering")
     result = export_bundle(ExportConfig(model_dir=convert_hf(src, tmp_path / "model").out_dir, out_dir=tmp_path / "b",
-                                        int8=True, tensorrt=True, cuda=True, fp16=True,
-                                        validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+                                        int8=True, tensorrt=True, cuda=True, fp16=True, **SHAPES, **QUICK_INT8))
     models = result.manifest.to_dict()["models"]
     assert {"fp32", "fp32-trt", "int8", "int8-trt", "fp16", "fp32-cuda", "fp16-cuda"} <= set(models)
     assert models["fp32"]["validation"]["max_abs_diff"] < 1e-5

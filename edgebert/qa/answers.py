@@ -51,16 +51,17 @@ def window_candidates(start_logits: np.ndarray, end_logits: np.ndarray, allowed:
     start, end = _softmax(start), _softmax(end)
     null = float(start[0] * end[0])
     start[0] = end[0] = 0.0
-    outer = np.tril(np.triu(start[:, None] * end[None, :]), max_answer_len - 1)
-    outer[~context, :] = 0.0
-    outer[:, ~context] = 0.0
-    flat = outer.ravel()
+    n, width = len(start), min(max_answer_len, len(start))
+    last = np.arange(n)[:, None] + np.arange(width)[None, :]      # (n, width): span (s, s + d), row-major order
+    inside = np.concatenate([context, np.zeros(width, bool)])        # a last token past the window is out
+    keep = context[:, None] & inside[last]
+    flat = np.where(keep, start[:, None] * np.concatenate([end, np.zeros(width, np.float32)])[last], 0.0).ravel()
     valid = np.flatnonzero(flat > 0)
     if len(valid) > top:
         valid = valid[np.argpartition(-flat[valid], top)[:top]]
     order = valid[np.argsort(-flat[valid], kind="stable")]
-    firsts, lasts = np.unravel_index(order, outer.shape)
-    return [(int(s), int(e), float(flat[i])) for s, e, i in zip(firsts, lasts, order)], null
+    firsts, offsets = np.divmod(order, width)
+    return [(int(s), int(s + d), float(flat[i])) for s, d, i in zip(firsts, offsets, order)], null
 
 
 def check_answer_options(top_k: int, max_answer_len: int) -> None:
@@ -82,6 +83,7 @@ def pipeline_answers(examples: Sequence[SquadExample], windows: SquadWindows, st
     if align_to_words and windows.word_spans is None:
         raise DataError("these windows carry no word spans", "make them with edgebert.qa.windows.squad_windows")
     found: list[list[Answer]] = [[] for _ in examples]
+    by_text: list[dict[str, Answer]] = [{} for _ in examples]     # lower-cased answer text -> its answer
     null = np.full(len(examples), 1e6)
     for w, example in enumerate(windows.example_index):
         offsets = windows.offsets[w]
@@ -97,14 +99,15 @@ def pipeline_answers(examples: Sequence[SquadExample], windows: SquadWindows, st
         null[example] = min(null[example], window_null)
         chars = windows.word_spans[w] if align_to_words else offsets
         text = examples[example].context
-        answers = found[example]
         for s, e, score in spans:
             a, b = int(chars[s, 0]), int(chars[e, 1])
-            same = next((x for x in answers if x["answer"].lower() == text[a:b].lower()), None)
+            key = text[a:b].lower()
+            same = by_text[example].get(key)
             if same is not None:
                 same["score"] += score
             else:
-                answers.append({"score": score, "start": a, "end": b, "answer": text[a:b]})
+                by_text[example][key] = answer = {"score": score, "start": a, "end": b, "answer": text[a:b]}
+                found[example].append(answer)
     out = []
     for i, answers in enumerate(found):
         if handle_impossible_answer:
