@@ -55,6 +55,7 @@ def distill_student(args) -> float:
     cfg = DistillConfig.preset("embed-long", installed_teacher(), args.out / "student", layers=6,
                                int4_block=args.block, corpus=(TRAIN_TEXT,), corpus_format="lines",
                                alpha_pool=args.alpha_pool, overwrite=True,
+                               **({"student_init": str(args.init)} if args.init else {}),
                                train={"max_steps": args.steps, "batch_size": 16, "lr": args.lr, "eval_every": args.steps,
                                       "save_every": args.steps, "log_every": 50, "progress": False, "seed": 0})
     result = distill(cfg)
@@ -72,6 +73,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "minilm_q4aware")
     ap.add_argument("--reference", type=Path, default=ROOT / "runs" / "minilm_ort")
     ap.add_argument("--skip-distill", action="store_true", help="reuse OUT/student")
+    ap.add_argument("--init", type=Path, default=None, help="continue from this 4-bit-aware student (distill --init)")
+    ap.add_argument("--level", type=int, default=4, help="--int4-accuracy-level (1: float activations)")
+    ap.add_argument("--max-len", type=int, default=None, help="--max-seq-len of the export (crops the position rows)")
     args = ap.parse_args()
 
     from edgebert.exporters import ExportConfig, export_bundle
@@ -81,9 +85,11 @@ def main() -> None:
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     distill_s = None if args.skip_distill else round(distill_student(args), 1)
-    bundle = args.out / f"bundle_b{args.block}"
+    tag = (f"_level{args.level}" if args.level != 4 else "") + (f"_len{args.max_len}" if args.max_len else "")
+    bundle = args.out / f"bundle_b{args.block}{tag}"
     exported = export_bundle(ExportConfig(model_dir=args.out / "student", out_dir=bundle, task="embed", int8=True,
                                           int4=True, int4_block_size=args.block, overwrite=True,
+                                          int4_accuracy_level=args.level, max_sequence_length=args.max_len,
                                           validation_batch_sizes=(1, 3)))
     manifest = exported.manifest
     reference = EdgeSession(args.reference, provider="cpu", precision="fp32", threads=2)
@@ -99,16 +105,19 @@ def main() -> None:
                                      "p5": float(np.percentile(cos, 5))}
         print(name, {p: round(rows[name][p]["mean"], 4) for p in graphs}, flush=True)
     entry = manifest.models["int4"]
-    result = {"block": args.block, "steps": args.steps, "lr": args.lr, "alpha_pool": args.alpha_pool,
+    result = {"block": args.block, "init": str(args.init) if args.init else None, "level": args.level, "max_len": args.max_len, "steps": args.steps, "lr": args.lr, "alpha_pool": args.alpha_pool,
               "distill_s": distill_s, "bytes": sizes, "int4": {"eight_bit": entry.get_extra("quantization")["eight_bit"],
                                                                "gate": entry.get_extra("accuracy")},
               "held_out": rows, "reference": str(args.reference), "bundle": str(bundle), "load_before": load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
               "command": "python benchmarks/int4_aware_minilm.py " + " ".join(sys.argv[1:])}
-    stem = f"aware_minilm_b{args.block}_{args.steps}steps_lr{args.lr:g}"
+    stem = (f"aware_minilm_b{args.block}_{args.steps}steps_lr{args.lr:g}" + (f"_pool{args.alpha_pool:g}" if
+            args.alpha_pool != 1.0 else "") + ("_cont" if args.init else "") + tag)
     write_json(OUT / f"{stem}.json", result)
-    lines = [f"# all-MiniLM-L6-v2 trained 4-bit-aware against itself, block {args.block}", "",
-             f"{args.steps} steps, lr {args.lr}, alpha_pool {args.alpha_pool}; distill {distill_s} s. Cosine of each "
+    lines = [f"# all-MiniLM-L6-v2 trained 4-bit-aware against itself, block {args.block}, accuracy level {args.level}"
+             + (f", positions cropped to {args.max_len}" if args.max_len else ""), "",
+             f"{args.steps} steps, lr {args.lr}, alpha_pool {args.alpha_pool}" + (f", continued from {args.init}" if
+             args.init else "") + f"; distill {distill_s} s. Cosine of each "
              f"graph's sentence vectors with the original fp32 model's ({args.reference}).", "",
              "| graph | bytes |", "|---|---:|", *[f"| {p} | {b:,} |" for p, b in sizes.items()], "",
              "| held-out texts | n | small (int4): mean / p5 / min | INT8 | fp32 (the trained model) |",

@@ -13,9 +13,12 @@ From the fused fp32 graph:
    4-bit form of the packed QKV weight), so those projections are candidates too; ``"packed"`` keeps the
    fused node (8-bit ``QAttention``);
 2. every MatMul the gate keeps off 4 bits (and a packed ``Attention``) become dynamic INT8 with 8-bit
-   per-channel weights. So the graph needs exact
+   per-channel weights. So a graph with such parts needs exact
    U8S8 products (``requires.u8s8_exact``), and the runtime applies ``int8_choice``'s rules to it: exact
    hosts run it as it is, a saturating AVX2 CPU loads it with ``session.x64quantprecision=1`` or refuses it.
+   A graph with every candidate 4-bit has no U8S8 product left (``MatMulNBits`` quantizes its activations per
+   block to int8 and multiplies them in its own kernels: equal to 5e-8 under AVX2 emulation), so it says
+   ``u8s8_exact: false`` and loads as it is on any CPU;
    7-bit weights (``reduce_range``, which cannot saturate) lost 0.009 of MiniLM's cosine on their own, most of
    a 0.01 budget, and left no room for a 4-bit table: 8-bit weights brought the gated graph from 22.9 to 16.6 MB
    (benchmarks/results/int4/README.md);
@@ -43,6 +46,7 @@ from edgebert.files.atomic import work_dir
 from edgebert.graph.ops import load, op_type_counts, quiet_logging, weight_nodes
 from edgebert.quantization.accuracy import AccuracyProbe, GateOrder, GuardResult, quantize_with_guard
 from edgebert.quantization.embedding_tables import quantize_tables, table_plan
+from edgebert.quantization.gemm_matmul import gemms_to_matmuls
 from edgebert.quantization.int4_tables import WORD, quantize_word_table, word_table
 from edgebert.quantization.split_attention import split_attention
 from edgebert.quantization.storage import compact_storage
@@ -51,7 +55,9 @@ ALGORITHMS = ("rtn", "hqq")
 ATTENTION = ("split", "packed")       # QKV as three 4-bit candidate MatMuls, or the fused node's 8-bit weight
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)     # MatMulNBits: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations
 TABLE = "word_table"                  # the gate's candidate name of the ELN word table
-REQUIREMENTS = {"u8s8_exact": True, "onnxruntime": ">= 1.20 (GatherBlockQuantized with bits=4)"}
+REQUIREMENTS = {"onnxruntime": ">= 1.20 (GatherBlockQuantized with bits=4)"}
+U8S8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QAttention", "QGemm",
+            "QLinearMatMul")          # the ops whose uint8 x int8 products an AVX2 kernel can saturate
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,8 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
         if cfg.attention == "split":
             split = split_attention(fused, Path(tmp) / "split.onnx")
             fused = Path(tmp) / "split.onnx"
+        if gemms_to_matmuls(fused, Path(tmp) / "matmuls.onnx"):     # the pooler and heads: 4-bit candidates too
+            fused = Path(tmp) / "matmuls.onnx"
         quantizer = Int4Quantizer(fused, cfg, split)
         candidates = quantizer.candidates()
         if not candidates:
@@ -225,7 +233,7 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
     quant = {**quantizer.describe(), "candidate_nodes": len(candidates),
              "four_bit": [n for n in candidates if n not in guard.excluded], "eight_bit": list(guard.excluded),
              "op_counts": counts}
-    requires = {**REQUIREMENTS, "contrib_ops": _contrib_ops(out)}
+    requires = {"u8s8_exact": any(counts.get(op) for op in U8S8_OPS), **REQUIREMENTS, "contrib_ops": _contrib_ops(out)}
     return Int4Graph(Path(out), requires, quant, guard.as_dict(budget), Path(out).stat().st_size)
 
 

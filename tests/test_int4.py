@@ -45,12 +45,15 @@ def test_small_graph_entry(bundle: Path):
     counts = op_type_counts(bundle / entry["file"])
     q = entry["quantization"]
     assert counts.get("MatMulNBits", 0) == len(q["four_bit"]) - ("word_table" in q["four_bit"])
-    # the tiny model: 2 layers x (query, key, value, attention output, intermediate, output): attention split
-    assert counts["MatMulNBits"] == 12 and counts["MultiHeadAttention"] == 2 and counts["GatherBlockQuantized"] == 1
+    # the tiny model: 2 layers x (query, key, value, attention output, intermediate, output), attention split,
+    # + the pooler (a Gemm, rewritten as MatMul + Add)
+    assert counts["MatMulNBits"] == 13 and "MatMulInteger" not in counts and "Gemm" not in counts
+    assert counts["MultiHeadAttention"] == 2 and counts["GatherBlockQuantized"] == 1
     assert "QAttention" not in counts and "Attention" not in counts
     assert q["attention"]["form"] == "split" and q["attention"]["split_nodes"] == 2
     ops = entry["requires"]["contrib_ops"]
     assert {"GatherBlockQuantized", "MatMulNBits", "MultiHeadAttention"} <= set(ops) and "QAttention" not in ops
+    assert entry["requires"]["u8s8_exact"] is False          # every MatMul 4-bit: no U8S8 product left
     assert q["bits"] == 4 and q["block_size"] == 32 and q["accuracy_level"] == 4 and q["eight_bit"] == []
     small, eight = (bundle / entry["file"]).stat().st_size, (bundle / int8["file"]).stat().st_size
     assert entry["bytes"] == small and small < 0.85 * eight
@@ -86,10 +89,42 @@ def test_gate_keeps_candidates_eight_bit_on_a_tiny_budget(bundle: Path, tmp_path
     graph = small_graph(bundle / "onnx/model.onnx", tmp_path / "small.onnx", Int4Config(), probe, 1e-6,
                         lambda *a, **k: None, sensitivity_size=8)
     q = graph.quantization
-    assert len(q["eight_bit"]) >= 1 and len(q["eight_bit"]) + len(q["four_bit"]) == q["candidate_nodes"] == 13
+    assert len(q["eight_bit"]) >= 1 and len(q["eight_bit"]) + len(q["four_bit"]) == q["candidate_nodes"] == 14
     assert op_type_counts(graph.path).get("MatMulNBits", 0) == len([n for n in q["four_bit"] if n != "word_table"])
+    assert op_type_counts(graph.path).get("MatMulInteger", 0) > 0 and graph.requires["u8s8_exact"] is True
     distances = [r["distance"] for r in graph.accuracy["sensitivity"]]
-    assert len(distances) == 13 and len(set(distances)) > 1     # each candidate measured alone, not all at once
+    assert len(distances) == 14 and len(set(distances)) > 1     # each candidate measured alone, not all at once
+
+
+def test_gemm_heads_become_matmuls_with_the_same_outputs(bundle: Path, tmp_path: Path):
+    """The pooler Gemm (transB=1, bias) is rewritten as MatMul + Add with the same outputs; a Gemm that is not
+    a constant-weight, alpha = beta = 1 product stays."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    from edgebert.quantization.gemm_matmul import gemms_to_matmuls
+
+    src = bundle / "onnx" / "model.onnx"
+    assert op_type_counts(src).get("Gemm") == 1
+    assert gemms_to_matmuls(src, tmp_path / "mm.onnx") == 1
+    assert "Gemm" not in op_type_counts(tmp_path / "mm.onnx")
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(5, 90, (3, 11)), "attention_mask": np.ones((3, 11), np.int64),
+             "token_type_ids": np.zeros((3, 11), np.int64)}
+    feeds["attention_mask"][1, 7:] = 0
+    runs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (src, tmp_path / "mm.onnx")]
+    names = [o.name for o in runs[0].get_outputs()]
+    inputs = {i.name for i in runs[0].get_inputs()}
+    want, got = (r.run(names, {k: v for k, v in feeds.items() if k in inputs}) for r in runs)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(want, got)) < 1e-5
+    model = onnx.load(str(src))
+    for node in model.graph.node:
+        if node.op_type == "Gemm":
+            node.attribute.append(helper.make_attribute("alpha", 0.5))
+    onnx.save(model, str(tmp_path / "scaled.onnx"))
+    assert gemms_to_matmuls(tmp_path / "scaled.onnx", tmp_path / "kept.onnx") == 0
+    assert op_type_counts(tmp_path / "kept.onnx").get("Gemm") == 1
 
 
 def test_packed_attention_keeps_the_fused_node_8_bit(bundle: Path, tmp_path: Path):
@@ -104,8 +139,8 @@ def test_packed_attention_keeps_the_fused_node_8_bit(bundle: Path, tmp_path: Pat
     graph = small_graph(bundle / "onnx/model.onnx", tmp_path / "packed.onnx", Int4Config(attention="packed"), probe,
                         0.5, lambda *a, **k: None, sensitivity_size=8)
     counts = op_type_counts(graph.path)
-    assert counts["MatMulNBits"] == 6 and counts["QAttention"] == 2 and "MultiHeadAttention" not in counts
-    assert graph.quantization["attention"]["form"] == "packed" and graph.quantization["candidate_nodes"] == 7
+    assert counts["MatMulNBits"] == 7 and counts["QAttention"] == 2 and "MultiHeadAttention" not in counts  # + pooler
+    assert graph.quantization["attention"]["form"] == "packed" and graph.quantization["candidate_nodes"] == 8
     with pytest.raises(ConfigError):
         Int4Config(attention="fused")
 
@@ -192,18 +227,26 @@ def test_smallest_loads_the_small_graph_only_within_budget_and_smaller(bundle: P
 
 
 def test_small_graph_takes_the_int8_rules_on_a_saturating_cpu(bundle: Path):
-    """Its 8-bit parts have 8-bit weights: exact hosts run it as it is; an AVX2 host whose kernel saturates
-    loads it with session.x64quantprecision=1 (.onnx) or refuses it (.ort, or no fix)."""
-    from edgebert.bundle import read_manifest
+    """A small graph with 8-bit parts (8-bit weights): exact hosts run it as it is; an AVX2 host whose kernel
+    saturates loads it with session.x64quantprecision=1 (.onnx) or refuses it (.ort, or no fix). One with every
+    MatMul 4-bit has no U8S8 product and loads as it is on every host."""
+    from edgebert.bundle import Manifest, read_manifest
     from edgebert.errors import BundleError
     from edgebert.runtime.graphs import choose_model
     from edgebert.runtime.hostcpu import PRECISION_OPTION, HostCpu
 
-    manifest = read_manifest(bundle)
-    assert manifest.models["int4"].needs_exact_u8s8
     vnni = HostCpu("x86_64", {"avx2": True, "avx512f": True, "avx512_vnni": True}, "x86-vnni", "exact", None)
     avx2 = HostCpu("x86_64", {"avx2": True}, "x86-avx2", "saturating", True)
     unfixed = HostCpu("x86_64", {"avx2": True}, "x86-avx2", "saturating", False)
+    all_four = read_manifest(bundle)
+    assert not all_four.models["int4"].needs_exact_u8s8
+    for host in (vnni, avx2, unfixed):
+        assert choose_model(all_four, "cpu", "int4", host).int8.session_config == {}
+        assert choose_model(all_four, "cpu", "int4", host, graph_format="ort").key == "int4"
+    value = all_four.to_dict()      # as the exporter marks a graph with 8-bit parts (test_gate_keeps_...)
+    value["models"]["int4"]["requires"]["u8s8_exact"] = True
+    manifest = Manifest.from_dict(value)
+    assert manifest.models["int4"].needs_exact_u8s8
     assert choose_model(manifest, "cpu", "int4", vnni).int8.session_config == {}
     on_avx2 = choose_model(manifest, "cpu", "int4", avx2)
     assert on_avx2.key == "int4" and on_avx2.int8.session_config == {PRECISION_OPTION: "1"}
@@ -218,21 +261,22 @@ import json, sys, numpy as np
 from edgebert.runtime import EdgeSession
 session = EdgeSession(sys.argv[1], provider="cpu", precision="int4", threads=1)
 feeds = {k: np.asarray(v, np.int64) for k, v in json.loads(sys.argv[2]).items()}
-print(json.dumps({"int8": session.describe()["int8"], "hidden": session.run(feeds)["last_hidden_state"].tolist()}))
+info = session.describe()
+print(json.dumps({"int8": info["int8"], "saturates": info["host_cpu"]["saturates"],
+                  "hidden": session.run(feeds)["last_hidden_state"].tolist()}))
 """
 
 
 @pytest.mark.avx2_emulated
 def test_small_graph_on_an_emulated_avx2_host_matches_the_vnni_result(bundle: Path, tmp_path):
-    """Under QEMU as a Haswell CPU (onnxruntime's AVX2 kernels, bit-identical to a real one) the small graph is
-    loaded with exact 8-bit products, and its MatMulNBits (int8 activations per block) gives this CPU's result."""
+    """Under QEMU as a Haswell CPU (onnxruntime's AVX2 kernels, bit-identical to a real one) the all-4-bit small
+    graph loads as it is (no U8S8 product to fix), and its MatMulNBits (int8 activations per block) gives this
+    CPU's result."""
     import os
     import subprocess
     import sys
 
     from edgebert.runtime import EdgeSession, pad_batch
-    from edgebert.runtime.hostcpu import PRECISION_OPTION
-
     tool = Path(__file__).resolve().parents[2] / "shared" / "tools" / "avx2-python"
     if not tool.exists() or sys.platform != "linux":
         pytest.skip("../shared/tools/avx2-python is not available here")
@@ -248,9 +292,9 @@ def test_small_graph_on_an_emulated_avx2_host_matches_the_vnni_result(bundle: Pa
         pytest.skip(f"avx2-python cannot run here: {done.stderr.strip()[:200]}")
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    if native.host.saturates:          # this CPU is itself AVX2: both sides take the fix
-        assert native.describe()["int8"]["session_config"] == {PRECISION_OPTION: "1"}
-    assert got["int8"]["session_config"] == {PRECISION_OPTION: "1"}
+    # every MatMul 4-bit: no U8S8 product, so no fix on either side, though the emulated host saturates U8S8
+    assert got["saturates"] is True
+    assert native.describe()["int8"]["session_config"] == {} and got["int8"]["session_config"] == {}
     want = native.run(feeds)["last_hidden_state"]
     diff = float(np.abs(np.asarray(got["hidden"]) - want).max())
     assert diff < 1e-5, diff          # measured 4.8e-7 (Xeon 207 vs emulated Haswell)

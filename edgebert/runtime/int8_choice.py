@@ -111,7 +111,10 @@ def choose_small(manifest: Manifest, host: HostCpu, *, graph_format: str = "onnx
     exact U8S8 products)."""
     entry = manifest.models["int4"]
     where = f"this {host.cpu_text()}"
-    if not entry.needs_exact_u8s8 or not host.saturates:
+    if not entry.needs_exact_u8s8:
+        return GraphChoice("int4", entry, {}, "the small graph has no 8-bit products (every MatMul 4-bit): it runs "
+                                              "as it is on any CPU")
+    if not host.saturates:
         return GraphChoice("int4", entry, {}, f"{where} runs the small graph's 8-bit parts exactly")
     return _exact_on_saturating("int4", entry, host, graph_format, where,
                                 "the 8-bit parts of the bundle's small graph (int4)")
