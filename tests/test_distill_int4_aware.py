@@ -54,7 +54,7 @@ def test_gradient_passes_straight_through(toy):
     from edgebert.model import load_model
 
     model = load_model(toy / "encoder")
-    assert make_int4_aware(model, 32) == 12                     # 2 layers x (q, k, v, attention out, FFN in, out)
+    assert make_int4_aware(model, 32) == 13     # 2 layers x (q, k, v, attention out, FFN in, out) + the pooler
     linear = four_bit_linears(model)["encoder.layer.0.intermediate.dense"]
     x = torch.randn(3, 64)
     y = linear(x)
@@ -85,7 +85,7 @@ def test_an_int4_aware_student_is_saved_rounded_and_its_small_graph_follows_it(t
               if "loss" in json.loads(line)]
     assert len(losses) == 20 and np.isfinite(losses).all()
     saved = four_bit_linears(load_model(cfg.out))
-    assert len(saved) == 12
+    assert len(saved) == 13                                       # 2 layers x 6 + the pooler
     for layer in saved.values():                                  # on the 4-bit grid already
         weight = layer.weight.detach()
         assert (round_4bit(weight, 16) - weight).abs().max() < 1e-7 and (weight.abs() > 0).any()
@@ -100,6 +100,37 @@ def test_an_int4_aware_student_is_saved_rounded_and_its_small_graph_follows_it(t
     fp32 = EdgeSession(bundle, provider="cpu", precision="fp32", threads=1).embed(texts)
     small = EdgeSession(bundle, provider="cpu", precision="int4", threads=1).embed(texts)
     assert (fp32 * small).sum(axis=1).min() > 0.999                # int8 activations and the 4-bit table remain
+
+
+def test_a_classification_student_trains_4bit_aware_with_its_head(tmp_path):
+    """--task sst2 --int4-aware: the pooler and classifier are trained and saved on the grid with the encoder
+    (the export makes them MatMulNBits too), and the small graph keeps the fp32 graph's labels."""
+    from distill_helpers import write_toy_tsv
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.model import load_model
+    from edgebert.runtime import EdgeSession
+
+    teacher = make_model_dir(tmp_path / "teacher", "BertForSequenceClassification", layers=2,
+                             id2label={0: "negative", 1: "positive"})
+    train, dev = write_toy_tsv(tmp_path / "train.tsv", 64), write_toy_tsv(tmp_path / "dev.tsv", 24, seed=1)
+    cfg = DistillConfig(teacher=teacher, out=tmp_path / "student", task="sst2", train_file=train, dev_file=dev,
+                        layers=1, int4_block=32, max_seq_len=32, alpha_mlm=0.0, alpha_kd=1.0,
+                        train=TrainConfig(max_steps=4, batch_size=8, lr=1e-3, warmup_ratio=0.0, log_every=2,
+                                          eval_every=4, save_every=4, progress=False))
+    distill(cfg)
+    linears = four_bit_linears(load_model(cfg.out))
+    assert {"bert.pooler.dense", "classifier"} <= set(linears) and len(linears) == 8
+    for layer in linears.values():
+        assert (round_4bit(layer.weight.detach(), 32) - layer.weight.detach()).abs().max() < 1e-7
+    bundle = tmp_path / "bundle"
+    export_bundle(ExportConfig(model_dir=cfg.out, out_dir=bundle, int8=True, int4=True, int4_accuracy_level=1,
+                               validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    entry = json.loads((bundle / "manifest.json").read_text())["models"]["int4"]
+    assert entry["quantization"]["eight_bit"] == [] and entry["requires"]["u8s8_exact"] is False
+    texts = [line.split("\t")[0] for line in dev.read_text().splitlines()[1:]]
+    fp32 = EdgeSession(bundle, provider="cpu", precision="fp32", threads=1).logits(texts)
+    small = EdgeSession(bundle, provider="cpu", precision="int4", threads=1).logits(texts)
+    assert np.abs(fp32 - small).max() < 1e-3 and (fp32.argmax(-1) == small.argmax(-1)).all()
 
 
 def test_distill_continues_from_a_trained_students_folder(toy, tmp_path):

@@ -53,7 +53,7 @@ def distill_cmd(
     heads: _width("--heads", "With --hidden: attention heads (default: the teacher's head size kept).") = None,
     intermediate: _width("--intermediate", "With --hidden: FFN size (default: the teacher's FFN/hidden ratio).") = None,
     int4_aware: _width("--int4-aware", "Train as `export --int4` will round: 4-bit encoder weights in blocks of this "
-                                       "many inputs (32, as --int4-block), saved rounded (text modes).") = None,
+                                       "many inputs (32, as --int4-block), saved rounded.") = None,
     temperature: _weight("--temperature", "Softmax temperature T (2.0).") = None,
     alpha_kd: _weight("--alpha-kd", "KL(student/T || teacher/T) * T^2 (5.0; task and ner presets 1.0).") = None,
     alpha_mlm: _weight("--alpha-mlm", "MLM cross-entropy (2.0).") = None,

@@ -159,9 +159,9 @@ class DistillConfig(TaskShape):
         if self.student_init not in STUDENT_INITS and not (Path(self.student_init) / "config.json").is_file():
             raise ConfigError(f"--init {self.student_init}: not teacher, random, or a folder with a config.json",
                               "give teacher, random, or a trained student's folder (config.json + weights)")
-        if self.int4_block is not None and (self.int4_block not in (16, 32, 64, 128) or self.is_task):
-            raise ConfigError(f"--int4-aware block {self.int4_block} with --task {self.task}", "use a block of 16, "
-                              "32, 64 or 128 (export --int4-block), for a text student (embed / mlm)")
+        if self.int4_block is not None and self.int4_block not in (16, 32, 64, 128):
+            raise ConfigError(f"--int4-aware block {self.int4_block} is not a 4-bit block size",
+                              "use a block of 16, 32, 64 or 128 (as export --int4-block)")
         self._check_width()
 
     def _check_width(self) -> None:

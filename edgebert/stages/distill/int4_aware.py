@@ -1,8 +1,8 @@
 """4-bit-aware distillation (``distill --int4-aware``, issue #50): the student trains as the small graph
 (``export --int8 --int4``) will compute, so the 4-bit rounding is learnt around instead of added after.
 
-* **Encoder weights** (query, key, value, attention output, FFN in and out: the MatMuls that become
-  ``MatMulNBits``): every forward uses the weight rounded as onnxruntime's symmetric round-to-nearest does it
+* **Encoder and head weights** (query, key, value, attention output, FFN in and out; the pooler and the task
+  head, which the export rewrites from ``Gemm`` to ``MatMul``: the MatMuls that become ``MatMulNBits``): every forward uses the weight rounded as onnxruntime's symmetric round-to-nearest does it
   (MLAS: per block of ``block`` inputs of one output, the largest-magnitude weight maps to -8, the others to
   ``round(w / scale)`` in [-8, 7]; checked equal to ``MatMulNBitsQuantizer``'s output in the tests), with a
   straight-through gradient to the float weights.
@@ -28,7 +28,7 @@ from edgebert.errors import ConfigError
 from edgebert.model.bert import encoder_of
 
 CANDIDATE = re.compile(r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense|"
-                       r"intermediate\.dense|output\.dense)$")
+                       r"intermediate\.dense|output\.dense)$|(^|\.)pooler\.dense$|^(classifier|qa_outputs)$")
 LEVELS = (-8, 7)                    # symmetric 4-bit: the block's largest magnitude maps to -8
 
 
@@ -50,7 +50,7 @@ def _ste(weight: torch.Tensor, block: int) -> torch.Tensor:
 
 
 def four_bit_linears(model: nn.Module) -> dict[str, nn.Linear]:
-    """The encoder Linear layers the small graph makes 4-bit candidates, by name."""
+    """The Linear layers the small graph makes 4-bit candidates (encoder, pooler, task head), by name."""
     return {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear) and CANDIDATE.search(name)}
 
 

@@ -251,7 +251,8 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
     student, layer_map = build_student(teacher, cfg, choice.layer_map if choice else None)
     if cfg.int4_block is not None:
         rounded = make_int4_aware(student, cfg.int4_block)
-        say(f"4-bit-aware: {rounded} encoder weights trained through their 4-bit rounding (block {cfg.int4_block})")
+        say(f"4-bit-aware: {rounded} weights (encoder, pooler, head) trained through their 4-bit rounding "
+            f"(block {cfg.int4_block})")
     how = {"teacher": f"teacher layers {layer_map}", "random": "random initialisation"}.get(
         cfg.student_init, f"the student in {cfg.student_init} (layer map {layer_map})")
     if choice is not None:
