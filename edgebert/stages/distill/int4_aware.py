@@ -2,13 +2,14 @@
 (``export --int8 --int4``) will compute, so the 4-bit rounding is learnt around instead of added after.
 
 * **Encoder and head weights** (query, key, value, attention output, FFN in and out; the pooler and the task
-  head, which the export rewrites from ``Gemm`` to ``MatMul``: the MatMuls that become ``MatMulNBits``): every forward uses the weight rounded as onnxruntime's symmetric round-to-nearest does it
-  (MLAS: per block of ``block`` inputs of one output, the largest-magnitude weight maps to -8, the others to
-  ``round(w / scale)`` in [-8, 7]; checked equal to ``MatMulNBitsQuantizer``'s output in the tests), with a
-  straight-through gradient to the float weights.
+  head, which the export rewrites from ``Gemm`` to ``MatMul``: the MatMuls that become ``MatMulNBits``): every
+  forward uses the weight rounded as onnxruntime's symmetric round-to-nearest does it (MLAS: per block of
+  ``block`` inputs of one output, the largest-magnitude weight maps to -8, the others to ``round(w / scale)`` in
+  [-8, 7]; checked equal to ``MatMulNBitsQuantizer``'s output in the tests), with a straight-through gradient to
+  the float weights.
 * **The word table**, when it is frozen (the embed presets): replaced once by its 4-bit round trip
   (``quantization.int4_tables``: the export's own block rule), so the layers learn on the values they will read.
-* **The saved student is baked**: its encoder weights are written already rounded (``bake_student``), so its
+* **The saved student is baked**: those weights are written already rounded (``bake_student``), so its
   fp32 graph *is* the 4-bit model in float form, the export's gate compares the small graph with what was
   trained, and re-rounding at export gives the same values (the scale stored float16 moves each by at most 2^-11
   of the block's largest weight).
