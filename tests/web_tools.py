@@ -40,12 +40,18 @@ def need_chromium() -> Path:
     return CHROMIUM
 
 
+# V8's baseline WASM compiler only: under Node 20 the default tiers took 55-69 s and 2 GB to open onnxruntime-web's
+# 27 MB asyncify / jsep builds (plain, 14 MB: 3.7 s); Liftoff alone opens them in ~1.5 s and runs the same WASM
+# (the tiny test graphs need no optimized code). benchmarks/web_small_graph.py times with the default tiers.
+NODE_FLAGS = ("--liftoff-only",)
+
+
 def run_node(script: str, spec: dict, work: Path, timeout: int = 300) -> object:
     """Run ``examples/web/<script>`` on ``spec`` (written as JSON) and parse the JSON it prints."""
     node = need_node()
     spec_file = Path(work) / f"{Path(script).stem}.json"
     spec_file.write_text(json.dumps(spec))
-    done = subprocess.run([node, str(WEB / script), str(spec_file)], cwd=WEB, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run([node, *NODE_FLAGS, str(WEB / script), str(spec_file)], cwd=WEB, capture_output=True,
+                          text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
