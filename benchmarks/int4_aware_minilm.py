@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--reference", type=Path, default=ROOT / "runs" / "minilm_ort")
     ap.add_argument("--skip-distill", action="store_true", help="reuse OUT/student")
     ap.add_argument("--init", type=Path, default=None, help="continue from this 4-bit-aware student (distill --init)")
+    ap.add_argument("--label", default="", help="appended to the result file names")
     ap.add_argument("--level", type=int, default=4, help="--int4-accuracy-level (1: float activations)")
     ap.add_argument("--max-len", type=int, default=None, help="--max-seq-len of the export (crops the position rows)")
     args = ap.parse_args()
@@ -112,7 +113,7 @@ def main() -> None:
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
               "command": "python benchmarks/int4_aware_minilm.py " + " ".join(sys.argv[1:])}
     stem = (f"aware_minilm_b{args.block}_{args.steps}steps_lr{args.lr:g}" + (f"_pool{args.alpha_pool:g}" if
-            args.alpha_pool != 1.0 else "") + ("_cont" if args.init else "") + tag)
+            args.alpha_pool != 1.0 else "") + ("_cont" if args.init else "") + tag + args.label)
     write_json(OUT / f"{stem}.json", result)
     lines = [f"# all-MiniLM-L6-v2 trained 4-bit-aware against itself, block {args.block}, accuracy level {args.level}"
              + (f", positions cropped to {args.max_len}" if args.max_len else ""), "",
