@@ -17,7 +17,6 @@ file). Writes ``benchmarks/results/int4/task_<student>_level<L>[...].{json,md}``
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 from pathlib import Path
@@ -39,11 +38,11 @@ def _graphs(bundle: Path, reference: Path | None) -> dict[str, tuple[Path, str]]
 
 
 def sst2_scores(graphs: dict[str, tuple[Path, str]]) -> dict:
+    from edgebert.data.tasks import read_task_tsv
     from edgebert.runtime import EdgeSession
 
-    with open(DATA / "sst2" / "dev.tsv", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    texts, labels = [r["sentence"] for r in rows], np.array([int(r["label"]) for r in rows])
+    examples, _ = read_task_tsv(DATA / "sst2" / "dev.tsv", "sst2")
+    texts, labels = [e.text_a for e in examples], np.array([e.label for e in examples])
     predicted = {name: EdgeSession(b, provider="cpu", precision=p, threads=2).logits(texts).argmax(-1)
                  for name, (b, p) in graphs.items()}
     want = next(iter(predicted.values()))

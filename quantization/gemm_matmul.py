@@ -15,32 +15,15 @@ from pathlib import Path
 import onnx
 from onnx import helper, numpy_helper
 
-from edgebert.graph.ops import drop_unused_initializers, load
+from edgebert.graph.ops import replace_nodes
 
 
 def gemms_to_matmuls(src: str | Path | onnx.ModelProto, dst: str | Path) -> int:
     """Write ``src`` with its constant-weight ``Gemm`` nodes as ``MatMul`` + ``Add`` to ``dst``; how many."""
-    model = load(src)
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    nodes, done = [], 0
-    for node in graph.node:
-        parts = _rewrite(node, inits)
-        if parts is None:
-            nodes.append(node)
-            continue
-        new_nodes, weight = parts
-        nodes.extend(new_nodes)
-        graph.initializer.append(weight)
-        done += 1
-    del graph.node[:]
-    graph.node.extend(nodes)
-    drop_unused_initializers(graph)
-    onnx.save(model, str(dst))
-    return done
+    return replace_nodes(src, dst, _rewrite)
 
 
-def _rewrite(node: onnx.NodeProto, inits: dict) -> tuple[list[onnx.NodeProto], onnx.TensorProto] | None:
+def _rewrite(node: onnx.NodeProto, inits: dict) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]] | None:
     if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -58,4 +41,4 @@ def _rewrite(node: onnx.NodeProto, inits: dict) -> tuple[list[onnx.NodeProto], o
     nodes = [helper.make_node("MatMul", [node.input[0], new_weight.name], [product], name=f"{name}/MatMul")]
     if bias:
         nodes.append(helper.make_node("Add", [product, bias], [node.output[0]], name=f"{name}/Add"))
-    return nodes, new_weight
+    return nodes, [new_weight]

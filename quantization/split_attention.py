@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 from onnx import helper, numpy_helper
 
-from edgebert.graph.ops import drop_unused_initializers, load
+from edgebert.graph.ops import replace_nodes
 
 COPIED_ATTRIBUTES = ("num_heads", "scale", "mask_filter_value")
 
@@ -26,24 +26,7 @@ COPIED_ATTRIBUTES = ("num_heads", "scale", "mask_filter_value")
 def split_attention(src: str | Path | onnx.ModelProto, dst: str | Path) -> int:
     """Write ``src`` with its splittable ``Attention`` nodes split (see the module docstring) to ``dst``;
     return how many were split (0: ``dst`` is ``src`` re-saved)."""
-    model = load(src)
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
-    nodes, split = [], 0
-    for node in graph.node:
-        parts = _split(node, inits)
-        if parts is None:
-            nodes.append(node)
-            continue
-        new_nodes, new_inits = parts
-        nodes.extend(new_nodes)
-        graph.initializer.extend(new_inits)
-        split += 1
-    del graph.node[:]
-    graph.node.extend(nodes)
-    drop_unused_initializers(graph)
-    onnx.save(model, str(dst))
-    return split
+    return replace_nodes(src, dst, _split)
 
 
 def _split(node: onnx.NodeProto, inits: dict) -> tuple[list, list] | None:

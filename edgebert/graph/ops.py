@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import onnx
 
@@ -47,6 +47,33 @@ def drop_unused_initializers(graph: onnx.GraphProto) -> int:
     for init in unused:
         graph.initializer.remove(init)
     return len(unused)
+
+
+Replacement = tuple[list[onnx.NodeProto], list[onnx.TensorProto]]     # the nodes and new initializers for one node
+
+
+def replace_nodes(src: str | Path | onnx.ModelProto, dst: str | Path,
+                  rewrite: Callable[[onnx.NodeProto, dict[str, onnx.TensorProto]], Replacement | None]) -> int:
+    """Write ``src`` to ``dst`` with each node for which ``rewrite(node, initializers)`` gives (nodes, new
+    initializers) replaced by those, in place in the node order (None keeps the node); initializers no node reads
+    any more are dropped. Returns how many nodes were replaced (0: ``dst`` is ``src`` re-saved)."""
+    model = load(src)
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes, replaced = [], 0
+    for node in graph.node:
+        parts = rewrite(node, inits)
+        if parts is None:
+            nodes.append(node)
+            continue
+        nodes.extend(parts[0])
+        graph.initializer.extend(parts[1])
+        replaced += 1
+    del graph.node[:]
+    graph.node.extend(nodes)
+    drop_unused_initializers(graph)
+    onnx.save(model, str(dst))
+    return replaced
 
 
 def weight_node_inputs(model: str | Path | onnx.ModelProto, op_types: tuple[str, ...]) -> list[str]:
