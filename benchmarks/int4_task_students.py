@@ -75,6 +75,7 @@ def main() -> None:
     from edgebert.bundle import read_manifest
     from edgebert.exporters import ExportConfig, export_bundle
     from edgebert.files.atomic import write_json, write_text
+    from edgebert.runtime.hostcpu import detect_host
     from edgebert.runtime.pack import pack_bundle
     from edgebert.system.environment import describe
 
@@ -105,8 +106,7 @@ def main() -> None:
               "environment": describe(), "command": "python benchmarks/int4_task_students.py " + " ".join(sys.argv[1:])}
     stem = f"task_{args.student.name}_{tag}"
     write_json(OUT / f"{stem}.json", result)
-    env = result["environment"]
-    cpu = env.get("cpu", {}).get("model") if isinstance(env.get("cpu"), dict) else env.get("cpu")
+    cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
     lines = [f"# {args.task} student: the small graph (accuracy level {args.level}"
              + (f", positions cropped to {args.max_len}" if args.max_len else "") + ")", "",
              f"Student `{args.student}`; CPU {cpu}. Small graph: {result['int4']['four_bit']} candidates 4-bit, "
