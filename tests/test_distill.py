@@ -146,6 +146,14 @@ def test_task_distillation_keeps_the_toy_task(tmp_path, toy):
     cfg = json.loads((tmp_path / "student" / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 1 and cfg["id2label"] == {"0": "negative", "1": "positive"}
     assert json.loads((tmp_path / "student" / "distill_config.json").read_text())["layer_map"] == [1]
+    # a narrower task student (issue #50): sliced from the teacher, it learns the logits and keeps the task
+    narrow = distill(DistillConfig.preset(
+        "task", tmp_path / "teacher_clf", tmp_path / "narrow", task="sst2", train_file=toy / "train.tsv",
+        dev_file=toy / "dev.tsv", layers=1, hidden=32, epochs=3.0, max_seq_len=32,
+        train=dict(lr=3e-3, batch_size=8, progress=False)))
+    assert narrow.best_metrics["accuracy"] > 0.9
+    cfg = json.loads((tmp_path / "narrow" / "config.json").read_text())
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]) == (32, 2, 64)
 
 
 def test_cli_mlm_distillation_prints_and_saves_the_layer_map(tmp_path, toy, capsys):

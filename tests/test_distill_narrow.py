@@ -47,9 +47,11 @@ def test_width_settings_are_validated_with_clear_messages(toy, tmp_path):
         _cfg(toy, tmp_path, hidden=None, heads=2)
     with pytest.raises(ConfigError, match="positive integer"):
         _cfg(toy, tmp_path, hidden=0)
-    with pytest.raises(ConfigError, match="distilled on text"):
+    with pytest.raises(ConfigError, match="learns the teacher's logits only"):
         DistillConfig(teacher=toy / "encoder", out=tmp_path / "s", task="sst2", train_file=tmp_path / "t.tsv",
-                      hidden=32)
+                      hidden=32, alpha_mlm=0.0, alpha_cos=1.0)
+    assert DistillConfig(teacher=toy / "encoder", out=tmp_path / "s", task="sst2", train_file=tmp_path / "t.tsv",
+                         hidden=32, alpha_mlm=0.0, alpha_cos=0.0).hidden == 32
     with pytest.raises(ConfigError, match="closest"):
         _cfg(toy, tmp_path, layer_map="closest")
     with pytest.raises(ConfigError, match="wider than the teacher's hidden size 64"):

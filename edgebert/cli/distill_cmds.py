@@ -49,7 +49,7 @@ def distill_cmd(
                   "to continue from (e.g. --int4-aware fine-tuning of a float student).")] = None,
     freeze_word_embeddings: o.FreezeWordEmbeddings = None,
     hidden: _width("--hidden", "A narrower student: its hidden size (default: the teacher's), weights sliced from "
-                               "the teacher's, hidden-state terms through a learned projection (text modes).") = None,
+                               "the teacher's; hidden-state terms through a learned projection (text modes), the logits (--task).") = None,
     heads: _width("--heads", "With --hidden: attention heads (default: the teacher's head size kept).") = None,
     intermediate: _width("--intermediate", "With --hidden: FFN size (default: the teacher's FFN/hidden ratio).") = None,
     int4_aware: _width("--int4-aware", "Train as `export --int4` will round: 4-bit encoder weights in blocks of this "

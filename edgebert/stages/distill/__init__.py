@@ -21,8 +21,9 @@ Three modes, one ``DistillConfig`` (``config.py``):
   ``task="squad"``: a fine-tuned ``BertForQuestionAnswering``; KD of the start and end distributions
   over each window's tokens + hard start/end CE; dev EM / F1 next to the teacher's, best kept by F1.
 
-A narrower student (``hidden``, text modes): its weights sliced from the teacher's (``edgebert.model.narrow``),
-the hidden-vector terms through a learned ``HiddenProjection`` (``projection.py``) that is never saved with it.
+A narrower student (``hidden``): its weights sliced from the teacher's (``edgebert.model.narrow``); in the text
+modes the hidden-vector terms go through a learned ``HiddenProjection`` (``projection.py``) that is never saved
+with it; a task student (``--task``) learns the teacher's logits only (hidden-state terms are refused).
 
 ``losses.py`` holds the loss terms, ``tasks.py`` one training task per mode, ``stage.py`` the run.
 """

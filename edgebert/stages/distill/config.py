@@ -178,9 +178,9 @@ class DistillConfig(TaskShape):
         if self.heads is not None and self.hidden % self.heads:
             raise ConfigError(f"--hidden {self.hidden} is not divisible by --heads {self.heads}",
                               "choose a head count that divides the width")
-        if self.is_task:
-            raise ConfigError(f"a narrower student (--hidden) is distilled on text, not --task {self.task}",
-                              "use --task embed or mlm, or drop --hidden")
+        if self.is_task and (self.alpha_cos or self.alpha_hidden or self.alpha_attn):   # no projection in task mode
+            raise ConfigError(f"a narrower --task {self.task} student learns the teacher's logits only, not its "
+                              "hidden states", "drop --alpha-cos, --alpha-hidden and --alpha-attn, or --hidden")
         if self.layer_map == CLOSEST:
             raise ConfigError("--layer-map closest measures students of the teacher's width, not --hidden",
                               "drop --layer-map closest, or --hidden")

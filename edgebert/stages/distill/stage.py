@@ -263,7 +263,8 @@ def distill(cfg: DistillConfig, *, console=None, stop_at_step: int | None = None
     s_cfg = student.config
     width = (f"width {s_cfg.hidden_size}" if s_cfg.hidden_size == teacher.config.hidden_size else
              f"width {s_cfg.hidden_size} of the teacher's {teacher.config.hidden_size}, {s_cfg.num_attention_heads} "
-             f"heads, FFN {s_cfg.intermediate_size}; hidden-state terms through a learned projection")
+             f"heads, FFN {s_cfg.intermediate_size}; " + ("the teacher's logits only" if cfg.is_task else
+                                                          "hidden-state terms through a learned projection"))
     say(f"student: {cfg.layers} of the teacher's {teacher.config.num_hidden_layers} layers ({width}), from {how}")
     task, num_examples = _task(cfg, teacher, student, tok, layer_map, data, say)
     train_cfg = cfg.train_config(num_examples)
