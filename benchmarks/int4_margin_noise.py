@@ -4,9 +4,10 @@
 
 In PyTorch, on SST-2 dev (872 sentences): the float student's logit margin (positive - negative) and, for each way
 of rounding its weights as the small graph does (``distill.int4_aware.round_4bit``: onnxruntime's symmetric
-``MatMulNBits`` rounding; the word table by ``quantization.int4_tables``: the export's asymmetric block rule), how
-far the margin moves (std of the change) and how many labels flip. Rounding one part at a time (the word table; the
-encoder's MatMuls, all or one kind; symmetric or asymmetric; block 128, 64 or 32) says which part costs the flips.
+``MatMulNBits`` rounding; the word table, and the MatMuls of the asymmetric rows, by ``quantization.int4_tables``:
+the export's asymmetric block rule), how far the margin moves (std of the change) and how many labels flip.
+Rounding one part at a time (the word table; the encoder's MatMuls, all or one kind; symmetric or asymmetric;
+block 128, 64 or 32) says which part costs the flips.
 ``--trained``: students already on the 4-bit grid (``distill --int4-aware``, saved rounded) compared the same way.
 
 Accuracy only, not timed. Writes ``benchmarks/results/int4/margin_noise_<student>.{json,md}`` with the CPU,
@@ -43,19 +44,6 @@ def margins(model, batches) -> np.ndarray:
     return np.concatenate(out)
 
 
-def asymmetric_4bit(weight, block: int):
-    """``weight`` [out, in] rounded per block of ``block`` inputs to 16 levels between the block's min and max."""
-    import torch
-
-    out_f, in_f = weight.shape
-    blocks = weight.reshape(out_f, in_f // block, block)
-    low = torch.clamp(blocks.min(-1, keepdim=True).values, max=0)
-    high = torch.clamp(blocks.max(-1, keepdim=True).values, min=0)
-    scale = torch.where(high > low, (high - low) / 15, torch.ones_like(high))
-    zero = torch.clamp(torch.round(-low / scale), 0, 15)
-    return ((torch.clamp(torch.round(blocks / scale) + zero, 0, 15) - zero) * scale).reshape(out_f, in_f)
-
-
 def rounded(base, table_block: int | None, linear_block: int | None, symmetric: bool = True, which: str | None = None):
     import torch
 
@@ -63,17 +51,20 @@ def rounded(base, table_block: int | None, linear_block: int | None, symmetric: 
     from edgebert.quantization.int4_tables import dequantize_blocks, quantize_blocks
     from edgebert.stages.distill.int4_aware import four_bit_linears, round_4bit
 
+    def asymmetric(weight, block: int):     # the word table's rule (per row = per output, blocks of inputs)
+        back = dequantize_blocks(*quantize_blocks(weight.numpy(), block), block)
+        return torch.from_numpy(np.ascontiguousarray(back, dtype=np.float32))
+
     model = copy.deepcopy(base)
     with torch.no_grad():
         if table_block:
             table = encoder_of(model).embeddings.word_embeddings.weight
-            back = dequantize_blocks(*quantize_blocks(table.numpy(), table_block), table_block)
-            table.copy_(torch.from_numpy(np.ascontiguousarray(back, dtype=np.float32)))
+            table.copy_(asymmetric(table, table_block))
         if linear_block:
             for name, layer in four_bit_linears(model).items():
                 if which is None or re.search(which, name):
                     layer.weight.copy_(round_4bit(layer.weight, linear_block) if symmetric
-                                       else asymmetric_4bit(layer.weight, linear_block))
+                                       else asymmetric(layer.weight, linear_block))
     return model
 
 
