@@ -298,3 +298,18 @@ def test_small_graph_on_an_emulated_avx2_host_matches_the_vnni_result(bundle: Pa
     want = native.run(feeds)["last_hidden_state"]
     diff = float(np.abs(np.asarray(got["hidden"]) - want).max())
     assert diff < 1e-5, diff          # measured 4.8e-7 (Xeon 207 vs emulated Haswell)
+
+
+def test_a_table_block_that_does_not_divide_the_width_is_refused_before_any_graph(tmp_path: Path):
+    """Width 48 (heads of 12): the 4-bit word table cannot use blocks of 32; the export says so and which block
+    fits before tracing anything, and writes nothing (a width-224 student used to fail minutes in, at the gate)."""
+    from edgebert.exporters import ExportConfig, export_bundle
+    from export_fixtures import make_model_dir
+
+    model_dir = make_model_dir(tmp_path / "model", seed=1, hidden_size=48, num_attention_heads=4,
+                               intermediate_size=96)
+    out = tmp_path / "bundle"
+    with pytest.raises(ConfigError) as refused:
+        export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, int4=True, int4_block_size=32))
+    assert "--int4-block 32 does not divide this model's hidden size 48" in str(refused.value)
+    assert "--int4-block 16" in refused.value.one_line() and not out.exists()

@@ -29,8 +29,8 @@ def export(
                                        "(4-bit MatMulNBits and word table, the rest 8-bit), gated like INT8; "
                                        "loaded only when asked for (precision='int4').")] = False,
     int4_block: Annotated[Optional[int], typer.Option("--int4-block", help="4-bit weights (and word-table values) per "
-                                                      "scale (16..128, a power of two; default: the block a --int4-aware "
-                                                      "student trained at, else 32).")] = None,
+                                                      "scale (16..128, a power of two dividing the hidden size; default: the "
+                                                      "block a --int4-aware student trained at, else 32).")] = None,
     int4_algorithm: Annotated[str, typer.Option("--int4-algorithm", help="rtn (round to nearest, symmetric) | "
                                                 "hqq (fitted scales and zero points: more accurate, but onnxruntime's CPU kernel takes a slow path, 7x "
                                                 "INT8's time on short texts).")] = "rtn",
