@@ -8,7 +8,8 @@ model rounded at a time, cosine of the sentence vectors with the unrounded model
 ``int4_aware_minilm.py`` (SST-2 dev, MRPC dev, WikiText-2 test; none of them training text):
 
 * the encoder's MatMuls by kind (query + key, value, attention output, FFN in, FFN out) and by layer, 4 bits in
-  blocks of 32 and 128 (``distill.int4_aware.round_4bit``: onnxruntime's symmetric ``MatMulNBits`` rule);
+  blocks of 32 and 128 (``distill.int4_aware.round_4bit``: onnxruntime's symmetric ``MatMulNBits`` rule; and
+  every MatMul asymmetric, the word table's rule: ``MatMulNBits`` with zero points);
   every MatMul 8-bit (per output channel, symmetric: the INT8 export's weights; activations stay float);
 * the word table: 4 bits (``quantization.int4_tables``: the export's asymmetric block rule) and product
   quantization (scikit-learn k-means per group of ``sub`` columns, one code per group: 8-bit codes of 256
@@ -60,11 +61,13 @@ def product_quantized(table: np.ndarray, sub: int, centroids: int) -> np.ndarray
 
 
 def weight_bytes(params: int, how: str, rows: int = 0) -> int:
-    """Bytes of ``params`` weights stored as ``how``: "b32"/"b128" (4-bit, float16 scale per block), "8" (int8,
+    """Bytes of ``params`` weights stored as ``how``: "b32"/"b128" (4-bit, float16 scale per block; "a32"/"a128":
+    asymmetric, + a 4-bit zero point per block), "8" (int8,
     a float scale per output row of ``rows``)."""
     if how == "8":
         return params + 4 * rows
-    return params // 2 + params // int(how[1:]) * 2
+    blocks = params // int(how[1:])
+    return params // 2 + blocks * 2 + (blocks // 2 if how.startswith("a") else 0)     # a: + 4-bit zero points
 
 
 def main() -> None:
@@ -105,15 +108,24 @@ def main() -> None:
     table = base.embeddings.word_embeddings.weight.detach().numpy()
     rows: list[dict] = []
 
+    def rounded(weight, how: str):
+        if how == "8":
+            return eight_bit(weight)
+        if how.startswith("a"):             # asymmetric: the word table's rule (scale and zero point per block)
+            back = dequantize_blocks(*quantize_blocks(weight.numpy(), int(how[1:])), int(how[1:]))
+            return torch.from_numpy(np.ascontiguousarray(back, dtype=np.float32))
+        return round_4bit(weight, int(how[1:]))
+
     def row(name: str, plan: list[tuple[str, str]] = (), new_table: np.ndarray | None = None,
             table_bytes: int | None = None) -> None:
-        """plan: (pattern, "b32" | "b128" | "8") for the encoder MatMuls, first match wins."""
+        """plan: (pattern, "b32" | "b128" | "a32" | "a128" | "8") for the encoder MatMuls, first match wins
+        (b: symmetric 4-bit, a: asymmetric 4-bit, 8: 8-bit)."""
         model, encoder_bytes = copy.deepcopy(base), 0
         with torch.no_grad():
             for name_, layer in {n: m for n, m in model.named_modules() if n in linears}.items():
                 how = next((h for p, h in plan if re.search(p, name_)), None)
                 if how:
-                    layer.weight.copy_(eight_bit(layer.weight) if how == "8" else round_4bit(layer.weight, int(how[1:])))
+                    layer.weight.copy_(rounded(layer.weight, how))
                     encoder_bytes += weight_bytes(layer.weight.numel(), how, layer.weight.shape[0])
             if new_table is not None:
                 model.embeddings.word_embeddings.weight.copy_(torch.from_numpy(new_table))
@@ -127,6 +139,8 @@ def main() -> None:
         row(f"every encoder MatMul 4-bit, block {block[1:]}", [(".", block)])
         for kind, pattern in KINDS.items():
             row(f"{kind} only, 4-bit block {block[1:]}", [(pattern, block)])
+    for block in ("a32", "a128"):
+        row(f"every encoder MatMul 4-bit asymmetric, block {block[1:]}", [(".", block)])
     for layer in range(base.config.num_hidden_layers):
         row(f"layer {layer} only, 4-bit block 32", [(rf"layer\.{layer}\.", "b32")])
     row("every encoder MatMul 8-bit", [(".", "8")])
