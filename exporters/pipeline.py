@@ -47,7 +47,6 @@ from edgebert.files.outdirs import OutputDir
 from edgebert.model import CONFIG_NAME, BertConfig, load_model
 from edgebert.model.bert import BertEmbeddings
 from edgebert.model.families import check_pad_id
-from edgebert.quantization.int4 import Int4Config
 from edgebert.runtime.float_reference import REFERENCE_FILE, REFERENCE_TASKS, write_reference
 from edgebert.runtime.ort_format import ORT_CONFIG, add_ort_graphs
 
@@ -114,17 +113,6 @@ def export_bundle(cfg: ExportConfig, on_step: Callable[[str], None] | None = Non
                        {"vocabulary": pruned.as_dict()})
 
 
-def _check_int4_block(small: Int4Config, hidden: int) -> None:
-    """The 4-bit word table needs a block that divides the hidden size (MatMuls whose K it does not divide just
-    stay 8-bit); ``ConfigError`` naming the blocks that would, before any graph is made."""
-    if small.word_table and hidden % small.table_block:
-        fits = [b for b in (16, 32, 64, 128) if hidden % b == 0]
-        raise ConfigError(f"--int4-block {small.table_block} does not divide this model's hidden size {hidden} "
-                          "(the 4-bit word table is stored in blocks of a row)",
-                          f"use --int4-block {' or '.join(map(str, fits))}" if fits else
-                          "this width has no 4-bit block (16..128) that divides it: export --int8 without --int4")
-
-
 def _export(cfg: ExportConfig, say: _Steps, out: OutputDir, source_dir: Path, extra: dict) -> ExportResult:
     """``export_bundle`` from ``cfg.model_dir`` (``source_dir``: the folder the user named, for the manifest;
     ``extra``: more manifest fields)."""
@@ -141,7 +129,7 @@ def _export(cfg: ExportConfig, say: _Steps, out: OutputDir, source_dir: Path, ex
         raise ConfigError(f"max sequence length {max_len} exceeds the model's {model_cfg.max_sequence_length} "
                           f"positions (max_position_embeddings={model_cfg.max_position_embeddings})")
     if cfg.int8 and cfg.int4:                        # refused before tracing, not deep in the 4-bit gate
-        _check_int4_block(cfg.int4_config(), model_cfg.hidden_size)
+        cfg.int4_config().check_width(model_cfg.hidden_size)
     if max_len < model_cfg.max_sequence_length:      # rows past max_len are never read: not in the graph
         model_cfg = _crop_positions(model, model_cfg, max_len)
     check_pad_id(model_cfg.model_type, model_cfg.pad_token_id, tok_meta["pad_id"], str(cfg.model_dir))

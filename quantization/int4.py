@@ -90,6 +90,16 @@ class Int4Config:
             raise ConfigError(f"4-bit max_accuracy_loss {self.max_accuracy_loss} is outside [0, 1)",
                               "give the task metric's loss, e.g. 0.01 for 1 - mean cosine")
 
+    def check_width(self, hidden: int) -> None:
+        """Before any graph is made: the 4-bit word table's block must divide the hidden size (a MatMul whose K
+        the block does not divide just stays 8-bit); ``ConfigError`` naming the blocks that would."""
+        if self.word_table and hidden % self.table_block:
+            fits = [b for b in (16, 32, 64, 128) if hidden % b == 0]
+            raise ConfigError(f"--int4-block {self.table_block} does not divide this model's hidden size {hidden} "
+                              "(the 4-bit word table is stored in blocks of a row)",
+                              f"use --int4-block {' or '.join(map(str, fits))}" if fits else
+                              "no 4-bit block (16..128) divides this width: export --int8 without --int4")
+
     def as_dict(self) -> dict[str, Any]:
         return {"bits": 4, "block_size": self.block_size, "accuracy_level": self.accuracy_level,
                 "algorithm": self.algorithm, "symmetric": self.algorithm == "rtn", "word_table": self.word_table,
