@@ -313,3 +313,15 @@ def test_a_table_block_that_does_not_divide_the_width_is_refused_before_any_grap
         export_bundle(ExportConfig(model_dir=model_dir, out_dir=out, int8=True, int4=True, int4_block_size=32))
     assert "--int4-block 32 does not divide this model's hidden size 48" in str(refused.value)
     assert "--int4-block 16" in refused.value.one_line() and not out.exists()
+
+
+def test_check_prints_a_classifier_s_small_graph_without_a_min():
+    """A classifier's small graph is measured by label agreement, which has no per-text min: ``check`` printed
+    it with ``min None`` formatted as a number and crashed (found on a real SST-2 student's bundle)."""
+    from edgebert.runtime.check import CheckReport
+
+    report = CheckReport("b", "cls", True, "PASS", {"summary": "x86-vnni"},
+                         small={"metric": "label_agreement", "mean": 0.99, "min": None, "loss": 0.01,
+                                "within_budget": True, "budget": 0.01})
+    line = next(x for x in report.lines() if x.startswith("small (int4) graph"))
+    assert line == "small (int4) graph, not the default: label_agreement 0.99000, loss 0.01000 <= budget 0.01"

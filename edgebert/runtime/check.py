@@ -79,7 +79,8 @@ class CheckReport:
             out.append(f"chosen: {self.chosen['target']} ({self.chosen['reason']})")
         if self.small:
             m = self.small
-            out.append(f"small (int4) graph, not the default: {m['metric']} {m['mean']:.5f} (min {m['min']:.5f}), "
+            low = f" (min {m['min']:.5f})" if m.get("min") is not None else ""     # a label agreement has none
+            out.append(f"small (int4) graph, not the default: {m['metric']} {m['mean']:.5f}{low}, "
                        f"loss {m['loss']:.5f} {'<=' if m['within_budget'] else '>'} budget {m['budget']:g}")
         if self.fidelity:
             f = self.fidelity
