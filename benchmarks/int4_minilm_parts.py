@@ -10,7 +10,7 @@ model rounded at a time, cosine of the sentence vectors with the unrounded model
 * the encoder's MatMuls by kind (query + key, value, attention output, FFN in, FFN out) and by layer, 4 bits in
   blocks of 32 and 128 (``distill.int4_aware.round_4bit``: onnxruntime's symmetric ``MatMulNBits`` rule; and
   every MatMul asymmetric, the word table's rule: ``MatMulNBits`` with zero points);
-  every MatMul 8-bit (per output channel, symmetric: the INT8 export's weights; activations stay float);
+  every MatMul 8-bit (per output channel, symmetric, ``quantize_rows``; activations stay float);
 * the word table: 4 bits (``quantization.int4_tables``: the export's asymmetric block rule) and product
   quantization (scikit-learn k-means per group of ``sub`` columns, one code per group: 8-bit codes of 256
   centroids are 2 bits per value at ``sub`` 4; 1,024 centroids need 16-bit codes in a graph, so 4 bits per value);
@@ -43,10 +43,14 @@ PQ = ((2, 256), (4, 256), (4, 1024))       # (columns per code, centroids)
 
 
 def eight_bit(weight):
-    """Per-output-channel symmetric int8 round trip (the INT8 export's weight rule)."""
-    scale = weight.abs().amax(1, keepdim=True) / 127
-    scale[scale == 0] = 1
-    return (weight / scale).round().clamp(-127, 127) * scale
+    """Per-output-channel symmetric int8 round trip (``quantization.embedding_tables.quantize_rows``: a row of the
+    weight [out, in] is an output channel; float16 scales, rounded up)."""
+    import torch
+
+    from edgebert.quantization.embedding_tables import quantize_rows
+
+    q, scale = quantize_rows(weight.numpy())
+    return torch.from_numpy(q.astype(np.float32) * scale.astype(np.float32))
 
 
 def product_quantized(table: np.ndarray, sub: int, centroids: int) -> np.ndarray:
