@@ -46,7 +46,10 @@ Peak memory: the child's resident-set high-water mark (``VmHWM``; the interprete
 Time to first result: wall clock in the child from before its first import of onnxruntime / edgebert to
 the first output (the interpreter's own start is the same for all and not counted). Medians and minima
 over the repeats, ratios of medians; the goals of the issue are printed beside them (EdgeSession peak RSS
-<= 1.15x plain-ort-int8; time to first result <= 1.2x plain-same).
+<= 1.15x plain-ort-int8; time to first result <= 1.2x plain-same). Also the paired ratios (``paired_ratios``): each
+round's time over the plain session's of the same round, median over the rounds; on a machine whose speed drifts
+between rounds (the 2-vCPU VMs: the plain session's median moved 0.16-0.31 s between runs) they move less than a
+ratio of medians.
 
 Also recorded: every graph file's MB, the one-device bundle (``edgebert pack`` of the target the session
 picked, and of ``int4`` where the bundle has the small graph, as .tar.gz, and its files unpacked), the machine (CPU model and kind), versions, threads and the
@@ -237,6 +240,19 @@ def _summary(rows: list[dict]) -> dict:
     return out
 
 
+def paired_ratios(measured: dict[str, list[dict]]) -> dict[str, float]:
+    """Time to first result of each ``edgebert`` kind over ``plain-same``'s, per round (the kinds of one round run back
+    to back), median over the rounds: a machine that speeds up or slows down between rounds moves both sides of a
+    round alike, where it moves a ratio of medians."""
+    plain = [m["first_result_s"] for m in measured["plain-same"]]
+    out = {}
+    for kind, suffix in (("edgebert", ""), ("edgebert-first", "_first_open"),
+                         ("edgebert-checked", "_first_open_after_check")):
+        rounds = [m["first_result_s"] / p for m, p in zip(measured[kind], plain)]
+        out[f"first_result_vs_plain_same{suffix}"] = round(statistics.median(rounds), 3)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     from edgebert.bundle import read_manifest
     from edgebert.runtime import EdgeSession
@@ -307,6 +323,7 @@ def run(args: argparse.Namespace) -> dict:
         suffix = {"edgebert": "", "edgebert-first": "_first_open", "edgebert-checked": "_first_open_after_check"}[kind]
         ratios[f"first_result_vs_plain_same{suffix}"] = round(med[kind]["first_result_s"]
                                                               / med["plain-same"]["first_result_s"], 3)
+    paired = paired_ratios(measured)
     if SMALL_KIND in med:                   # the small graph against the graph the session picks by default
         for key, name in (("rss_peak_mb", "rss"), ("first_result_s", "first_result")):
             ratios[f"small_{name}_vs_edgebert"] = round(med[SMALL_KIND][key] / med["edgebert"][key], 3)
@@ -321,7 +338,7 @@ def run(args: argparse.Namespace) -> dict:
             "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after],
                              "timing_started": [round(x, 2) for x in load_timed]},
             "graphs_mb": graphs, "one_device_bundle": one_device, "small_graph": small_graph, "measured": summary,
-            "ratios": ratios, "accuracy": vs_fp32, "checkpoint": str(args.checkpoint) if args.checkpoint else None,
+            "ratios": ratios, "paired_ratios": paired, "accuracy": vs_fp32, "checkpoint": str(args.checkpoint) if args.checkpoint else None,
             "goals": GOALS, "method": __doc__.split("\n\n", 2)[2].split("Also recorded")[0].strip()}
 
 

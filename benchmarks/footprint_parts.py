@@ -129,8 +129,11 @@ def markdown(r: dict) -> str:
                      f"{s['first_result_s']['median']} / {s['first_result_s']['min']} | {s['import_s']['median']} | "
                      f"{s['open_s']['median']} | {s['first_run_s']['median']} |")
     lines += ["", "Ratios (medians): " + ", ".join(f"{k} {v}" + (f" (goal <= {goals[k]})" if k in goals else "")
-                                                 for k, v in r["ratios"].items()), "",
-              "| graph | file | MB |", "|---|---|---|"]
+                                                 for k, v in r["ratios"].items()), ""]
+    if r.get("paired_ratios"):
+        lines += ["Paired ratios (each round's time over the plain session's of that round, median over the rounds): "
+                  + ", ".join(f"{k} {v}" for k, v in r["paired_ratios"].items()), ""]
+    lines += ["| graph | file | MB |", "|---|---|---|"]
     lines += [f"| {k} | {g['file']} | {g['mb']} |" for k, g in r["graphs_mb"].items()]
     if r.get("accuracy"):
         a = r["accuracy"]

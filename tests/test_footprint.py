@@ -84,3 +84,13 @@ def test_without_a_small_graph_the_report_says_so(bundles, tmp_path, monkeypatch
     assert all(kind != "edgebert-int4" for kind, _ in r["_measured_calls"])
     report = footprint_parts.markdown(r)
     assert "no small (int4) graph in the bundle" in report and "| edgebert-int4 |" not in report
+
+
+def test_paired_ratios_take_each_round_over_its_own_plain_session():
+    """Round by round, then the median: a slow round (0.4 s plain) counts as one round, not as a shift of medians."""
+    rows = lambda *s: [{"first_result_s": x} for x in s]  # noqa: E731
+    measured = {"plain-same": rows(0.1, 0.2, 0.4), "edgebert": rows(0.12, 0.22, 0.40),
+                "edgebert-first": rows(0.2, 0.2, 0.4), "edgebert-checked": rows(0.15, 0.3, 0.44)}
+    assert footprint.paired_ratios(measured) == {"first_result_vs_plain_same": 1.1,
+                                                 "first_result_vs_plain_same_first_open": 1.0,
+                                                 "first_result_vs_plain_same_first_open_after_check": 1.5}

@@ -23,7 +23,7 @@ import copy
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -32,6 +32,7 @@ from edgebert.bundle.pooling import SentencePooling
 from edgebert.bundle.task_registry import TASK_NAMES, bundle_task
 from edgebert.errors import BundleError
 from edgebert.files.jsonfile import JsonError, loads
+from edgebert.records import record
 
 OPENVINO_ENGINE = "openvino"       # ModelEntry.engine of an OpenVINO IR (runtime.openvino_graph runs it)
 
@@ -85,7 +86,7 @@ class _JsonView(Mapping):
 
 
 # --------------------------------------------------------------------------- parts
-@dataclass(frozen=True)
+@record
 class TensorSpec:
     """One graph input or output: its name, dtype and shape (named axes are dynamic: "batch", "sequence")."""
     name: str
@@ -118,7 +119,7 @@ def io_spec(task: str, hidden_size: int, vocab_size: int, num_labels: int,
                          for n, shape in spec.outputs if n in keep)
 
 
-@dataclass(frozen=True)
+@record
 class ModelShape:
     """The encoder's sizes the runtime needs (``manifest.config``)."""
     hidden_size: int
@@ -135,7 +136,7 @@ def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-@dataclass(frozen=True)
+@record
 class TokenizerFacts:
     """The bundle's tokenizer file and the special-token ids the runtime feeds."""
     file: str
@@ -151,7 +152,7 @@ class TokenizerFacts:
     max_id: int | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class ModelEntry(_JsonView):
     """One graph of the bundle (``manifest.models[key]``)."""
     key: str
@@ -227,7 +228,7 @@ def _providers(precision: str, quant: Mapping[str, Any], value: dict[str, Any]) 
 
 
 # --------------------------------------------------------------------------- the manifest
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Manifest(_JsonView):
     """A bundle's ``manifest.json``, validated. Make one with ``from_dict``, ``read`` or ``build``."""
     version: int

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from edgebert.errors import BundleError, ConfigError
 from edgebert.files.jsonfile import read_json
+from edgebert.records import record
 
 __all__ = ["POOLING_MODES", "SentencePooling", "read_pooling", "write_pooling", "carry_pooling", "POOLING_FILES"]
 
@@ -46,7 +46,7 @@ _LEGACY_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max
 _KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
 
 
-@dataclass(frozen=True)
+@record
 class SentencePooling:
     """The model's pooling: ``mode`` (mean | cls | max), whether a ``Normalize`` module follows it,
     whether prompt tokens are pooled (``include_prompt``), and sentence-transformers' token limit."""

@@ -13,9 +13,8 @@ Not to be confused with the *dataset presets* of fine-tuning and evaluation (``s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from edgebert.errors import ConfigError
+from edgebert.records import record
 
 __all__ = ["BundleTask", "BUNDLE_TASKS", "TASK_NAMES", "bundle_task", "task_of_architecture", "task_serving",
            "INPUT_KINDS", "CARRIED", "check_budget"]
@@ -24,7 +23,7 @@ INPUT_KINDS = ("texts", "questions", "choices")
 CARRIED = ("pooling", "labels")      # what a model folder may carry for a task beside its weights
 
 
-@dataclass(frozen=True)
+@record
 class BundleTask:
     """One bundle task. Shapes are symbolic: ``batch``, ``sequence``, ``choices`` axes and the model's
     ``hidden_size`` / ``vocab_size`` / ``num_labels`` (``edgebert.bundle.io_spec`` fills them in)."""

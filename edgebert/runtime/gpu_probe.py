@@ -27,36 +27,18 @@ import functools
 import importlib.util
 import io
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+from edgebert.records import record
+from edgebert.runtime.provider_status import ORT_PROVIDER_NAMES, ProviderStatus, not_in_build  # noqa: F401  (re-exported)
 
 CUDA_SUCCESS = 0
 _CUDA_ERRORS = {100: "no CUDA-capable device is detected", 35: "CUDA driver version is insufficient for "
                 "the CUDA runtime version", 999: "unknown error", 3: "initialization error",
                 101: "invalid device ordinal"}
-ORT_PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}   # the GPU ones
-
-
-class ProviderStatus(NamedTuple):
-    """Whether provider ``name`` can be used here; ``reason`` says why not (empty when usable). The probe's
-    verdict (``runtime.providers.probe`` gives it for every provider)."""
-
-    name: str
-    available: bool
-    reason: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"provider": self.name, "available": self.available, "reason": self.reason or None}
-
-
-def not_in_build(name: str, ort_version: str) -> ProviderStatus:
-    """The verdict for a GPU provider this onnxruntime build does not have (plain ``onnxruntime``)."""
-    return ProviderStatus(name, False, f"this onnxruntime build ({ort_version}) has no {ORT_PROVIDER_NAMES[name]}; "
-                                       "install onnxruntime-gpu")
-
-
-@dataclass(frozen=True)
+@record
 class CudaDriver:
     """What ``libcuda.so.1`` says: loader error, supported CUDA version, cuInit result, device count."""
 

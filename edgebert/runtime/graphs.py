@@ -24,10 +24,9 @@ TensorRT subgraphs whose inputs have no shape profile. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from edgebert.bundle import Manifest, ModelEntry
 from edgebert.errors import BundleError
+from edgebert.records import record
 from edgebert.runtime.hostcpu import HostCpu
 from edgebert.runtime.int8_choice import GraphChoice, choose_int8, choose_openvino, choose_small
 
@@ -41,7 +40,7 @@ EXPORT_FLAG = {"fp32-trt": "--tensorrt", "int8-trt": "--tensorrt --int8", "fp32-
                "fp16-cuda": "--cuda", "fp16": "--fp16 (or --cuda)", "fp32": "", "int4": "--int8 --int4"}
 
 
-@dataclass(frozen=True)
+@record
 class ModelChoice:
     """The model entry ``provider`` loads for ``precision``, and notes on the choice (``entry`` given as
     a dict is kept as a ``ModelEntry``)."""

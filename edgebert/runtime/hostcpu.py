@@ -36,11 +36,12 @@ import functools
 import json
 import os
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from edgebert.files.stamps import keep, recall
+from edgebert.records import record
 from edgebert.system.environment import cpu_model, cpuinfo, sysctl
 
 PROBE_FILE = Path(__file__).resolve().parents[1] / "assets" / "u8s8_probe.onnx"
@@ -61,7 +62,7 @@ ARM_KERNELS = {"i8mm": "i8mm matrix-multiply kernel", "dotprod": "dot-product ke
                "unknown": "kernel family not reported by the OS"}
 
 
-@dataclass(frozen=True)
+@record
 class HostCpu:
     """One machine, as INT8 sees it.
 

@@ -29,19 +29,20 @@ OpenVINO one was passed over. ``int8_target`` naming an onnxruntime target never
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping
 
 from edgebert.bundle import Manifest, ModelEntry
 from edgebert.bundle.manifest import OPENVINO_ENGINE as ENGINE
 from edgebert.errors import BundleError
+from edgebert.records import record
 from edgebert.runtime.hostcpu import PRECISION_OPTION, HostCpu
 
 HOST_TARGETS = {"x86-vnni": ("x86-vnni",), "arm64": ("arm64",), "x86-avx2": ("x86-avx2",),
                 "x86-avx512": ("x86-avx2",)}
 
 
-@dataclass(frozen=True)
+@record
 class GraphChoice:
     """The INT8 model entry to load, session config entries to set, and why. ``entry`` may be given as
     the entry's JSON (a dict); it is kept as a ``ModelEntry``."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from edgebert.records import record
 
 RECORD_CONFIG = "session.record_ep_graph_assignment_info"
 METHOD_RECORD = "onnxruntime graph assignment record (session.record_ep_graph_assignment_info)"
@@ -33,7 +35,7 @@ REASON_NO_KERNEL = "the provider has no kernel for this op and these input types
 REASON_UNLOGGED = "no reason in onnxruntime's log"
 
 
-@dataclass(frozen=True)
+@record
 class Placement:
     """Nodes per provider (short names) and the op types of each; ``method`` says how it was read."""
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from edgebert.errors import ConfigError
 from edgebert.files.user_cache import cache_root
-from edgebert.runtime.gpu_probe import ORT_PROVIDER_NAMES, ProviderStatus, not_in_build, probe_gpu_provider
+from edgebert.runtime.provider_status import ORT_PROVIDER_NAMES, ProviderStatus, not_in_build
 
 if TYPE_CHECKING:
     from edgebert.runtime.trt_profile import TrtProfile
@@ -56,6 +56,8 @@ def probe(name: str) -> ProviderStatus:
 
     if ORT_NAMES[name] not in ort.get_available_providers():
         return not_in_build(name, ort.__version__)
+    from edgebert.runtime.gpu_probe import probe_gpu_provider  # only a GPU build loads the GPU probe
+
     return probe_gpu_provider(name)
 
 

@@ -20,19 +20,19 @@ embedding table. Any later failure of the tokenizer on a text is a ``BundleError
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from edgebert.errors import BundleError, DataError
+from edgebert.records import record
 
 Text = str
 Pair = tuple[str, str]
 
 
-@dataclass(frozen=True)
+@record
 class Encoded:
     """One tokenized input: ids and segment ids, with special tokens, unpadded."""
 
@@ -44,7 +44,7 @@ class Encoded:
         return int(self.ids.shape[0])
 
 
-@dataclass(frozen=True)
+@record
 class Pieces:
     """One text's sub-tokens, no special tokens: ids, token strings, and ``offsets[i] = (start, end)``
     character offsets of token i in the original text."""
