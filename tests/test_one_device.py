@@ -286,6 +286,37 @@ def test_pack_ort_format_ships_the_ort_graph_alone_and_checks(fleet, tmp_path):
     assert check_bundle(out, max_texts=24).passed
 
 
+def test_pack_of_an_ort_format_bundle_ships_one_form_of_the_graph(fleet, tmp_path):
+    """A bundle exported with --ort-format holds each graph twice (.onnx and .ort); a device loads one, so the
+    default pack ships the .onnx and names the .ort (and the operator list of the .ort graphs) as left out."""
+    import numpy as np
+
+    from edgebert.runtime.pack import pack_bundle
+
+    bundle = export_bundle(ExportConfig(model_dir=fleet.parent / "model", out_dir=tmp_path / "ort", int8=True,
+                                        int8_targets=("portable",), max_accuracy_loss=0.5, ort_format=True,
+                                        validation_batch_sizes=(1,), validation_seq_lens=(7,))).bundle_dir
+    full = json.loads((bundle / "manifest.json").read_text())
+    ort_file = full["models"]["int8"]["ort"]["file"]
+    result = pack_bundle(bundle, "portable", tmp_path / "onnx-only")
+    packed = json.loads((tmp_path / "onnx-only" / "manifest.json").read_text())
+    assert not list((tmp_path / "onnx-only").rglob("*.ort")) and "ort_format" not in packed
+    assert "ort" not in packed["models"]["int8"] and packed["models"]["int8"]["file"].endswith(".onnx")
+    gone = {e["file"]: e for e in result.left_out}
+    assert gone[ort_file]["bytes"] == (bundle / ort_file).stat().st_size and "`pack --ort-format`" in gone[ort_file][
+        "reason"] and "required_operators.config" in gone
+    graphs = sum((tmp_path / "onnx-only" / n).stat().st_size for n in packed["files"] if n.endswith((".onnx", ".ort")))
+    assert graphs == (bundle / full["models"]["int8"]["file"]).stat().st_size           # one graph, once
+    with pytest.raises(BundleError, match="has no .ort form"):
+        EdgeSession(tmp_path / "onnx-only", graph_format="ort")
+    one = EdgeSession(tmp_path / "onnx-only")
+    assert np.abs(one.embed(TEXTS) - EdgeSession(bundle, "cpu", "int8").embed(TEXTS)).max() <= ORT_ATOL
+    assert check_bundle(tmp_path / "onnx-only", max_texts=24).passed
+    pack_bundle(bundle, "portable", tmp_path / "ort-only", ort_format=True)            # the other form, alone
+    assert [p.suffix for p in (tmp_path / "ort-only").rglob("*.onnx")] == []
+    assert len(list((tmp_path / "ort-only").rglob("*.ort"))) == 1
+
+
 @pytest.mark.parametrize("task, architecture", [("cls", "BertForSequenceClassification"), ("mlm", "BertForMaskedLM"),
                                                 ("token-cls", "BertForTokenClassification"),
                                                 ("qa", "BertForQuestionAnswering")])

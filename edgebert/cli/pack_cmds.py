@@ -21,8 +21,9 @@ def pack(
     out: o.PackOut,
     overwrite: o.Overwrite = False,
     ort_format: Annotated[bool, typer.Option(
-        "--ort-format", help="Also write the graph in onnxruntime's .ort format and the required_operators.config "
-                             "a reduced (mobile) onnxruntime build needs.")] = False,
+        "--ort-format", help="Ship the graph in onnxruntime's .ort format instead of .onnx, with the "
+                             "required_operators.config a reduced (mobile) onnxruntime build needs (default: the .onnx "
+                             "alone, also from a bundle exported with --ort-format).")] = False,
     as_json: o.Json = False,
 ) -> None:
     """Write the bundle for one device: its INT8 graph, tokenizer and model files, the manifest (saying what was

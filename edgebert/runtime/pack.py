@@ -1,10 +1,11 @@
 """``edgebert pack``: cut a bundle down to what one device runs: one INT8 graph, its tokenizer and model
 files, the manifest, and the fp32 reference outputs ``edgebert check`` verifies the graph against there.
 
-What is kept: the target's INT8 graph (and its ``.ort`` form, ``ort_format``), every file that is not a
-graph (tokenizer files, ``config.json``, the sentence-transformers pooling files) and the fp32 reference
+What is kept: the target's INT8 graph in one form (the ``.onnx``; with ``ort_format`` its ``.ort`` form alone), every
+file that is not a graph (tokenizer files, ``config.json``, the sentence-transformers pooling files) and the fp32 reference
 (``float_reference``: written at export; a bundle exported before that gets it computed here from its
-fp32 graph). Left out: every other graph (the fp32 graph, other targets', GPU graphs), each named in
+fp32 graph). Left out: every other graph (the fp32 graph, other targets', GPU graphs), and the kept graph's other
+form (a bundle exported with ``--ort-format`` has each graph as ``.onnx`` and ``.ort``: a device loads one), each named in
 the manifest's ``packed.left_out`` with its size and why. The kept entry keeps its key and file name,
 so the packed bundle opens and checks like the full one (``EdgeSession``, ``edgebert check``).
 Target ``int4`` (``SMALL``) packs the bundle's small graph (``export --int8 --int4``) instead of an INT8 graph,
@@ -95,11 +96,25 @@ def _graph_files(manifest: Manifest, key: str) -> list[str]:
             *(n for n in manifest.files if n.startswith(f"{entry.file}."))]
 
 
-def pack_plan(bundle: Path, manifest: Manifest, target: str) -> tuple[str, list[str], list[dict[str, Any]]]:
-    """(model key, files kept, files left out with why) of packing ``target``."""
+def pack_plan(bundle: Path, manifest: Manifest, target: str,
+              ort_format: bool = False) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """(model key, files kept, files left out with why) of packing ``target`` (``ort_format``: the ``.ort`` form
+    ships, made from the ``.onnx`` by ``_as_ort``)."""
     key, entry = _target_entry(bundle, manifest, target)
     keep_graph = set(_graph_files(manifest, key))
     left: dict[str, dict[str, Any]] = {}
+    ort = (entry.get_extra("ort") or {}).get("file")
+    if ort and ort != entry.file and not ort_format:     # one form per device: the .onnx, which every build loads
+        from edgebert.runtime.ort_format import FIELD as ORT_FIELD
+
+        left[ort] = {"file": ort, "model": key, "bytes": bundle_file(bundle, ort).stat().st_size,
+                     "reason": "the kept graph's .ort form: a device loads one form, and this one-device bundle "
+                               "ships the .onnx (`pack --ort-format` ships the .ort alone)"}
+        config = (manifest.get_extra(ORT_FIELD) or {}).get("required_operators")
+        if config in manifest.files:
+            left[config] = {"file": config, "model": key, "bytes": bundle_file(bundle, config).stat().st_size,
+                            "reason": "the operators of the bundle's .ort graphs, for a reduced onnxruntime build: "
+                                      "no .ort graph is shipped"}
     for other in manifest.models:
         if other == key:
             continue
@@ -123,6 +138,12 @@ def _packed_manifest(manifest: Manifest, key: str, target: str, left_out: list[d
     value = manifest.to_dict()
     entry = dict(value["models"][key])
     entry.pop("same_graph_as", None)
+    gone = {e["file"] for e in left_out}
+    if isinstance(entry.get("ort"), dict) and entry["ort"].get("file") in gone - {entry.get("file")}:
+        from edgebert.runtime.ort_format import FIELD as ORT_FIELD
+
+        entry.pop("ort")                    # the .onnx form ships alone (pack_plan)
+        value.pop(ORT_FIELD, None)
     value["models"] = {key: entry}
     loaders = value.get("loaders")          # how other libraries load each graph: only the kept one's is true now
     if isinstance(loaders, dict):
@@ -150,7 +171,7 @@ def pack_bundle(bundle: str | Path, target: str, out: str | Path, *, overwrite: 
     _check_not_input(given, out)
     source = bundle_folder(given)
     manifest = read_manifest(source)
-    key, kept, left_out = pack_plan(source, manifest, target)
+    key, kept, left_out = pack_plan(source, manifest, target, ort_format)
     if out.resolve().is_relative_to(source.resolve()):
         raise ConfigError(f"--out {out} is inside the bundle {source}", "write the packed bundle beside it")
     writer = _output(out, overwrite)                     # checked before any work
