@@ -79,6 +79,8 @@ TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 KINDS = ("edgebert", "edgebert-first", "edgebert-checked", "edgebert-int4", "plain-same", "plain-ort-int8",
          "plain-optimum-int8", "plain-st-int8")
 GOALS = {"rss_vs_ort_int8": 1.15, "first_result_vs_plain_same": 1.2}
+# the edgebert kinds timed against plain-same, and their ratios' names: first_result_vs_plain_same<suffix>
+RATIO_SUFFIX = {"edgebert": "", "edgebert-first": "_first_open", "edgebert-checked": "_first_open_after_check"}
 
 
 # --------------------------------------------------------------------------- the child: one measurement
@@ -246,8 +248,7 @@ def paired_ratios(measured: dict[str, list[dict]]) -> dict[str, float]:
     round alike, where it moves a ratio of medians."""
     plain = [m["first_result_s"] for m in measured["plain-same"]]
     out = {}
-    for kind, suffix in (("edgebert", ""), ("edgebert-first", "_first_open"),
-                         ("edgebert-checked", "_first_open_after_check")):
+    for kind, suffix in RATIO_SUFFIX.items():
         rounds = [m["first_result_s"] / p for m, p in zip(measured[kind], plain)]
         out[f"first_result_vs_plain_same{suffix}"] = round(statistics.median(rounds), 3)
     return out
@@ -319,8 +320,7 @@ def run(args: argparse.Namespace) -> dict:
     if "plain-ort-int8" in med:
         ratios["rss_vs_ort_int8"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-ort-int8"]["rss_peak_mb"], 3)
     ratios["rss_vs_plain_same"] = round(med["edgebert"]["rss_peak_mb"] / med["plain-same"]["rss_peak_mb"], 3)
-    for kind in ("edgebert", "edgebert-first", "edgebert-checked"):
-        suffix = {"edgebert": "", "edgebert-first": "_first_open", "edgebert-checked": "_first_open_after_check"}[kind]
+    for kind, suffix in RATIO_SUFFIX.items():
         ratios[f"first_result_vs_plain_same{suffix}"] = round(med[kind]["first_result_s"]
                                                               / med["plain-same"]["first_result_s"], 3)
     paired = paired_ratios(measured)

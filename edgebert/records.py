@@ -29,7 +29,6 @@ __all__ = ["record"]
 
 _MISSING = dataclasses.MISSING
 _FIELD_MARK = getattr(dataclasses, "_FIELD", None)
-_SPECS = "__record_fields__"        # ((name, default, factory, in_repr), ...) in order; _MISSING where none
 
 
 @dataclass_transform(eq_default=True, frozen_default=True, field_specifiers=(dataclasses.field,))
@@ -38,14 +37,14 @@ def record(cls: type | None = None, *, eq: bool = True) -> Any:
     def wrap(cls: type) -> type:
         if _FIELD_MARK is None:
             return dataclasses.dataclass(frozen=True, eq=eq)(cls)
-        specs, fields = [], {}
+        fields: dict[str, dataclasses.Field] = {}
         for name, kind in cls.__dict__.get("__annotations__", {}).items():
             if str(kind).startswith(("ClassVar", "typing.ClassVar")):
                 continue
             value = cls.__dict__.get(name, _MISSING)
             spec = value if isinstance(value, dataclasses.Field) else dataclasses.field(default=value)
             if spec.default is _MISSING and spec.default_factory is _MISSING and any(
-                    d is not _MISSING or f is not _MISSING for _, d, f, _ in specs):
+                    f.default is not _MISSING or f.default_factory is not _MISSING for f in fields.values()):
                 raise TypeError(f"non-default field {name!r} follows a default field in {cls.__name__}")
             if isinstance(value, dataclasses.Field):          # as dataclass: the class keeps a plain default
                 if spec.default is _MISSING:
@@ -54,8 +53,6 @@ def record(cls: type | None = None, *, eq: bool = True) -> Any:
                     setattr(cls, name, spec.default)
             spec.name, spec.type, spec._field_type = name, kind, _FIELD_MARK
             fields[name] = spec
-            specs.append((name, spec.default, spec.default_factory, spec.repr))
-        setattr(cls, _SPECS, tuple(specs))
         cls.__dataclass_fields__ = fields
         cls.__match_args__ = tuple(fields)
         methods = {"__init__": _init, "__repr__": _repr, "__setattr__": _setattr, "__delattr__": _delattr}
@@ -70,20 +67,20 @@ def record(cls: type | None = None, *, eq: bool = True) -> Any:
 
 
 def _init(self, *args: Any, **kwargs: Any) -> None:
-    specs = getattr(type(self), _SPECS)
-    if len(args) > len(specs):
-        raise TypeError(f"{type(self).__name__}() takes {len(specs)} fields, {len(args)} were given")
-    for i, (name, default, factory, _) in enumerate(specs):
+    fields = type(self).__dataclass_fields__
+    if len(args) > len(fields):
+        raise TypeError(f"{type(self).__name__}() takes {len(fields)} fields, {len(args)} were given")
+    for i, (name, spec) in enumerate(fields.items()):
         if i < len(args):
             if name in kwargs:
                 raise TypeError(f"{type(self).__name__}() got two values for {name!r}")
             value = args[i]
         elif name in kwargs:
             value = kwargs.pop(name)
-        elif default is not _MISSING:
-            value = default
-        elif factory is not _MISSING:
-            value = factory()
+        elif spec.default is not _MISSING:
+            value = spec.default
+        elif spec.default_factory is not _MISSING:
+            value = spec.default_factory()
         else:
             raise TypeError(f"{type(self).__name__}() is missing the field {name!r}")
         object.__setattr__(self, name, value)
@@ -95,12 +92,12 @@ def _init(self, *args: Any, **kwargs: Any) -> None:
 
 
 def _values(self) -> tuple:
-    return tuple(getattr(self, spec[0]) for spec in getattr(type(self), _SPECS))
+    return tuple(getattr(self, name) for name in type(self).__dataclass_fields__)
 
 
 def _repr(self) -> str:
-    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, _, _, in_repr in getattr(type(self), _SPECS)
-                      if in_repr)
+    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name, spec in type(self).__dataclass_fields__.items()
+                      if spec.repr)
     return f"{type(self).__qualname__}({shown})"
 
 

@@ -14,8 +14,8 @@ each GPU provider is probed before a session is built, in this order:
 
 The verdict is ``assess``'s, a pure function of the facts (tested with simulated facts). Whatever
 slips through (a GPU that initialises but cannot run the graph) is caught when the session is built
-(``edgebert.runtime.attempts``). The verdict's type, ``ProviderStatus``, lives here; ``runtime.providers``
-(which asks this probe, and answers for the CPU itself) imports it from here, never the other way round.
+(``edgebert.runtime.attempts``). The verdict's type, ``ProviderStatus``, lives in ``runtime.provider_status``;
+``runtime.providers`` (which answers for the CPU itself) loads this probe only in a build with a GPU provider.
 Torch-free: ctypes and onnxruntime only.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.records import record
-from edgebert.runtime.provider_status import ORT_PROVIDER_NAMES, ProviderStatus, not_in_build  # noqa: F401  (re-exported)
+from edgebert.runtime.provider_status import ORT_PROVIDER_NAMES, ProviderStatus, not_in_build
 
 CUDA_SUCCESS = 0
 _CUDA_ERRORS = {100: "no CUDA-capable device is detected", 35: "CUDA driver version is insufficient for "

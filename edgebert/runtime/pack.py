@@ -33,6 +33,7 @@ from edgebert.errors import ConfigError, EdgebertError
 from edgebert.files.hashing import sha256_file
 from edgebert.runtime.archive import archive_kind, bundle_folder
 from edgebert.runtime.float_reference import FIELD, REFERENCE_TASKS, write_reference
+from edgebert.runtime.ort_format import FIELD as ORT_FIELD
 
 __all__ = ["PackResult", "pack_bundle", "pack_plan"]
 
@@ -105,8 +106,6 @@ def pack_plan(bundle: Path, manifest: Manifest, target: str,
     left: dict[str, dict[str, Any]] = {}
     ort = (entry.get_extra("ort") or {}).get("file")
     if ort and ort != entry.file and not ort_format:     # one form per device: the .onnx, which every build loads
-        from edgebert.runtime.ort_format import FIELD as ORT_FIELD
-
         left[ort] = {"file": ort, "model": key, "bytes": bundle_file(bundle, ort).stat().st_size,
                      "reason": "the kept graph's .ort form: a device loads one form, and this one-device bundle "
                                "ships the .onnx (`pack --ort-format` ships the .ort alone)"}
@@ -138,10 +137,7 @@ def _packed_manifest(manifest: Manifest, key: str, target: str, left_out: list[d
     value = manifest.to_dict()
     entry = dict(value["models"][key])
     entry.pop("same_graph_as", None)
-    gone = {e["file"] for e in left_out}
-    if isinstance(entry.get("ort"), dict) and entry["ort"].get("file") in gone - {entry.get("file")}:
-        from edgebert.runtime.ort_format import FIELD as ORT_FIELD
-
+    if isinstance(entry.get("ort"), dict) and entry["ort"].get("file") in {e["file"] for e in left_out}:
         entry.pop("ort")                    # the .onnx form ships alone (pack_plan)
         value.pop(ORT_FIELD, None)
     value["models"] = {key: entry}
