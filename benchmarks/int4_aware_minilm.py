@@ -71,7 +71,14 @@ def main() -> None:
     ap.add_argument("--alpha-pool", type=float, default=1.0)
     ap.add_argument("--texts", type=int, default=400)
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "minilm_q4aware")
-    ap.add_argument("--reference", type=Path, default=ROOT / "runs" / "minilm_ort")
+    ap.add_argument("--reference", type=Path, default=None,
+                    help="a bundle of the original model (needed, except with --model: then the exported bundle's own "
+                         "fp32 graph)")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="export this model instead of OUT/student (with --skip-distill: e.g. the installed MiniLM)")
+    ap.add_argument("--algorithm", default="rtn", help="--int4-algorithm (rtn | gptq | hqq)")
+    ap.add_argument("--table-block", type=int, default=None, help="--int4-table-block (default: --block)")
+    ap.add_argument("--budget", type=float, default=None, help="--int4-max-accuracy-loss (default: the INT8 budget)")
     ap.add_argument("--skip-distill", action="store_true", help="reuse OUT/student")
     ap.add_argument("--init", type=Path, default=None, help="continue from this 4-bit-aware student (distill --init)")
     ap.add_argument("--label", default="", help="appended to the result file names")
@@ -84,16 +91,23 @@ def main() -> None:
     from edgebert.runtime import EdgeSession
     from edgebert.system.environment import describe
 
+    if args.reference is None and args.model is None:
+        raise SystemExit("give --reference: a bundle of the original model (the student's own fp32 graph is not it)")
     load_before = [round(x, 2) for x in os.getloadavg()]
     distill_s = None if args.skip_distill else round(distill_student(args), 1)
-    tag = (f"_level{args.level}" if args.level != 4 else "") + (f"_len{args.max_len}" if args.max_len else "")
+    tag = ((f"_level{args.level}" if args.level != 4 else "") + (f"_len{args.max_len}" if args.max_len else "")
+           + (f"_{args.algorithm}" if args.algorithm != "rtn" else "")
+           + (f"_t{args.table_block}" if args.table_block else "") + (f"_budget{args.budget:g}" if args.budget else ""))
+    model_dir = args.model or args.out / "student"
     bundle = args.out / f"bundle_b{args.block}{tag}"
-    exported = export_bundle(ExportConfig(model_dir=args.out / "student", out_dir=bundle, task="embed", int8=True,
+    exported = export_bundle(ExportConfig(model_dir=model_dir, out_dir=bundle, task="embed", int8=True,
                                           int4=True, int4_block_size=args.block, overwrite=True,
+                                          int4_algorithm=args.algorithm, int4_table_block=args.table_block,
+                                          int4_max_accuracy_loss=args.budget,
                                           int4_accuracy_level=args.level, max_sequence_length=args.max_len,
                                           validation_batch_sizes=(1, 3)))
     manifest = exported.manifest
-    reference = EdgeSession(args.reference, provider="cpu", precision="fp32", threads=2)
+    reference = EdgeSession(args.reference or bundle, provider="cpu", precision="fp32", threads=2)
     graphs = {p: EdgeSession(bundle, provider="cpu", precision=p, threads=2) for p in ("int4", "int8", "fp32")}
     sizes = {p: (bundle / manifest.models[p].file).stat().st_size for p in graphs}
     rows = {}
@@ -106,20 +120,23 @@ def main() -> None:
                                      "p5": float(np.percentile(cos, 5))}
         print(name, {p: round(rows[name][p]["mean"], 4) for p in graphs}, flush=True)
     entry = manifest.models["int4"]
-    result = {"block": args.block, "init": str(args.init) if args.init else None, "level": args.level, "max_len": args.max_len, "steps": args.steps, "lr": args.lr, "alpha_pool": args.alpha_pool,
+    result = {"model": str(model_dir), "algorithm": args.algorithm, "block": args.block, "table_block": args.table_block, "budget": args.budget, "init": str(args.init) if args.init else None, "level": args.level, "max_len": args.max_len, "steps": args.steps, "lr": args.lr, "alpha_pool": args.alpha_pool,
               "distill_s": distill_s, "bytes": sizes, "int4": {"eight_bit": entry.get_extra("quantization")["eight_bit"],
                                                                "gate": entry.get_extra("accuracy")},
-              "held_out": rows, "reference": str(args.reference), "bundle": str(bundle), "load_before": load_before,
+              "held_out": rows, "reference": str(args.reference or bundle), "bundle": str(bundle), "load_before": load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
               "command": "python benchmarks/int4_aware_minilm.py " + " ".join(sys.argv[1:])}
-    stem = (f"aware_minilm_b{args.block}_{args.steps}steps_lr{args.lr:g}" + (f"_pool{args.alpha_pool:g}" if
+    stem = (f"export_{args.model.name}_b{args.block}{tag}{args.label}" if args.skip_distill and args.model else
+            f"aware_minilm_b{args.block}_{args.steps}steps_lr{args.lr:g}" + (f"_pool{args.alpha_pool:g}" if
             args.alpha_pool != 1.0 else "") + ("_cont" if args.init else "") + tag + args.label)
     write_json(OUT / f"{stem}.json", result)
-    lines = [f"# all-MiniLM-L6-v2 trained 4-bit-aware against itself, block {args.block}, accuracy level {args.level}"
+    lines = [(f"# {model_dir}" if args.model else "# all-MiniLM-L6-v2 trained 4-bit-aware against itself") +
+             f", 4-bit {args.algorithm} block {args.block}, accuracy level {args.level}"
              + (f", positions cropped to {args.max_len}" if args.max_len else ""), "",
-             f"{args.steps} steps, lr {args.lr}, alpha_pool {args.alpha_pool}" + (f", continued from {args.init}" if
-             args.init else "") + f"; distill {distill_s} s. Cosine of each "
-             f"graph's sentence vectors with the original fp32 model's ({args.reference}).", "",
+             ("not trained (--skip-distill)" if args.skip_distill else
+              f"{args.steps} steps, lr {args.lr}, alpha_pool {args.alpha_pool}" + (f", continued from {args.init}" if
+              args.init else "") + f"; distill {distill_s} s") + ". Cosine of each "
+             f"graph's sentence vectors with the original fp32 model's ({args.reference or bundle}).", "",
              "| graph | bytes |", "|---|---:|", *[f"| {p} | {b:,} |" for p, b in sizes.items()], "",
              "| held-out texts | n | small (int4): mean / p5 / min | INT8 | fp32 (the trained model) |",
              "|---|---:|---|---|---|"]

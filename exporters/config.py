@@ -23,8 +23,8 @@ INT8_SETTINGS = {"int8_mode": "--int8-mode", "int8_targets": "--target", "per_ch
                  "outlier_ratio": "--outlier-ratio", "activation_scales": "--activation-scales",
                  "int8_embedding_tables": "int8_embedding_tables"}
 # the settings that shape only the small graph: refused without --int4
-INT4_SETTINGS = {"int4_block_size": "--int4-block", "int4_accuracy_level": "--int4-accuracy-level",
-                 "int4_algorithm": "--int4-algorithm", "int4_attention": "--int4-attention",
+INT4_SETTINGS = {"int4_block_size": "--int4-block", "int4_table_block": "--int4-table-block",
+                 "int4_accuracy_level": "--int4-accuracy-level", "int4_algorithm": "--int4-algorithm", "int4_attention": "--int4-attention",
                  "int4_max_accuracy_loss": "--int4-max-accuracy-loss"}
 # Read from the task registry (``edgebert.bundle.task_registry``), kept for code that imports them:
 # the default task of each architecture (config.json "architectures"), the class each task exports as.
@@ -75,8 +75,9 @@ class ExportConfig:
     # the small graph (int4: 4-bit MatMuls + word table, gated like INT8; quantization.int4); needs int8
     int4: bool = False
     int4_block_size: int | None = None         # None: the block a --int4-aware student trained at, else 32
+    int4_table_block: int | None = None        # the word table's values per scale; None: int4_block_size's
     int4_accuracy_level: int = 4
-    int4_algorithm: str = "rtn"
+    int4_algorithm: str = "gptq"               # rtn | gptq (calibrated, rtn's grid and kernel) | hqq
     int4_attention: str = "split"              # split: QKV 4-bit candidates (MultiHeadAttention) | packed
     int4_max_accuracy_loss: float | None = None   # None: the INT8 budget (max_accuracy_loss, else the task's)
     # a domain vocabulary (exporters.vocab_prune): keep the word pieces this text file uses (+ characters)
@@ -168,7 +169,7 @@ class ExportConfig:
         exported at another block, its rounding would not be the trained one), else 32."""
         block = self.int4_block_size or trained_int4_block(self.model_dir) or 32
         return Int4Config(block_size=block, accuracy_level=self.int4_accuracy_level, algorithm=self.int4_algorithm,
-                          attention=self.int4_attention, table_block=block,
+                          attention=self.int4_attention, table_block=self.int4_table_block or block,
                           max_accuracy_loss=self.int4_max_accuracy_loss)
 
     def int8_config(self, max_len: int | None = None) -> Int8Config:

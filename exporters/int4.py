@@ -23,7 +23,7 @@ def export_int4(job: ExportJob, check: GraphValidator, maker: Int8Maker, cfg: In
     ``maker``: its feeds and budget; ``cfg.max_accuracy_loss`` overrides the budget)."""
     out = job.staging / INT4_FILE
     graph = small_graph(job.fused, out, cfg, maker.probe, maker.budget, check.say,
-                        maker.qcfg.sensitivity_size)
+                        maker.qcfg.sensitivity_size, calibration=maker.feeds.calibration)
     validation = check.measure(out, "int4")
     accuracy = {**graph.accuracy, "within_budget": graph.within_budget,
                 "held_out": maker.feeds.describe()["held_out"]}

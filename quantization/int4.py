@@ -4,7 +4,9 @@ From the fused fp32 graph:
 
 1. the encoder's weight MatMuls (feed-forward, attention output, pooler) become onnxruntime's
    ``MatMulNBits``: 4-bit weights in blocks of ``block_size`` along K, symmetric, one float scale per block
-   (``MatMulNBitsQuantizer``; ``algorithm="rtn"`` rounds (the default: onnxruntime's fast CPU kernel), ``"hqq"``
+   (``MatMulNBitsQuantizer``; ``algorithm="rtn"`` rounds (onnxruntime's fast CPU kernel), ``"gptq"`` rounds
+   on the same grid calibrated on the INT8 calibration text (``quantization.gptq``: same bytes, same kernel,
+   half the loss on MiniLM), ``"hqq"``
    (more accurate, but its float zero points and missing ``accuracy_level`` send onnxruntime 1.32's CPU kernel to
    a slow path: 16 ms against 0.76 ms per MiniLM call of 7 tokens) fits scales and zero points by
    half-quadratic optimisation), run with ``accuracy_level`` (4: int8 activations per block);
@@ -36,9 +38,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import onnx
+from onnx import numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from edgebert.errors import ConfigError
@@ -47,11 +50,12 @@ from edgebert.graph.ops import load, op_type_counts, quiet_logging, weight_nodes
 from edgebert.quantization.accuracy import AccuracyProbe, GateOrder, GuardResult, quantize_with_guard
 from edgebert.quantization.embedding_tables import quantize_tables, table_plan
 from edgebert.quantization.gemm_matmul import gemms_to_matmuls
+from edgebert.quantization.gptq import Feeds, gptq_weights
 from edgebert.quantization.int4_tables import WORD, quantize_word_table, word_table
 from edgebert.quantization.split_attention import split_attention
 from edgebert.quantization.storage import compact_storage
 
-ALGORITHMS = ("rtn", "hqq")
+ALGORITHMS = ("rtn", "gptq", "hqq")      # gptq: calibrated, on rtn's grid (quantization.gptq)
 ATTENTION = ("split", "packed")       # QKV as three 4-bit candidate MatMuls, or the fused node's 8-bit weight
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)     # MatMulNBits: 0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations
 TABLE = "word_table"                  # the gate's candidate name of the ELN word table
@@ -65,7 +69,8 @@ class Int4Config:
     """How the small graph is made. ``block_size``: MatMul weights per scale along K (32 measured best on the
     MiniLM figures of issue #50: 0.977 mean cosine RTN at block 32); ``table_block``: the word table's
     values per scale; ``word_table``: 4-bit table on/off; ``attention``: ``split`` (QKV projections are 4-bit
-    candidates) or ``packed`` (the fused node, 8-bit); ``max_accuracy_loss``: None, the INT8 budget."""
+    candidates) or ``packed`` (the fused node, 8-bit); ``max_accuracy_loss``: None, the INT8 budget;
+    ``algorithm``: ``rtn`` here, ``gptq`` needs calibration feeds (the export's default, which has them)."""
     block_size: int = 32
     accuracy_level: int = 4
     algorithm: str = "rtn"
@@ -102,7 +107,7 @@ class Int4Config:
 
     def as_dict(self) -> dict[str, Any]:
         return {"bits": 4, "block_size": self.block_size, "accuracy_level": self.accuracy_level,
-                "algorithm": self.algorithm, "symmetric": self.algorithm == "rtn", "word_table": self.word_table,
+                "algorithm": self.algorithm, "symmetric": self.algorithm != "hqq", "word_table": self.word_table,
                 "table_block": self.table_block, "attention": self.attention}
 
 
@@ -111,10 +116,18 @@ class Int4Quantizer:
     ``exclude`` keeps candidates 8-bit; ``only`` makes that one candidate 4-bit and leaves the rest fp32
     (the sensitivity ranking's one-at-a-time graph)."""
 
-    def __init__(self, fused: str | Path, cfg: Int4Config, split: int = 0):
+    def __init__(self, fused: str | Path, cfg: Int4Config, split: int = 0,
+                 calibration: Callable[[], Iterable[Feeds]] | None = None, say: Callable[[str], None] = print):
         self.source, self.cfg, self.split = Path(fused), cfg, split      # split: Attention nodes split before
         self.shapes = _blockable(self.source, cfg.block_size)       # {MatMul: (K, N)}
         self.matmuls = list(self.shapes)
+        self.gptq: dict[str, Any] | None = None
+        self.rounded: dict[str, Any] = {}                            # gptq: {MatMul: its rounded [K, N] weight}
+        if cfg.algorithm == "gptq":
+            if calibration is None:
+                raise ConfigError("--int4-algorithm gptq needs calibration texts", "export with --int8 (its "
+                                  "calibration text) or use --int4-algorithm rtn")
+            self.rounded, self.gptq = gptq_weights(self.source, self.matmuls, cfg.block_size, calibration, say)
         self.word = word_table(self.source)
         self.table = [TABLE] if cfg.word_table and self.word is not None else []
         self.last_tables: dict | None = None
@@ -146,6 +159,8 @@ class Int4Quantizer:
         four = [n for n in self.matmuls if n not in exclude and only in (None, n)]
         with work_dir("q4") as tmp:
             current = self.source
+            if four and self.rounded:       # gptq: its values, which the symmetric rounding keeps as they are
+                current = _with_weights(current, Path(tmp) / "gptq.onnx", {n: self.rounded[n] for n in four})
             if four:
                 current = self._nbits(current, Path(tmp) / "nbits.onnx", four)
             if only is None:
@@ -199,7 +214,7 @@ class Int4Quantizer:
                       "candidates) feeding MultiHeadAttention"} if self.cfg.attention == "split" else
                      {"form": "packed", "what": "fused Attention, 8-bit (QAttention): onnxruntime has no 4-bit form "
                       "of its packed QKV weight"})
-        return {**self.cfg.as_dict(), "graph": "fused", "eight_bit": "dynamic INT8, per-channel 8-bit weights "
+        return {**self.cfg.as_dict(), **({"gptq": self.gptq} if self.gptq else {}), "graph": "fused", "eight_bit": "dynamic INT8, per-channel 8-bit weights "
                 "(MatMulInteger for MatMuls kept off 4 bits, QAttention for a packed attention)",
                 "attention": attention, "embedding_tables": self.last_tables, "storage": self.last_storage}
 
@@ -219,8 +234,10 @@ class Int4Graph:
 
 
 def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: AccuracyProbe, budget: float,
-                say: Callable[[str], None], sensitivity_size: int = 64) -> Int4Graph:
-    """Make the small graph of ``fused`` at ``out`` through the gate (see the module docstring)."""
+                say: Callable[[str], None], sensitivity_size: int = 64,
+                calibration: Callable[[], Iterable[Feeds]] | None = None) -> Int4Graph:
+    """Make the small graph of ``fused`` at ``out`` through the gate (see the module docstring);
+    ``calibration()``: feeds for ``--int4-algorithm gptq``."""
     budget = cfg.max_accuracy_loss if cfg.max_accuracy_loss is not None else budget
     with work_dir("q4src") as tmp:
         split = 0
@@ -229,7 +246,7 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
             fused = Path(tmp) / "split.onnx"
         if gemms_to_matmuls(fused, Path(tmp) / "matmuls.onnx"):     # the pooler and heads: 4-bit candidates too
             fused = Path(tmp) / "matmuls.onnx"
-        quantizer = Int4Quantizer(fused, cfg, split)
+        quantizer = Int4Quantizer(fused, cfg, split, calibration, say)
         candidates = quantizer.candidates()
         if not candidates:
             raise ConfigError(f"no MatMul of the graph has a K that block {cfg.block_size} divides, and no word "
@@ -245,6 +262,17 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
              "op_counts": counts}
     requires = {"u8s8_exact": any(counts.get(op) for op in U8S8_OPS), **REQUIREMENTS, "contrib_ops": _contrib_ops(out)}
     return Int4Graph(Path(out), requires, quant, guard.as_dict(budget), Path(out).stat().st_size)
+
+
+def _with_weights(src: Path, dst: Path, weights: dict[str, Any]) -> Path:
+    """``src`` with the B weights of the MatMuls named in ``weights`` replaced, written to ``dst``."""
+    model = load(src)
+    inits = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.name in weights:
+            inits[node.input[1]].CopyFrom(numpy_helper.from_array(weights[node.name], node.input[1]))
+    onnx.save(model, str(dst))
+    return dst
 
 
 def _contrib_ops(path: str | Path) -> list[str]:

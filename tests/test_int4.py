@@ -27,7 +27,7 @@ def test_config_refuses_bad_settings():
     with pytest.raises(ConfigError):
         Int4Config(accuracy_level=7)
     with pytest.raises(ConfigError):
-        Int4Config(algorithm="gptq")
+        Int4Config(algorithm="awq")
 
 
 def test_table_blocks_round_trip_within_half_a_step():
