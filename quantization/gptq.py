@@ -63,11 +63,15 @@ def gptq_weight(weight_kn: np.ndarray, hessian: np.ndarray, block: int, damp: fl
     h[dead, dead] = 1
     w[:, dead] = 0
     h[np.diag_indices_from(h)] += damp * np.mean(np.diag(h))
-    order = np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(w.shape[1])
+    diag = np.diag(h).tolist()
+    # Python's sort, not np.argsort: numpy 2.4's SIMD argsort gave wrong orders under the AVX2 emulator
+    order = np.array(sorted(range(len(diag)), key=lambda i: -diag[i]) if act_order else range(len(diag)))
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))                  # the inverse permutation
     w, h = w[:, order], h[np.ix_(order, order)]
     hinv = np.linalg.cholesky(np.linalg.inv(h)).T         # upper Cholesky factor of H^-1
     q = np.zeros_like(w)
-    static = _block_scales(w[:, np.argsort(order)], block) if act_order else None
+    static = _block_scales(w[:, back], block) if act_order else None
     lazy = max(LAZY, block)
     scale = anchor = None
     for i1 in range(0, w.shape[1], lazy):
@@ -88,7 +92,7 @@ def gptq_weight(weight_kn: np.ndarray, hessian: np.ndarray, block: int, damp: fl
             w1[:, i:] -= np.outer(e, hinv1[i, i:])
             err1[:, i] = e
         w[:, i2:] -= err1 @ hinv[i1:i2, i2:]
-    return np.ascontiguousarray(q[:, np.argsort(order)].T.astype(np.float32))
+    return np.ascontiguousarray(q[:, back].T.astype(np.float32))
 
 
 def _block_scales(w_nk: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
