@@ -261,3 +261,18 @@ def test_post_processing_and_scores_import_no_torch():
     code = ("import sys, edgebert.qa.spans, edgebert.qa.answers, edgebert.scores.squad, edgebert.qa.windows; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_window_spans_take_the_true_top_tokens_of_a_long_window():
+    """The n-best start and end tokens are the highest logits (checked against Python's sort), also at 384 tokens,
+    where numpy's default SIMD argsort went wrong under the AVX2 emulator."""
+    rng = np.random.default_rng(3)
+    start, end = rng.standard_normal(384), rng.standard_normal(384)
+    offsets = np.stack([np.arange(384), np.arange(384) + 1], 1)     # every token context
+    spans = window_spans(start, end, offsets)
+    top = lambda x: sorted(range(len(x)), key=lambda i: (x[i], i), reverse=True)[:20]  # noqa: E731
+    firsts = list(dict.fromkeys(a for _, a, _ in spans))
+    assert set(firsts) <= set(top(start)) and {b for _, _, b in spans} <= set(top(end))
+    best = max(spans)
+    want = max((start[a] + end[b], a, b) for a in top(start) for b in top(end) if 0 <= b - a < 30)
+    assert best[1:] == want[1:] and abs(best[0] - want[0]) < 1e-12

@@ -69,8 +69,10 @@ def window_spans(start_logits: np.ndarray, end_logits: np.ndarray, offsets: np.n
     length = len(offsets)
     start, end = np.asarray(start_logits, dtype=np.float64)[:length], np.asarray(end_logits, dtype=np.float64)[:length]
     context = offsets[:, 0] != NOT_CONTEXT
-    top_start = np.argsort(start)[-1:-n_best - 1:-1]
-    top_end = np.argsort(end)[-1:-n_best - 1:-1]
+    # stable: one order on every CPU (the default SIMD quicksort breaks ties by kernel; under the AVX2 emulator,
+    # numpy 2.4's returned unsorted orders for 128-1,536 floats, where kind="stable" was right)
+    top_start = np.argsort(start, kind="stable")[-1:-n_best - 1:-1]
+    top_end = np.argsort(end, kind="stable")[-1:-n_best - 1:-1]
     s, e = top_start[:, None], top_end[None, :]
     valid = context[s] & context[e] & (e >= s) & (e - s + 1 <= max_answer_len)
     rows, cols = np.nonzero(valid)
