@@ -120,7 +120,10 @@ def main() -> None:
                                      "p5": float(np.percentile(cos, 5))}
         print(name, {p: round(rows[name][p]["mean"], 4) for p in graphs}, flush=True)
     entry = manifest.models["int4"]
-    result = {"model": str(model_dir), "algorithm": args.algorithm, "block": args.block, "table_block": args.table_block, "budget": args.budget, "init": str(args.init) if args.init else None, "level": args.level, "max_len": args.max_len, "steps": args.steps, "lr": args.lr, "alpha_pool": args.alpha_pool,
+    result = {"model": str(model_dir), "algorithm": args.algorithm, "block": args.block,
+              "table_block": args.table_block, "budget": args.budget, "init": str(args.init) if args.init else None,
+              "level": args.level, "max_len": args.max_len, "steps": args.steps, "lr": args.lr,
+              "alpha_pool": args.alpha_pool,
               "distill_s": distill_s, "bytes": sizes, "int4": {"eight_bit": entry.get_extra("quantization")["eight_bit"],
                                                                "gate": entry.get_extra("accuracy")},
               "held_out": rows, "reference": str(args.reference or bundle), "bundle": str(bundle), "load_before": load_before,

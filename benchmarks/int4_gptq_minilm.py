@@ -69,7 +69,6 @@ def main() -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from edgebert.files.atomic import write_json, write_text
     from edgebert.pipeline.config import installed_teacher
     from edgebert.quantization.gptq import gptq_weight
     from edgebert.quantization.int4_tables import dequantize_blocks, quantize_blocks
@@ -77,7 +76,7 @@ def main() -> None:
     from edgebert.stages.distill.int4_aware import round_4bit
     from edgebert.system.environment import describe
     from int4_aware_minilm import held_out_sets
-    from int4_minilm_parts import KINDS, eight_bit, weight_bytes
+    from int4_minilm_parts import KINDS, eight_bit, sentence_vectors, text_batches, weight_bytes, write_results
 
     torch.manual_seed(0)
     torch.set_num_threads(2)
@@ -87,21 +86,11 @@ def main() -> None:
     table = base.embeddings.word_embeddings.weight.detach().numpy()
     table4 = torch.from_numpy(dequantize_blocks(*quantize_blocks(table, 128), 128).astype(np.float32))
     table_bytes = sum(a.nbytes for a in quantize_blocks(table, 128))
-    batch = lambda ts: [tok(ts[i:i + 64], padding=True, truncation=True, max_length=256, return_tensors="pt")  # noqa: E731
-                        for i in range(0, len(ts), 64)]
-    held = batch([t for chunk in held_out_sets(args.texts).values() for t in chunk])
+    held = text_batches(tok, [t for chunk in held_out_sets(args.texts).values() for t in chunk])
     calib = [tok(t, truncation=True, max_length=args.max_len, return_tensors="pt")
              for t in calibration_texts(args.calib)]
 
-    def vectors(model) -> np.ndarray:
-        out = []
-        with torch.no_grad():
-            for b in held:
-                mask = b["attention_mask"].unsqueeze(-1).float()
-                pooled = (model(**b).last_hidden_state * mask).sum(1) / mask.sum(1)
-                out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
-        return np.concatenate(out)
-
+    vectors = lambda model: sentence_vectors(model, held)  # noqa: E731
     reference = vectors(base)
     rows: list[dict] = []
 
@@ -175,18 +164,14 @@ def main() -> None:
               "table_bytes": table_bytes, "rows": rows, "load_before": load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
               "command": "python benchmarks/int4_gptq_minilm.py " + " ".join(sys.argv[1:])}
-    write_json(OUT / "gptq_minilm.json", result)
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
-    lines = ["# all-MiniLM-L6-v2: GPTQ against round-to-nearest, on the export's 4-bit grid", "",
-             f"{len(calib)} calibration texts (training splits), {len(reference)} held-out texts (SST-2 dev, MRPC dev, "
-             f"WikiText-2 test); PyTorch, CPU {cpu}. Word table 4-bit block 128 in every row ({table_bytes:,} B). "
-             "Cosine with the unrounded model's sentence vectors. MB: weights' own bytes + table + 0.3 MB.", "",
-             "| rounding | mean | p5 | min | encoder MB | about MB in all |", "|---|---|---|---|---:|---:|"]
-    lines += [f"| {r['rounding']} | {r['mean']:.4f} | {r['p5']:.4f} | {r['min']:.4f} | "
-              f"{r['encoder_bytes'] / 1e6:.2f} | {r['total_mb_estimate']:.2f} |" for r in rows]
-    lines += ["", f"Load average {load_before} before, {result['load_after']} after. `{result['command']}`", ""]
-    write_text(OUT / "gptq_minilm.md", "\n".join(lines))
-
+    write_results("gptq_minilm", result, "# all-MiniLM-L6-v2: GPTQ against round-to-nearest, on the export's 4-bit grid",
+                  f"{len(calib)} calibration texts (training splits), {len(reference)} held-out texts (SST-2 dev, MRPC "
+                  f"dev, WikiText-2 test); PyTorch, CPU {cpu}. Word table 4-bit block 128 in every row ({table_bytes:,} "
+                  "B). Cosine with the unrounded model's sentence vectors. MB: weights' own bytes + table + 0.3 MB.",
+                  ["| rounding | mean | p5 | min | encoder MB | about MB in all |", "|---|---|---|---|---:|---:|",
+                   *[f"| {r['rounding']} | {r['mean']:.4f} | {r['p5']:.4f} | {r['min']:.4f} | "
+                     f"{r['encoder_bytes'] / 1e6:.2f} | {r['total_mb_estimate']:.2f} |" for r in rows]])
 
 if __name__ == "__main__":
     main()

@@ -74,6 +74,36 @@ def weight_bytes(params: int, how: str, rows: int = 0) -> int:
     return params // 2 + blocks * 2 + (blocks // 2 if how.startswith("a") else 0)     # a: + 4-bit zero points
 
 
+def text_batches(tok, texts: list[str], size: int = 64) -> list:
+    """``texts`` tokenized in padded batches of ``size`` (at most 256 tokens), as PyTorch tensors."""
+    return [tok(texts[i:i + size], padding=True, truncation=True, max_length=256, return_tensors="pt")
+            for i in range(0, len(texts), size)]
+
+
+def sentence_vectors(model, batches: list) -> np.ndarray:
+    """The model's sentence vectors (mean over real tokens, unit length) of ``batches``."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for b in batches:
+            mask = b["attention_mask"].unsqueeze(-1).float()
+            pooled = (model(**b).last_hidden_state * mask).sum(1) / mask.sum(1)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+    return np.concatenate(out)
+
+
+def write_results(stem: str, result: dict, title: str, intro: str, table: list[str]) -> None:
+    """``OUT/stem.json`` (``result``, which carries the load and command) and ``OUT/stem.md``: title, intro, table
+    lines, then the load averages and the command."""
+    from edgebert.files.atomic import write_json, write_text
+
+    write_json(OUT / f"{stem}.json", result)
+    lines = [title, "", intro, "", *table, "",
+             f"Load average {result['load_before']} before, {result['load_after']} after. `{result['command']}`", ""]
+    write_text(OUT / f"{stem}.md", "\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--texts", type=int, default=400, help="texts per held-out set")
@@ -82,7 +112,6 @@ def main() -> None:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from edgebert.files.atomic import write_json, write_text
     from edgebert.pipeline.config import installed_teacher
     from edgebert.quantization.int4_tables import dequantize_blocks, quantize_blocks
     from edgebert.runtime.hostcpu import detect_host
@@ -95,18 +124,8 @@ def main() -> None:
     checkpoint = installed_teacher()
     tok, base = AutoTokenizer.from_pretrained(checkpoint), AutoModel.from_pretrained(checkpoint).eval()
     texts = [t for chunk in held_out_sets(args.texts).values() for t in chunk]
-    batches = [tok(texts[i:i + 64], padding=True, truncation=True, max_length=256, return_tensors="pt")
-               for i in range(0, len(texts), 64)]
-
-    def vectors(model) -> np.ndarray:
-        out = []
-        with torch.no_grad():
-            for b in batches:
-                mask = b["attention_mask"].unsqueeze(-1).float()
-                pooled = (model(**b).last_hidden_state * mask).sum(1) / mask.sum(1)
-                out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
-        return np.concatenate(out)
-
+    batches = text_batches(tok, texts)
+    vectors = lambda model: sentence_vectors(model, batches)  # noqa: E731
     reference = vectors(base)
     linears = {n: m for n, m in base.named_modules() if isinstance(m, torch.nn.Linear) and n.startswith("encoder.")}
     table = base.embeddings.word_embeddings.weight.detach().numpy()
@@ -164,18 +183,14 @@ def main() -> None:
     result = {"checkpoint": str(checkpoint), "texts": len(texts), "rows": rows, "load_before": load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
               "command": "python benchmarks/int4_minilm_parts.py " + " ".join(sys.argv[1:])}
-    write_json(OUT / "minilm_parts.json", result)
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
     mb = lambda b: f"{b / 1e6:.2f}" if b else ""  # noqa: E731
-    lines = ["# all-MiniLM-L6-v2: embedding cosine under rounding, part by part", "",
-             f"{len(texts)} held-out texts (SST-2 dev, MRPC dev, WikiText-2 test), PyTorch, CPU {cpu}. Cosine with the "
-             "unrounded model's sentence vectors. MB: the rounded weights' own bytes.", "",
-             "| rounding | mean | p5 | min | encoder MB | table MB |", "|---|---|---|---|---:|---:|"]
-    lines += [f"| {r['rounding']} | {r['mean']:.4f} | {r['p5']:.4f} | {r['min']:.4f} | {mb(r['encoder_bytes'])} | "
-              f"{mb(r['table_bytes'])} |" for r in rows]
-    lines += ["", f"Load average {load_before} before, {result['load_after']} after. `{result['command']}`", ""]
-    write_text(OUT / "minilm_parts.md", "\n".join(lines))
-
+    write_results("minilm_parts", result, "# all-MiniLM-L6-v2: embedding cosine under rounding, part by part",
+                  f"{len(texts)} held-out texts (SST-2 dev, MRPC dev, WikiText-2 test), PyTorch, CPU {cpu}. Cosine with "
+                  "the unrounded model's sentence vectors. MB: the rounded weights' own bytes.",
+                  ["| rounding | mean | p5 | min | encoder MB | table MB |", "|---|---|---|---|---:|---:|",
+                   *[f"| {r['rounding']} | {r['mean']:.4f} | {r['p5']:.4f} | {r['min']:.4f} | "
+                     f"{mb(r['encoder_bytes'])} | {mb(r['table_bytes'])} |" for r in rows]])
 
 if __name__ == "__main__":
     main()

@@ -24,22 +24,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from edgebert.errors import ConfigError
 from edgebert.graph.ops import load
+from edgebert.quantization.activations import Feeds, token_rows
 
 LEVELS = (-8, 7)            # symmetric 4-bit: the block's largest magnitude maps to -8
 DAMP = 0.01                 # of the mean diagonal of H, added to it (GPTQ's default)
 ACT_ORDER = True            # MiniLM, block 32: cosine 0.9858 -> 0.9878 (gptq_minilm.md)
 LAZY = 128                  # rows rounded before the rest of the weight is updated at once
-
-Feeds = Mapping[str, np.ndarray]
 
 
 def round_blocks(weight_kn: np.ndarray, block: int) -> np.ndarray:
@@ -142,21 +140,9 @@ def gptq_weights(graph: str | Path, nodes: Iterable[str], block: int, batches: C
 
 def _hessian(model: onnx.ModelProto, tensor: str, batches: Iterable[Feeds]) -> tuple[np.ndarray, int]:
     """``sum x x^T`` of ``tensor``'s rows over the real tokens of ``batches`` (float64), and how many rows."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.output[:]
-    probe.graph.output.append(helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None))
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL     # every named tensor exists
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = {i.name for i in sess.get_inputs()}
     h, rows = None, 0
-    for feeds in batches:
-        value = sess.run([tensor], {k: v for k, v in feeds.items() if k in names})[0]
-        real = feeds["attention_mask"].astype(bool)
-        x = value[real] if value.ndim == 3 and value.shape[:2] == real.shape else value.reshape(-1, value.shape[-1])
-        x = x.astype(np.float32)
+    for _, rows_of in token_rows(model, [tensor], batches):
+        x = rows_of[tensor].astype(np.float32)
         part = (x.T @ x).astype(np.float64)               # a batch's sum in float32, the running sum in float64
         h = part if h is None else h + part
         rows += x.shape[0]

@@ -48,9 +48,10 @@ from edgebert.errors import ConfigError
 from edgebert.files.atomic import work_dir
 from edgebert.graph.ops import load, op_type_counts, quiet_logging, weight_nodes
 from edgebert.quantization.accuracy import AccuracyProbe, GateOrder, GuardResult, quantize_with_guard
+from edgebert.quantization.activations import Feeds
 from edgebert.quantization.embedding_tables import quantize_tables, table_plan
 from edgebert.quantization.gemm_matmul import gemms_to_matmuls
-from edgebert.quantization.gptq import Feeds, gptq_weights
+from edgebert.quantization.gptq import gptq_weights
 from edgebert.quantization.int4_tables import WORD, quantize_word_table, word_table
 from edgebert.quantization.split_attention import split_attention
 from edgebert.quantization.storage import compact_storage
@@ -117,7 +118,8 @@ class Int4Quantizer:
     (the sensitivity ranking's one-at-a-time graph)."""
 
     def __init__(self, fused: str | Path, cfg: Int4Config, split: int = 0,
-                 calibration: Callable[[], Iterable[Feeds]] | None = None, say: Callable[[str], None] = print):
+                 calibration: Callable[[], Iterable[Feeds]] | None = None,
+                 say: Callable[[str], None] = lambda _: None):
         self.source, self.cfg, self.split = Path(fused), cfg, split      # split: Attention nodes split before
         self.shapes = _blockable(self.source, cfg.block_size)       # {MatMul: (K, N)}
         self.matmuls = list(self.shapes)
