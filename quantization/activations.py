@@ -3,7 +3,8 @@
 The outlier split (``quantization.outliers``) needs each MatMul input's per-channel max |x|; calibrated
 activation scales (``quantization.scales``) need each quantized tensor's min and max over the channels
 that stay INT8. Both come from the same per-channel min/max over the real (unpadded) tokens.
-``token_rows`` (the real tokens' rows of named tensors, batch by batch) also feeds GPTQ's ``sum x x^T``.
+``token_rows`` (the real tokens' rows of named tensors, batch by batch, with the real-token mask) also feeds GPTQ's
+``sum x x^T``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class ChannelStats:
     def collect(cls, fp32_path: str | Path, batches: Iterable[Feeds], tensors: Sequence[str]) -> "ChannelStats":
         """Per-channel min/max of ``tensors`` over the real tokens of ``batches`` (``token_rows``)."""
         stats = cls()
-        for texts, rows_of in token_rows(load(fp32_path), tensors, batches):
-            stats.texts += texts
+        for real, rows_of in token_rows(load(fp32_path), tensors, batches):
+            stats.texts += real.shape[0]
             for name, rows in rows_of.items():
                 lo, hi = rows.min(0), rows.max(0)
                 stats.low[name] = lo if name not in stats.low else np.minimum(stats.low[name], lo)
@@ -55,9 +56,10 @@ class ChannelStats:
 
 
 def token_rows(model: onnx.ModelProto, tensors: Sequence[str],
-               batches: Iterable[Feeds]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+               batches: Iterable[Feeds]) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Run ``model`` (not modified) over ``batches`` with ``tensors`` as its outputs (no graph optimizations, so
-    every named tensor exists); per batch, its text count and ``{tensor: [rows, channels]}`` over real tokens."""
+    every named tensor exists); per batch, its real-token mask [texts, tokens] (bool) and ``{tensor: [rows,
+    channels]}`` over the real tokens, text by text."""
     tensors = sorted(set(tensors))
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -74,5 +76,5 @@ def token_rows(model: onnx.ModelProto, tensors: Sequence[str],
         values = sess.run(tensors, {k: v for k, v in feeds.items() if k in inputs})
         # [batch, tokens, channels]: the real tokens; [batch, channels] (the pooler's first token) as it is,
         # also when channels == the padded length (a 2-D shape matched [batch, tokens] there)
-        yield int(real.shape[0]), {name: value[real] if value.ndim == 3 and value.shape[:2] == real.shape
+        yield real, {name: value[real] if value.ndim == 3 and value.shape[:2] == real.shape
                                    else value.reshape(-1, value.shape[-1]) for name, value in zip(tensors, values)}

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgebert.graph.ops import op_type_counts
-from edgebert.quantization.gptq import gptq_weight, round_blocks
+from edgebert.quantization.gptq import calibration_hessian, gptq_weight, round_blocks, text_weights
 from edgebert.quantization.int4 import Int4Config, small_graph
 from export_fixtures import make_calib_text, make_small_bundle
 
@@ -73,6 +73,23 @@ def test_matmulnbits_stores_gptq_s_values(weight_and_inputs, tmp_path: Path):
     got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x[:16]})[0]
     assert np.abs(got - x[:16] @ q).max() < 1e-4 * np.abs(x[:16] @ q).max()
     assert np.abs(got - x[:16] @ round_blocks(w, 32)).max() > 1e-2 * np.abs(x[:16] @ q).max()   # not RTN's values
+
+
+def test_each_calibration_text_weighs_the_same_in_h():
+    """H = sum over texts of X_t^T X_t / n_t over real tokens: a 2-token text counts as much as a 6-token one."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 5])],
+                              [helper.make_tensor_value_info("t", TensorProto.FLOAT, [None, None, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.abs(np.random.default_rng(0).normal(size=(2, 6, 5))).astype(np.float32)
+    mask = np.array([[1] * 6, [1, 1, 0, 0, 0, 0]], dtype=np.int64)
+    h, rows = calibration_hessian(model, "t", [{"x": x, "attention_mask": mask}])
+    long, short = x[0].astype(np.float64), x[1, :2].astype(np.float64)
+    assert rows == 8
+    assert np.allclose(h, long.T @ long / 6 + short.T @ short / 2, rtol=1e-5)
+    assert not np.allclose(h, long.T @ long + short.T @ short, rtol=0.1)     # not every token alike
+    assert np.allclose(text_weights(mask.astype(bool), 8), [1 / 6] * 6 + [1 / 2] * 2)
+    assert np.array_equal(text_weights(mask.astype(bool), 2), [1, 1])      # one row per text (the pooler's)
 
 
 @pytest.fixture(scope="module")
