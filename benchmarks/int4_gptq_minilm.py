@@ -150,7 +150,7 @@ def rounded_model(base, table4, plan: list[tuple[str, str]], method: str, calib:
                         new = round_4bit(w, int(blk[1:]))
                     else:
                         h, w_kn = hs[n].numpy().copy(), w.numpy().T.copy()
-                        kept = sorted(range(len(h)), key=lambda i: -h[i, i])[:keep_rows]
+                        kept = sorted(range(len(h)), key=lambda i: -h[i, i])[:keep_rows] if keep_rows else []
                         w4 = w_kn.copy()
                         w4[kept] = 0                       # out of the 4-bit weight and of GPTQ's H
                         h[kept, :], h[:, kept] = 0, 0

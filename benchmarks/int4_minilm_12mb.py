@@ -53,14 +53,13 @@ def training_piece_counts(tok) -> Counter:
     return counts
 
 
-def table_variants(tok, table: np.ndarray, top: int) -> dict[str, tuple[np.ndarray, int]]:
-    """{name: (table as the graph would hold it, its bytes)}: 4-bit without the [unused] rows; and the ``top``
-    most used pieces 4-bit, the other reachable rows product-quantized (2 bits a value)."""
-    from edgebert.quantization.int4_tables import dequantize_blocks, quantize_blocks
+def table_variants(tok, table: np.ndarray, four: np.ndarray, top: int) -> dict[str, tuple[np.ndarray, int]]:
+    """{name: (table as the graph would hold it, its bytes)}: 4-bit (``four``, the round trip of ``table``) without the
+    [unused] rows; and the ``top`` most used pieces 4-bit, the other reachable rows product-quantized (2 bits a value)."""
+    from edgebert.quantization.int4_tables import quantize_blocks
     from int4_minilm_parts import product_quantized
 
     unused = np.array([t.startswith("[unused") for t in tok.convert_ids_to_tokens(list(range(len(table))))])
-    four = dequantize_blocks(*quantize_blocks(table, 128), 128).astype(np.float32)
     row4 = sum(a.nbytes for a in quantize_blocks(table[:1], 128))             # one row: values, scales, zero points
     special = np.zeros(len(table), bool)
     special[tok.all_special_ids] = True
@@ -90,7 +89,7 @@ def main() -> None:
 
     setup = Setup.load(args.calib, args.texts)
     base, tok, calib, held, reference = setup.base, setup.tok, setup.calib, setup.held, setup.reference
-    tables = {"4-bit, every row": (setup.table4, setup.table_bytes), **table_variants(tok, setup.table, args.top)}
+    tables = {"4-bit, every row": (setup.table4, setup.table_bytes), **table_variants(tok, setup.table, setup.table4, args.top)}
     rows: list[dict] = []
 
     def row(encoder: str, plan, method: str, table_name: str = "4-bit, every row", keep_rows: int = 0, model=None,
