@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--label", default="", help="appended to the result file names")
     ap.add_argument("--level", type=int, default=4, help="--int4-accuracy-level (1: float activations)")
     ap.add_argument("--max-len", type=int, default=None, help="--max-seq-len of the export (crops the position rows)")
+    ap.add_argument("--no-rotate", action="store_true", help="--no-int4-rotate (4-bit inputs not rotated first)")
     args = ap.parse_args()
 
     from edgebert.exporters import ExportConfig, export_bundle
@@ -105,6 +106,7 @@ def main() -> None:
                                           int4_algorithm=args.algorithm, int4_table_block=args.table_block,
                                           int4_max_accuracy_loss=args.budget,
                                           int4_accuracy_level=args.level, max_sequence_length=args.max_len,
+                                          int4_rotate=False if args.no_rotate else None,
                                           validation_batch_sizes=(1, 3)))
     manifest = exported.manifest
     reference = EdgeSession(args.reference or bundle, provider="cpu", precision="fp32", threads=2)
@@ -122,7 +124,7 @@ def main() -> None:
     entry = manifest.models["int4"]
     result = {"model": str(model_dir), "algorithm": args.algorithm, "block": args.block,
               "table_block": args.table_block, "budget": args.budget, "init": str(args.init) if args.init else None,
-              "level": args.level, "max_len": args.max_len, "steps": args.steps, "lr": args.lr,
+              "level": args.level, "max_len": args.max_len, "rotate": entry.get_extra("quantization").get("rotate"), "steps": args.steps, "lr": args.lr,
               "alpha_pool": args.alpha_pool,
               "distill_s": distill_s, "bytes": sizes, "int4": {"eight_bit": entry.get_extra("quantization")["eight_bit"],
                                                                "gate": entry.get_extra("accuracy")},

@@ -119,14 +119,18 @@ def hessians(model, names: list[str], calib: list, per_text: bool = False) -> di
     return acc
 
 
-def rounded_model(base, table4, plan: list[tuple[str, str]], method: str, calib: list, keep_rows: int = 0):
+def rounded_model(base, table4, plan: list[tuple[str, str]], method: str, calib: list, keep_rows: int = 0,
+                  rotate: bool = False):
     """A copy of ``base`` with the word table ``table4``; encoder MatMuls by plan ((pattern, "b32" | "b128" | "8"),
     first match wins), the 4-bit ones by ``method`` (one of METHODS). ``keep_rows``: each 4-bit MatMul's inputs with
     the largest ``H`` diagonal keep their weights' rows in float16 (an outlier split: those rows out of the 4-bit
-    weight, which GPTQ then rounds on the other inputs). Returns the model and its encoder bytes."""
+    weight, which GPTQ then rounds on the other inputs). ``rotate``: each 4-bit weight rounded as ``export
+    --int4-rotate`` rounds it (``quantization.rotate_inputs``: ``R^T W`` against ``R^T H R``, put back as ``R Q``, the
+    weight the rotated graph multiplies by in effect). Returns the model and its encoder bytes."""
     import torch
 
     from edgebert.quantization.gptq import gptq_weight
+    from edgebert.quantization.rotate_inputs import rotation_matrix
     from edgebert.stages.distill.int4_aware import round_4bit
     from int4_minilm_parts import eight_bit, weight_bytes
 
@@ -150,6 +154,9 @@ def rounded_model(base, table4, plan: list[tuple[str, str]], method: str, calib:
                         new = round_4bit(w, int(blk[1:]))
                     else:
                         h, w_kn = hs[n].numpy().copy(), w.numpy().T.copy()
+                        r = rotation_matrix(len(h)) if rotate else None
+                        if rotate:
+                            h, w_kn = r.T @ h @ r, (r.T @ w_kn).astype(np.float32)
                         kept = sorted(range(len(h)), key=lambda i: -h[i, i])[:keep_rows] if keep_rows else []
                         w4 = w_kn.copy()
                         w4[kept] = 0                       # out of the 4-bit weight and of GPTQ's H
@@ -158,6 +165,7 @@ def rounded_model(base, table4, plan: list[tuple[str, str]], method: str, calib:
                         assert np.array_equal(round_4bit(torch.from_numpy(q.T.copy()), int(blk[1:])).numpy(), q.T)
                         q[kept] = w_kn[kept].astype(np.float16).astype(np.float32)
                         nbytes += len(kept) * w_kn.shape[1] * 2
+                        q = (r @ q).astype(np.float32) if rotate else q
                         new = torch.from_numpy(q.T.copy())
                     mods[n].weight.copy_(new)
                     nbytes += weight_bytes(w.numel(), blk, w.shape[0])

@@ -1,7 +1,7 @@
 """What 12 MB can buy all-MiniLM-L6-v2 (issue #50: <= 12 MB at embedding cosine vs fp32 mean >= 0.99, min >= 0.97):
 the ways past GPTQ that spend bytes where the loss is, measured before any of them is built into ``export``.
 
-    .venv/bin/python benchmarks/int4_minilm_12mb.py [--calib 512] [--texts 400] [--top 8000]
+    .venv/bin/python benchmarks/int4_minilm_12mb.py [--calib 512] [--texts 400] [--top 8000] [--rotated]
 
 In PyTorch, as ``int4_gptq_minilm.py`` (same calibration and held-out texts, same rounding code: its
 ``rounded_model``), block 128 unless named:
@@ -13,6 +13,10 @@ In PyTorch, as ``int4_gptq_minilm.py`` (same calibration and held-out texts, sam
   * the word table 4-bit (block 128) without its 994 ``[unused]`` rows, which no text reaches (lossless);
   * **a two-precision table**: the ``--top`` pieces the training splits use most 4-bit, the rest product-quantized
     at 2 bits a value (``int4_minilm_parts.product_quantized``: 4 columns per 8-bit code, 256 centroids).
+
+``--rotated``: instead, the same ways with each 4-bit MatMul's input rotated first (``export --int4-rotate``,
+``quantization.rotate_inputs``): every MatMul at blocks 128 and 64 (the latter with the ``[unused]`` rows dropped, to
+fit 12 MB), and 8-bit value + FFN in with the two-precision table; files ``minilm_12mb_rotated.{json,md}``.
 
 Bytes: the weights' own (4-bit values + float16 block scales; table blocks + zero points; 8-bit values + a float
 scale per row; PQ codes + float16 centroids) + 0.28 MB for the rest of the graph (positions, biases, LayerNorms:
@@ -79,6 +83,8 @@ def main() -> None:
     ap.add_argument("--calib", type=int, default=512, help="calibration texts")
     ap.add_argument("--texts", type=int, default=400, help="held-out texts per set")
     ap.add_argument("--top", type=int, default=8000, help="most used pieces the two-precision table keeps 4-bit")
+    ap.add_argument("--rotated", action="store_true", help="the rotated rows only (minilm_12mb_rotated.*)")
+    ap.add_argument("--threads", type=int, default=2, help="PyTorch threads (1 beside other work)")
     args = ap.parse_args()
     import torch
 
@@ -88,15 +94,16 @@ def main() -> None:
     from int4_minilm_parts import KINDS, sentence_vectors, write_results
 
     setup = Setup.load(args.calib, args.texts)
+    torch.set_num_threads(args.threads)
     base, tok, calib, held, reference = setup.base, setup.tok, setup.calib, setup.held, setup.reference
     tables = {"4-bit, every row": (setup.table4, setup.table_bytes), **table_variants(tok, setup.table, setup.table4, args.top)}
     rows: list[dict] = []
 
     def row(encoder: str, plan, method: str, table_name: str = "4-bit, every row", keep_rows: int = 0, model=None,
-            encoder_bytes: int = 0):
+            encoder_bytes: int = 0, rotate: bool = False):
         if model is None:
             model, encoder_bytes = rounded_model(base, torch.from_numpy(tables[table_name][0]), plan, method, calib,
-                                                 keep_rows)
+                                                 keep_rows, rotate)
         else:
             with torch.no_grad():
                 model.embeddings.word_embeddings.weight.copy_(torch.from_numpy(tables[table_name][0]))
@@ -109,22 +116,30 @@ def main() -> None:
               f"{total / 1e6:.2f} MB", flush=True)
         return model, encoder_bytes
 
-    for block in (128, 32):
+    unused, two = list(tables)[1:]
+    if args.rotated:
+        for block, table_name in ((128, "4-bit, every row"), (64, unused)):
+            row(f"every MatMul 4-bit block {block}, per text, rotated", [(".", f"b{block}")], "gptq act-order per text",
+                table_name, rotate=True)
+        row("8-bit value + FFN in, the rest 4-bit per text, rotated", [(KINDS[k], "8") for k in ("value", "FFN in")]
+            + [(".", "b128")], "gptq act-order per text", two, rotate=True)
+    for block in ((128, 32) if not args.rotated else ()):
         for method in ("gptq act-order", "gptq act-order per text"):
             row(f"every MatMul 4-bit block {block}, {method}", [(".", f"b{block}")], method)
-    row(f"every MatMul 4-bit, per text, {KEEP_ROWS} outlier rows float16", [(".", "b128")], "gptq act-order per text",
-        keep_rows=KEEP_ROWS)
-    for kept in (["value", "FFN in"], ["value", "attention output", "FFN in"]):
+    if not args.rotated:
+        row(f"every MatMul 4-bit, per text, {KEEP_ROWS} outlier rows float16", [(".", "b128")],
+            "gptq act-order per text", keep_rows=KEEP_ROWS)
+    for kept in ((["value", "FFN in"], ["value", "attention output", "FFN in"]) if not args.rotated else ()):
         name = f"8-bit {' + '.join(kept)}, the rest 4-bit per text"
         model, nbytes = row(name, [(KINDS[k], "8") for k in kept] + [(".", "b128")], "gptq act-order per text")
         for table_name in list(tables)[1:]:
             row(name, None, "", table_name, model=model, encoder_bytes=nbytes)
     result = {"checkpoint": str(setup.checkpoint), "calibration_texts": len(calib), "held_out_texts": len(reference),
-              "top": args.top, "rows": rows, "load_before": setup.load_before,
+              "top": args.top, "rotated": args.rotated, "threads": args.threads, "rows": rows, "load_before": setup.load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
               "command": "python benchmarks/int4_minilm_12mb.py " + " ".join(sys.argv[1:])}
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
-    write_results("minilm_12mb", result, "# all-MiniLM-L6-v2: what 12 MB can buy",
+    write_results("minilm_12mb" + ("_rotated" if args.rotated else ""), result, "# all-MiniLM-L6-v2: what 12 MB can buy",
                   f"{len(calib)} calibration texts (training splits), {len(reference)} held-out texts (SST-2 dev, MRPC "
                   f"dev, WikiText-2 test); PyTorch, CPU {cpu}. Encoder MatMuls block 128 unless named. Cosine with "
                   "the unrounded model's sentence vectors. MB: weights' own bytes + table + 0.28 MB.",

@@ -25,7 +25,7 @@ INT8_SETTINGS = {"int8_mode": "--int8-mode", "int8_targets": "--target", "per_ch
 # the settings that shape only the small graph: refused without --int4
 INT4_SETTINGS = {"int4_block_size": "--int4-block", "int4_table_block": "--int4-table-block",
                  "int4_accuracy_level": "--int4-accuracy-level", "int4_algorithm": "--int4-algorithm", "int4_attention": "--int4-attention",
-                 "int4_max_accuracy_loss": "--int4-max-accuracy-loss"}
+                 "int4_max_accuracy_loss": "--int4-max-accuracy-loss", "int4_rotate": "--[no-]int4-rotate"}
 # Read from the task registry (``edgebert.bundle.task_registry``), kept for code that imports them:
 # the default task of each architecture (config.json "architectures"), the class each task exports as.
 ARCHITECTURE_TASKS = {a: t.name for t in BUNDLE_TASKS for a in t.architectures}
@@ -80,6 +80,8 @@ class ExportConfig:
     int4_algorithm: str = "gptq"               # rtn | gptq (calibrated, rtn's grid and kernel) | hqq
     int4_attention: str = "split"              # split: QKV 4-bit candidates (MultiHeadAttention) | packed
     int4_max_accuracy_loss: float | None = None   # None: the INT8 budget (max_accuracy_loss, else the task's)
+    int4_rotate: bool | None = None            # 4-bit inputs rotated first (quantization.rotate_inputs); None: yes,
+                                               # but not for a --int4-aware student (trained on the unrotated grid)
     # a domain vocabulary (exporters.vocab_prune): keep the word pieces this text file uses (+ characters)
     vocab_from: Path | None = None
     # FP16
@@ -166,11 +168,14 @@ class ExportConfig:
         """The small graph's settings (validated by ``Int4Config``); its budget: ``int4_max_accuracy_loss``, else INT8's
         (a tight INT8 budget can leave no room for 4 bits: give the small graph its own). The block:
         ``int4_block_size``, else the one a ``distill --int4-aware`` student trained at (its ``distill_config.json``:
-        exported at another block, its rounding would not be the trained one), else 32."""
-        block = self.int4_block_size or trained_int4_block(self.model_dir) or 32
+        exported at another block, its rounding would not be the trained one), else 32. Rotation: ``int4_rotate``,
+        else on unless the model is such a student (it learned to be robust to the unrotated weights' rounding)."""
+        trained = trained_int4_block(self.model_dir)
+        block = self.int4_block_size or trained or 32
+        rotate = self.int4_rotate if self.int4_rotate is not None else trained is None
         return Int4Config(block_size=block, accuracy_level=self.int4_accuracy_level, algorithm=self.int4_algorithm,
                           attention=self.int4_attention, table_block=self.int4_table_block or block,
-                          max_accuracy_loss=self.int4_max_accuracy_loss)
+                          max_accuracy_loss=self.int4_max_accuracy_loss, rotate=rotate)
 
     def int8_config(self, max_len: int | None = None) -> Int8Config:
         """The INT8 settings; with ``max_len``, calibration and gate texts are cut to fit the model's positions."""

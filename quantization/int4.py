@@ -13,13 +13,15 @@ From the fused fp32 graph:
    With ``attention="split"`` (the default) each fused ``Attention`` node is first split into its query, key
    and value MatMuls feeding ``MultiHeadAttention`` (``quantization.split_attention``: onnxruntime has no
    4-bit form of the packed QKV weight), so those projections are candidates too; ``"packed"`` keeps the
-   fused node (8-bit ``QAttention``);
+   fused node (8-bit ``QAttention``). With ``rotate`` (the export's default) the candidates' inputs are then
+   rotated (``quantization.rotate_inputs``: a float-equivalent graph, checked, whose weights have no outlier rows),
+   so GPTQ and the gate work on the rotated weights;
 2. every MatMul the gate keeps off 4 bits (and a packed ``Attention``) become dynamic INT8 with 8-bit
    per-channel weights. So a graph with such parts needs exact
    U8S8 products (``requires.u8s8_exact``), and the runtime applies ``int8_choice``'s rules to it: exact
    hosts run it as it is, a saturating AVX2 CPU loads it with ``session.x64quantprecision=1`` or refuses it.
    A graph with every candidate 4-bit has no U8S8 product left (``MatMulNBits`` quantizes its activations per
-   block to int8 and multiplies them in its own kernels: equal to 5e-8 under AVX2 emulation), so it says
+   block to int8 and multiplies them in its own kernels: within 5e-5 of a VNNI CPU under AVX2 emulation), so it says
    ``u8s8_exact: false`` and loads as it is on any CPU;
    7-bit weights (``reduce_range``, which cannot saturate) lost 0.009 of MiniLM's cosine on their own, most of
    a 0.01 budget, and left no room for a 4-bit table: 8-bit weights brought the gated graph from 22.9 to 16.6 MB
@@ -53,6 +55,7 @@ from edgebert.quantization.embedding_tables import quantize_tables, table_plan
 from edgebert.quantization.gemm_matmul import gemms_to_matmuls
 from edgebert.quantization.gptq import gptq_weights
 from edgebert.quantization.int4_tables import WORD, quantize_word_table, word_table
+from edgebert.quantization.rotate_inputs import rotate_inputs, rotation_nodes
 from edgebert.quantization.split_attention import split_attention
 from edgebert.quantization.storage import compact_storage
 
@@ -71,7 +74,8 @@ class Int4Config:
     MiniLM figures of issue #50: 0.977 mean cosine RTN at block 32); ``table_block``: the word table's
     values per scale; ``word_table``: 4-bit table on/off; ``attention``: ``split`` (QKV projections are 4-bit
     candidates) or ``packed`` (the fused node, 8-bit); ``max_accuracy_loss``: None, the INT8 budget;
-    ``algorithm``: ``rtn`` here, ``gptq`` needs calibration feeds (the export's default, which has them)."""
+    ``algorithm``: ``rtn`` here, ``gptq`` needs calibration feeds (the export's default, which has them);
+    ``rotate``: the 4-bit candidates' inputs rotated first (``quantization.rotate_inputs``; the export's default)."""
     block_size: int = 32
     accuracy_level: int = 4
     algorithm: str = "rtn"
@@ -79,6 +83,7 @@ class Int4Config:
     table_block: int = 32
     attention: str = "split"
     max_accuracy_loss: float | None = None
+    rotate: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_size", "table_block"):
@@ -109,7 +114,7 @@ class Int4Config:
     def as_dict(self) -> dict[str, Any]:
         return {"bits": 4, "block_size": self.block_size, "accuracy_level": self.accuracy_level,
                 "algorithm": self.algorithm, "symmetric": self.algorithm != "hqq", "word_table": self.word_table,
-                "table_block": self.table_block, "attention": self.attention}
+                "table_block": self.table_block, "attention": self.attention, "rotate": self.rotate}
 
 
 class Int4Quantizer:
@@ -119,8 +124,9 @@ class Int4Quantizer:
 
     def __init__(self, fused: str | Path, cfg: Int4Config, split: int = 0,
                  calibration: Callable[[], Iterable[Feeds]] | None = None,
-                 say: Callable[[str], None] = lambda _: None):
+                 say: Callable[[str], None] = lambda _: None, rotation: dict | None = None):
         self.source, self.cfg, self.split = Path(fused), cfg, split      # split: Attention nodes split before
+        self.rotation = rotation                                      # rotate_inputs' record, when rotated before
         self.shapes = _blockable(self.source, cfg.block_size)       # {MatMul: (K, N)}
         self.matmuls = list(self.shapes)
         self.gptq: dict[str, Any] | None = None
@@ -169,7 +175,7 @@ class Int4Quantizer:
                 eight = Path(tmp) / "eight.onnx"
                 with quiet_logging():
                     quantize_dynamic(str(current), str(eight), op_types_to_quantize=["MatMul", "Attention"],
-                                     per_channel=True, reduce_range=False, weight_type=QuantType.QInt8,
+                                     nodes_to_exclude=rotation_nodes(current), per_channel=True, reduce_range=False, weight_type=QuantType.QInt8,
                                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
                                                     "MatMulConstBOnly": True})
                 current = eight
@@ -216,7 +222,8 @@ class Int4Quantizer:
                       "candidates) feeding MultiHeadAttention"} if self.cfg.attention == "split" else
                      {"form": "packed", "what": "fused Attention, 8-bit (QAttention): onnxruntime has no 4-bit form "
                       "of its packed QKV weight"})
-        return {**self.cfg.as_dict(), **({"gptq": self.gptq} if self.gptq else {}), "graph": "fused", "eight_bit": "dynamic INT8, per-channel 8-bit weights "
+        return {**self.cfg.as_dict(), **({"gptq": self.gptq} if self.gptq else {}),
+                **({"rotation": self.rotation} if self.rotation else {}), "graph": "fused", "eight_bit": "dynamic INT8, per-channel 8-bit weights "
                 "(MatMulInteger for MatMuls kept off 4 bits, QAttention for a packed attention)",
                 "attention": attention, "embedding_tables": self.last_tables, "storage": self.last_storage}
 
@@ -248,7 +255,11 @@ def small_graph(fused: str | Path, out: str | Path, cfg: Int4Config, probe: Accu
             fused = Path(tmp) / "split.onnx"
         if gemms_to_matmuls(fused, Path(tmp) / "matmuls.onnx"):     # the pooler and heads: 4-bit candidates too
             fused = Path(tmp) / "matmuls.onnx"
-        quantizer = Int4Quantizer(fused, cfg, split, calibration, say)
+        rotation = None
+        if cfg.rotate:
+            rotation = rotate_inputs(fused, Path(tmp) / "rotated.onnx", list(_blockable(fused, cfg.block_size)))
+            fused = Path(tmp) / "rotated.onnx"
+        quantizer = Int4Quantizer(fused, cfg, split, calibration, say, rotation)
         candidates = quantizer.candidates()
         if not candidates:
             raise ConfigError(f"no MatMul of the graph has a K that block {cfg.block_size} divides, and no word "
@@ -283,11 +294,11 @@ def _contrib_ops(path: str | Path) -> list[str]:
 
 
 def _blockable(path: Path, block: int) -> dict[str, tuple[int, int]]:
-    """The MatMuls with a 2-D weight initializer whose K (rows) ``block`` divides, the 4-bit candidates, in
-    graph order, with their weight's (K, N)."""
+    """The MatMuls with a 2-D weight initializer whose K (rows) ``block`` divides, the 4-bit candidates (not a
+    rotation's own), in graph order, with their weight's (K, N)."""
     graph = load(path).graph
     inits = {i.name: i for i in graph.initializer}
-    names = set(weight_nodes(path, ("MatMul",)))
+    names = set(weight_nodes(path, ("MatMul",))) - set(rotation_nodes(path))    # a rotation stays float
     out = {}
     for node in graph.node:
         if node.name in names and len(node.input) > 1 and node.input[1] in inits:

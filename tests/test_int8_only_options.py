@@ -49,7 +49,8 @@ def test_the_library_config_names_every_int8_setting_given(tmp_path):
 @pytest.mark.parametrize("argv, flag", [(["--int4-block", "64"], "--int4-block"),
                                         (["--int4-attention", "packed"], "--int4-attention"),
                                         (["--int4-accuracy-level", "1"], "--int4-accuracy-level"),
-                                        (["--int4-max-accuracy-loss", "0.005"], "--int4-max-accuracy-loss")])
+                                        (["--int4-max-accuracy-loss", "0.005"], "--int4-max-accuracy-loss"),
+                                        (["--no-int4-rotate"], "--[no-]int4-rotate")])
 def test_a_4bit_option_without_int4_is_refused_in_one_line(argv, flag, tmp_path, capsys):
     model = make_tiny_model_dir(tmp_path / "model", "BertModel")
     code, _, err = run_cli(capsys, "export", model, "--out", tmp_path / "bundle", "--int8", *argv)
@@ -67,3 +68,19 @@ def test_the_small_graph_takes_its_own_budget_else_the_int8_one(tmp_path):
     assert ExportConfig(**base, int4_accuracy_level=1).int4_config().accuracy_level == 1
     with pytest.raises(ConfigError, match="unknown MatMulNBits accuracy_level 5"):
         ExportConfig(**base, int4_accuracy_level=5)
+
+
+def test_the_small_graph_rotates_its_inputs_unless_the_student_trained_on_the_unrotated_rounding(tmp_path):
+    """Rotation is on by default, but a ``distill --int4-aware`` student learned the unrotated weights' rounding:
+    rotating would round other values than it trained on, so its export leaves it off unless asked."""
+    import json
+
+    base = dict(out_dir=tmp_path / "o", int8=True, int4=True)
+    (tmp_path / "plain").mkdir()
+    assert ExportConfig(model_dir=tmp_path / "plain", **base).int4_config().rotate is True
+    assert ExportConfig(model_dir=tmp_path / "plain", int4_rotate=False, **base).int4_config().rotate is False
+    (tmp_path / "aware").mkdir()
+    (tmp_path / "aware" / "distill_config.json").write_text(json.dumps({"int4_block": 128}), encoding="utf-8")
+    aware = ExportConfig(model_dir=tmp_path / "aware", **base).int4_config()
+    assert aware.rotate is False and aware.block_size == 128
+    assert ExportConfig(model_dir=tmp_path / "aware", int4_rotate=True, **base).int4_config().rotate is True

@@ -49,6 +49,11 @@ def export(
     int4_max_accuracy_loss: Annotated[Optional[float], typer.Option(
         "--int4-max-accuracy-loss", help="The small graph's own budget, in the gate's metric (default: "
                                          "--max-accuracy-loss, else the task's).")] = None,
+    int4_rotate: Annotated[Optional[bool], typer.Option(
+        "--int4-rotate/--no-int4-rotate", help="Rotate the 4-bit MatMuls' inputs (random signs, 128-wide Hadamard) "
+                                               "before rounding: the same outputs, weights without outlier rows, "
+                                               "less 4-bit loss; a few float MatMuls more (default: on, off for a "
+                                               "--int4-aware student, trained on the unrotated rounding).")] = None,
     vocab_from: Annotated[Optional[Path], typer.Option(
         "--vocab-from", help="A domain's text (one per line): keep only the word pieces it uses, plus every "
                              "character, so any text still tokenizes (words outside it cost more tokens).")] = None,
@@ -111,7 +116,7 @@ def export(
                        ort_format=ort_format, int4=int4, int4_block_size=int4_block, int4_algorithm=int4_algorithm,
                        int4_table_block=int4_table_block,
                        int4_attention=int4_attention, int4_max_accuracy_loss=int4_max_accuracy_loss,
-                       int4_accuracy_level=int4_accuracy_level, vocab_from=vocab_from)
+                       int4_accuracy_level=int4_accuracy_level, int4_rotate=int4_rotate, vocab_from=vocab_from)
     result = _export_with_progress(export_bundle, cfg)
     if archive_out is not None:          # packed before the summary: what is printed never costs the archive
         from edgebert.runtime.archive import write_archive
