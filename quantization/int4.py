@@ -14,7 +14,7 @@ From the fused fp32 graph:
    and value MatMuls feeding ``MultiHeadAttention`` (``quantization.split_attention``: onnxruntime has no
    4-bit form of the packed QKV weight), so those projections are candidates too; ``"packed"`` keeps the
    fused node (8-bit ``QAttention``). With ``rotate`` (the export's default) the candidates' inputs are then
-   rotated (``quantization.rotate_inputs``: a float-equivalent graph, checked, whose weights have no outlier rows),
+   rotated (``quantization.rotate_inputs``: a float-equivalent graph, checked, whose weights' outlier rows are spread thin),
    so GPTQ and the gate work on the rotated weights;
 2. every MatMul the gate keeps off 4 bits (and a packed ``Attention``) become dynamic INT8 with 8-bit
    per-channel weights. So a graph with such parts needs exact

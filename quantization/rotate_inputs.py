@@ -3,8 +3,8 @@
 
 A 4-bit block's scale is set by its largest weight; a few large rows of a weight (the inputs that carry outliers)
 stretch every block they sit in, and the other weights of those blocks round coarsely. Rotating the input by an
-orthogonal ``R`` (``x @ W == (x @ R) @ (R^T @ W)``) spreads each block's mass evenly over its rows, so the rotated
-weight ``R^T @ W`` has no outlier rows, and GPTQ then rounds it calibrated on the rotated inputs it will see.
+orthogonal ``R`` (``x @ W == (x @ R) @ (R^T @ W)``) spreads each large row over the rows of its block, so the rotated
+weight ``R^T @ W`` has its outliers spread thin, and GPTQ then rounds it calibrated on the rotated inputs it will see.
 
 * ``R = blockdiag(M, ..., M)``, ``M = (S_a H_a) (x) (S_b H_b)`` of order ``ORDER`` (128 = 8 x 16; the largest
   power of two dividing K when smaller): ``H_n`` the normalised Sylvester-Hadamard matrix (so ``H_a (x) H_b`` is

@@ -51,7 +51,7 @@ def export(
                                          "--max-accuracy-loss, else the task's).")] = None,
     int4_rotate: Annotated[Optional[bool], typer.Option(
         "--int4-rotate/--no-int4-rotate", help="Rotate the 4-bit MatMuls' inputs (random signs, 128-wide Hadamard) "
-                                               "before rounding: the same outputs, weights without outlier rows, "
+                                               "before rounding: the same outputs, outlier weight rows spread thin, "
                                                "less 4-bit loss; a few float MatMuls more (default: on, off for a "
                                                "--int4-aware student, trained on the unrotated rounding).")] = None,
     vocab_from: Annotated[Optional[Path], typer.Option(
