@@ -25,21 +25,22 @@ SHARED = REPO.parent / "shared"
 sys.path.insert(0, str(REPO))
 
 
-def texts() -> list[str]:
+def texts(n: int = 120) -> list[str]:
+    """``n`` SST-2 dev sentences and ``n // 4`` WikiText-2 test paragraphs."""
     from edgebert.bench.workloads import read_texts
 
-    sst = [t for t in read_texts(str(SHARED / "data" / "sst2" / "dev.tsv"), 120) if isinstance(t, str)]
+    sst = [t for t in read_texts(str(SHARED / "data" / "sst2" / "dev.tsv"), n) if isinstance(t, str)]
     wiki = SHARED / "data" / "wikitext-2-raw" / "wiki.test.raw"
-    paras = [line.strip() for line in wiki.open(encoding="utf-8") if len(line.strip()) > 200][:30]
+    paras = [line.strip() for line in wiki.open(encoding="utf-8") if len(line.strip()) > 200][:n // 4]
     return sst + paras
 
 
-def embed(bundle: str, out: str, precision: str) -> None:
+def embed(bundle: str, out: str, precision: str, n: int) -> None:
     """Child mode: embed ``texts()`` with the bundle at ``precision``, save to ``out`` (.npy) + a JSON line."""
     from edgebert.runtime import EdgeSession
 
     session = EdgeSession(bundle, provider="cpu", precision=precision, threads=2)
-    np.save(out, session.embed(texts()))
+    np.save(out, session.embed(texts(n)))
     print(json.dumps({"graph": session.model_key, "reason": session.precision_reason,
                       "host": session.host.summary()}))
 
@@ -55,17 +56,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bundle")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--texts", type=int, default=120, help="SST-2 sentences (and a quarter as many paragraphs)")
     ap.add_argument("--precision", default="int8", help="the graph compared on both hosts: int8 | int4 (the small one)")
     ap.add_argument("--child", nargs=2, metavar=("OUT", "PRECISION"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return embed(args.bundle, *args.child)
+        return embed(args.bundle, *args.child, args.texts)
     with tempfile.TemporaryDirectory() as tmp:
         runs, arrays, q = {}, {}, args.precision
         for name, prefix, precision in ((f"native {q}", [], q), ("native fp32", [], "fp32"),
                                         (f"avx2 {q}", [str(SHARED / "tools" / "avx2-python")], q)):
             out = f"{tmp}/{name.replace(' ', '_')}.npy"
-            done = subprocess.run(prefix + [sys.executable, __file__, args.bundle, "--child", out, precision],
+            done = subprocess.run(prefix + [sys.executable, __file__, args.bundle, "--child", out, precision,
+                                            "--texts", str(args.texts)],
                                   check=True, capture_output=True, text=True)
             runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
             arrays[name] = np.load(out)
