@@ -154,8 +154,8 @@ def rounded_model(base, table4, plan: list[tuple[str, str]], method: str, calib:
                         new = round_4bit(w, int(blk[1:]))
                     else:
                         h, w_kn = hs[n].numpy().copy(), w.numpy().T.copy()
-                        r = rotation_matrix(len(h)) if rotate else None
                         if rotate:
+                            r = rotation_matrix(len(h))
                             h, w_kn = r.T @ h @ r, (r.T @ w_kn).astype(np.float32)
                         kept = sorted(range(len(h)), key=lambda i: -h[i, i])[:keep_rows] if keep_rows else []
                         w4 = w_kn.copy()

@@ -127,6 +127,7 @@ class Int4Quantizer:
                  say: Callable[[str], None] = lambda _: None, rotation: dict | None = None):
         self.source, self.cfg, self.split = Path(fused), cfg, split      # split: Attention nodes split before
         self.rotation = rotation                                      # rotate_inputs' record, when rotated before
+        self.float_nodes = rotation_nodes(self.source)              # the rotation's own MatMuls stay float
         self.shapes = _blockable(self.source, cfg.block_size)       # {MatMul: (K, N)}
         self.matmuls = list(self.shapes)
         self.gptq: dict[str, Any] | None = None
@@ -175,7 +176,7 @@ class Int4Quantizer:
                 eight = Path(tmp) / "eight.onnx"
                 with quiet_logging():
                     quantize_dynamic(str(current), str(eight), op_types_to_quantize=["MatMul", "Attention"],
-                                     nodes_to_exclude=rotation_nodes(current), per_channel=True, reduce_range=False, weight_type=QuantType.QInt8,
+                                     nodes_to_exclude=self.float_nodes, per_channel=True, reduce_range=False, weight_type=QuantType.QInt8,
                                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT,
                                                     "MatMulConstBOnly": True})
                 current = eight
