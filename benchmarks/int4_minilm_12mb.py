@@ -168,13 +168,14 @@ def main() -> None:
                 table_name, rotate=True)
         row("8-bit value + FFN in, the rest 4-bit per text, rotated", [(KINDS[k], "8") for k in ("value", "FFN in")]
             + [(".", "b128")], "gptq act-order per text", two, rotate=True)
-    for block in ((128, 32) if not (args.rotated or args.ceiling) else ()):
+    unrotated = not (args.rotated or args.ceiling)         # the first table's rows (minilm_12mb.*)
+    for block in ((128, 32) if unrotated else ()):
         for method in ("gptq act-order", "gptq act-order per text"):
             row(f"every MatMul 4-bit block {block}, {method}", [(".", f"b{block}")], method)
-    if not (args.rotated or args.ceiling):
+    if unrotated:
         row(f"every MatMul 4-bit, per text, {KEEP_ROWS} outlier rows float16", [(".", "b128")],
             "gptq act-order per text", keep_rows=KEEP_ROWS)
-    for kept in ((["value", "FFN in"], ["value", "attention output", "FFN in"]) if not (args.rotated or args.ceiling) else ()):
+    for kept in ((["value", "FFN in"], ["value", "attention output", "FFN in"]) if unrotated else ()):
         name = f"8-bit {' + '.join(kept)}, the rest 4-bit per text"
         model, nbytes = row(name, [(KINDS[k], "8") for k in kept] + [(".", "b128")], "gptq act-order per text")
         for table_name in list(tables)[1:]:

@@ -297,9 +297,10 @@ def _contrib_ops(path: str | Path) -> list[str]:
 def _blockable(path: Path, block: int) -> dict[str, tuple[int, int]]:
     """The MatMuls with a 2-D weight initializer whose K (rows) ``block`` divides, the 4-bit candidates (not a
     rotation's own), in graph order, with their weight's (K, N)."""
-    graph = load(path).graph
+    model = load(path)
+    graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    names = set(weight_nodes(path, ("MatMul",))) - set(rotation_nodes(path))    # a rotation stays float
+    names = set(weight_nodes(model, ("MatMul",))) - set(rotation_nodes(model))    # a rotation stays float
     out = {}
     for node in graph.node:
         if node.name in names and len(node.input) > 1 and node.input[1] in inits:

@@ -333,9 +333,12 @@ def test_rotated_inputs_give_the_same_outputs_and_round_with_less_error(bundle: 
     """``rotate_inputs``: each MatMul input rotated once (query, key and value share theirs), weights counter-rotated:
     the same outputs at padded shapes other than the exported ones; a weight with an outlier row rounds to 4 bits
     with less error rotated (the error measured back in the original basis)."""
+    import onnx
     import onnxruntime as ort
     from onnx import numpy_helper
 
+    import edgebert.quantization.rotate_inputs as rotation
+    from edgebert.errors import ValidationError
     from edgebert.graph.ops import weight_nodes
     from edgebert.quantization.gemm_matmul import gemms_to_matmuls
     from edgebert.quantization.gptq import round_blocks
@@ -360,18 +363,14 @@ def test_rotated_inputs_give_the_same_outputs_and_round_with_less_error(bundle: 
     # per input Reshape, MatMul, Shape, Reshape; per order M made at load from two factors (Mul, Reshape)
     assert after["MatMul"] - before["MatMul"] == 9 and after["Reshape"] - before.get("Reshape", 0) == 9 * 2 + 2
     assert after["Mul"] - before.get("Mul", 0) == 2 and len(rotation_nodes(tmp_path / "rot.onnx")) == 9 * 4 + 2 * 2
-    import onnx
-
     weights = [sum(numpy_helper.to_array(i).nbytes for i in onnx.load(str(p)).graph.initializer)
                for p in (tmp_path / "mm.onnx", tmp_path / "rot.onnx")]
-    # a rotation whose weights are not counter-rotated is caught on the graph it writes
-    import edgebert.quantization.rotate_inputs as rotation
-    from edgebert.errors import ValidationError
-
-    monkeypatch.setattr(rotation, "rotated_weight", lambda w, *a: w)
-    with pytest.raises(ValidationError, match="changed the float graph's outputs"):
-        rotation.rotate_inputs(tmp_path / "mm.onnx", tmp_path / "bad.onnx", matmuls)
     assert 0 < weights[1] - weights[0] < 4_000   # M's factors at 64 and 128 (128 + 320 floats), not 80 KB
+    # a rotation whose weights are not counter-rotated is caught on the graph it writes
+    with monkeypatch.context() as patch:
+        patch.setattr(rotation, "rotated_weight", lambda w, *a: w)
+        with pytest.raises(ValidationError, match="changed the float graph's outputs"):
+            rotation.rotate_inputs(tmp_path / "mm.onnx", tmp_path / "bad.onnx", matmuls)
     rng = np.random.default_rng(4)
     ids = rng.integers(5, 90, (3, 23)).astype(np.int64)
     mask = np.ones_like(ids)
