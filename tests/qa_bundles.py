@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conftest import question_answering_pipeline
 from distill_helpers import make_model_dir
 from squad_helpers import write_toy_squad
 
@@ -55,4 +56,4 @@ def hf_pipeline(model_dir: Path):
     model = tf.BertForQuestionAnswering.from_pretrained(model_dir).eval()
     tok = tf.PreTrainedTokenizerFast(tokenizer_file=str(Path(model_dir) / "tokenizer.json"), cls_token="[CLS]",
                                      sep_token="[SEP]", pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
-    return tf.pipeline("question-answering", model=model, tokenizer=tok)
+    return question_answering_pipeline(model=model, tokenizer=tok)

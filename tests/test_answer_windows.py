@@ -21,7 +21,7 @@ pytestmark = pytest.mark.hf
 def toy(tmp_path_factory):
     root = tmp_path_factory.getbasetemp()
     data, bundle = toy_qa(root), qa_bundle(root)
-    return read_squad(data / "dev.json")[:3], EdgeSession(bundle, precision="fp32"), hf_pipeline(data / "teacher"), bundle
+    return read_squad(data / "dev.json")[:3], EdgeSession(bundle, precision="fp32"), data / "teacher", bundle
 
 
 def _pipeline_refuses(pipe, question: str, context: str, length: int) -> bool:
@@ -35,7 +35,8 @@ def _pipeline_refuses(pipe, question: str, context: str, length: int) -> bool:
 
 
 def test_answer_refuses_the_windows_the_pipeline_refuses(toy):
-    examples, session, pipe, _ = toy
+    examples, session, teacher, _ = toy
+    pipe = hf_pipeline(teacher)                        # skips on transformers 5, which has no such pipeline
     refused = []
     for length in range(8, 41, 2):
         for e in examples:

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from conftest import TRANSFORMERS_MAJOR
 from edgebert.errors import ConfigError
 from edgebert.model import BertConfig, load_model
 from edgebert.model.families import hf_key, internal_key
@@ -107,12 +108,21 @@ def test_roberta_tokenizer_json_is_built_from_vocab_and_merges(tmp_path):
     src, _ = hf_dir(tmp_path, "roberta", "ForQuestionAnswering")
     original = Tokenizer.from_file(str(src / "tokenizer.json"))
     (src / "tokenizer.json").unlink()
+    if not (src / "merges.txt").is_file():                   # transformers 5 saves only tokenizer.json
+        original.model.save(str(src))                        # vocab.json + merges.txt, as 4.x wrote them
     report = convert_hf(src, tmp_path / "out")
     assert report.tokenizer_built_from_vocab and report.tokenizer_files[0] == "tokenizer.json"
     built = Tokenizer.from_file(str(report.out_dir / "tokenizer.json"))
-    for item in (" Zoë  lives in Zürich.", ("Where does Zoë live?", "She lives in Zürich <mask>.")):
+    items = [" Zoë  lives in Zürich.", ("Where does Zoë live?", "She lives in Zürich.")]
+    if TRANSFORMERS_MAJOR < 5:
+        # <mask> takes the space before it (lstrip), as RoBERTa's checkpoints state it and transformers 4 reads a
+        # plain "<mask>"; transformers 5 reads a plain one without lstrip (the fixture's), so only 4.x compares it
+        items.append(("Where does Zoë live?", "She lives in Zürich <mask>."))
+    for item in items:
         a, b = (t.encode(*item) if isinstance(item, tuple) else t.encode(item) for t in (built, original))
         assert (a.ids, a.offsets, a.sequence_ids) == (b.ids, b.offsets, b.sequence_ids)
+    mask = built.encode("in Zürich <mask>.")
+    assert mask.ids[-3] == built.token_to_id("<mask>") and mask.tokens[-4] != "Ġ"   # the space went into <mask>
 
 
 def _sentencepiece_folder(tmp_path):
@@ -131,6 +141,9 @@ def _sentencepiece_folder(tmp_path):
                                    unk_id=0, hard_vocab_limit=False, minloglevel=2)
     (tmp_path / "sp.model").write_bytes(model.getvalue())
     transformers.XLMRobertaTokenizer(vocab_file=str(tmp_path / "sp.model")).save_pretrained(str(src))
+    if not (src / "sentencepiece.bpe.model").is_file():     # transformers 5 saves tokenizer.json instead
+        (src / "tokenizer.json").unlink(missing_ok=True)
+        (src / "sentencepiece.bpe.model").write_bytes(model.getvalue())
     assert (src / "sentencepiece.bpe.model").is_file() and not (src / "tokenizer.json").exists()
     return src
 

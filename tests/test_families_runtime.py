@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import TRANSFORMERS_MAJOR, question_answering_pipeline
 from edgebert.exporters.config import ExportConfig
 from edgebert.exporters.fusion import fusion_shortfalls
 from edgebert.exporters.pipeline import export_bundle
@@ -57,7 +58,7 @@ def test_export_fuses_every_layer_and_validates(qa):
 def test_answer_is_the_pipelines_with_offsets_into_the_context(qa):
     result, hf, tokenizer, _ = qa
     contexts = [t * 3 for t in TEXTS]          # several windows each
-    pipe = transformers.pipeline("question-answering", model=hf, tokenizer=tokenizer, device="cpu")
+    pipe = question_answering_pipeline(model=hf, tokenizer=tokenizer, device="cpu")
     options = dict(max_answer_len=15, top_k=2, doc_stride=16)
     theirs = pipe(question=QUESTIONS, context=contexts, max_seq_len=48, **options)
     session = EdgeSession(result.bundle_dir, precision="fp32")
@@ -79,8 +80,18 @@ def test_tag_is_the_pipelines_with_offsets_into_the_text(tagger, aggregation):
     key = "entity" if aggregation == "none" else "entity_group"
     entities = 0
     for text, want, have in zip(TEXTS, pipe(TEXTS), got, strict=True):
-        assert [(e[key], e["word"], e["start"], e["end"]) for e in have] == \
-               [(e[key], e["word"], int(e["start"]), int(e["end"])) for e in want], (aggregation, text)
+        if TRANSFORMERS_MAJOR < 5:
+            assert [(e[key], e["word"], e["start"], e["end"]) for e in have] == \
+                   [(e[key], e["word"], int(e["start"]), int(e["end"])) for e in want], (aggregation, text)
+        else:
+            # transformers 5 changed two conventions tag keeps from 4.x (compared exactly by make test-optimum):
+            # an XLM-R token's span moves past the space its ▁ stands for, and a word is decoded without the
+            # space before punctuation ("Acme." where 4.x wrote "Acme ."). The same entities and words, their
+            # spans within that one character:
+            assert [(e[key], e["word"].replace(" ", "")) for e in have] == \
+                   [(e[key], e["word"].replace(" ", "")) for e in want], (aggregation, text)
+            shifts = [(e["start"] - int(w["start"]), e["end"] - int(w["end"])) for e, w in zip(have, want)]
+            assert all(-1 <= a <= 0 and -1 <= b <= 0 for a, b in shifts), (aggregation, text, shifts)
         assert np.allclose([e["score"] for e in have], [float(e["score"]) for e in want], atol=1e-4)
         entities += len(have)
         for e in have:   # offsets index the original text (a byte-level token may split a letter: ë)

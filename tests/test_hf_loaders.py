@@ -5,6 +5,7 @@ An old bundle (graphs at the root, no Hugging Face files) still opens in EdgeSes
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -95,9 +96,16 @@ def test_sentence_transformers_onnx_backend_gives_edgesessions_vectors(bundles, 
     st = pytest.importorskip("sentence_transformers")
     bundle = bundles["embed"]
     kwargs = read_manifest(bundle).get_extra("loaders")["sentence-transformers"][precision]
-    model = st.SentenceTransformer(str(bundle), device="cpu", backend=kwargs["backend"],
-                                   model_kwargs={**kwargs.get("model_kwargs", {}), **CPU_ONLY})
-    assert Path(model[0].auto_model.model_path).name == Path(read_manifest(bundle).models[precision].file).name
+    if importlib.util.find_spec("optimum") is not None:           # sentence-transformers' own ONNX backend
+        model = st.SentenceTransformer(str(bundle), device="cpu", backend=kwargs["backend"],
+                                       model_kwargs={**kwargs.get("model_kwargs", {}), **CPU_ONLY})
+        graph = Path(model[0].auto_model.model_path)
+    else:       # sentence-transformers 6 (its ONNX backend needs Optimum, which needs transformers 4): edgebert's
+        from edgebert.st_onnx import EdgeSentenceTransformer
+
+        model = EdgeSentenceTransformer(bundle, precision=precision)
+        graph = model[0].model.session.model_file
+    assert graph.name == Path(read_manifest(bundle).models[precision].file).name
     got = model.encode(TEXTS)
     want = _session(bundle, precision).embed(TEXTS)
     diff = float(np.abs(got - want).max())
@@ -185,7 +193,13 @@ def test_minilm_bundle_in_sentence_transformers_and_optimum(minilm_dir, tmp_path
     gate_texts = builtin_texts("held-out")[:64]
     fp32 = _session(bundle, "fp32").embed(texts + gate_texts)
     for precision, extra in (("fp32", {}), ("int8", {"file_name": "model_quantized.onnx"})):
-        model = st.SentenceTransformer(str(bundle), device="cpu", backend="onnx", model_kwargs={**extra, **CPU_ONLY})
+        if importlib.util.find_spec("optimum") is not None:
+            model = st.SentenceTransformer(str(bundle), device="cpu", backend="onnx",
+                                           model_kwargs={**extra, **CPU_ONLY})
+        else:                           # sentence-transformers 6: no ONNX backend without Optimum (edgebert.st_onnx)
+            from edgebert.st_onnx import EdgeSentenceTransformer
+
+            model = EdgeSentenceTransformer(bundle, precision=precision)
         got = model.encode(texts + gate_texts)
         want = _session(bundle, precision).embed(texts + gate_texts)
         assert float(np.abs(got - want).max()) <= (FP32_TOL if precision == "fp32" else SAME_GRAPH_TOL)
@@ -200,8 +214,7 @@ def test_minilm_bundle_in_sentence_transformers_and_optimum(minilm_dir, tmp_path
 @pytest.mark.parametrize("family", ["distilbert", "roberta"])
 def test_other_families_open_in_optimum_with_their_own_tokenizer(family, tmp_path):
     """A DistilBERT / RoBERTa bundle names its family's tokenizer class and special tokens: transformers'
-    AutoTokenizer gives EdgeSession's ids and Optimum EdgeSession's vectors."""
-    onnxruntime_optimum = pytest.importorskip("optimum.onnxruntime")
+    AutoTokenizer gives EdgeSession's ids (on either transformers major) and Optimum EdgeSession's vectors."""
     from transformers import AutoTokenizer
 
     from edgebert.exporters import ExportConfig, export_bundle
@@ -218,6 +231,7 @@ def test_other_families_open_in_optimum_with_their_own_tokenizer(family, tmp_pat
     tok = AutoTokenizer.from_pretrained(bundle)
     session = _session(bundle, "fp32")
     assert [list(e.ids) for e in session.tokenize(texts)] == tok(texts)["input_ids"]
+    onnxruntime_optimum = pytest.importorskip("optimum.onnxruntime")     # [optimum]: transformers 4.x only
     enc = tok(texts, padding=True, return_tensors="np")
     model = onnxruntime_optimum.ORTModelForFeatureExtraction.from_pretrained(bundle, subfolder="onnx",
                                                                           file_name="model.onnx", **CPU_ONLY)

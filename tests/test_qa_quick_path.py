@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from conftest import question_answering_pipeline
 from distill_helpers import run_cli
 from family_fixtures import hf_dir
 
@@ -25,7 +26,7 @@ def test_a_qa_checkpoint_to_an_int8_bundle_without_training(tmp_path, capsys, fa
     code, out, err = run_cli(capsys, "export", tmp_path / "model", "--out", tmp_path / "bundle", "--int8",
                              "--max-seq-len", "64", "--max-accuracy-loss", "0.1")   # random weights: a loose budget
     assert code == 0, err
-    pipe = transformers.pipeline("question-answering", model=hf, tokenizer=transformers.AutoTokenizer.from_pretrained(
+    pipe = question_answering_pipeline(model=hf, tokenizer=transformers.AutoTokenizer.from_pretrained(
         str(src)), device="cpu")
     for question in ("Where was Marie Curie born?", "When did she win the prize in chemistry?"):
         want = pipe(question=question, context=CONTEXT, max_seq_len=64, doc_stride=16)

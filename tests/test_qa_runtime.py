@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from conftest import question_answering_pipeline
 from distill_helpers import assert_one_line_error, run_cli
 from edgebert.errors import ConfigError, DataError
 from edgebert.qa.squad_file import read_squad
@@ -216,7 +217,7 @@ def test_real_squad_questions_get_the_pipelines_answers(tmp_path, minilm_dir):
     examples = read_squad(dev)[:80]
     questions, contexts = [e.question for e in examples], [e.context for e in examples]
     ours = EdgeSession(tmp_path / "bundle", precision="fp32").answer(questions, contexts, max_answer_len=30)
-    theirs = tf.pipeline("question-answering", model=hf, tokenizer=tokenizer)(
+    theirs = question_answering_pipeline(model=hf, tokenizer=tokenizer)(
         question=questions, context=contexts, max_answer_len=30, max_seq_len=384, doc_stride=128)
     assert not _same(ours, theirs)
 
