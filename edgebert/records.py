@@ -2,8 +2,8 @@
 
 ``dataclasses.dataclass(frozen=True)`` writes ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``
 and ``__delattr__`` as source and compiles each with ``exec`` when the class is defined: 0.6-1.4 ms a class on
-the 2-vCPU Xeon, 12 ms of the 22 ms that ``import edgebert.runtime`` took with its 14 records (issue #50: an app's
-first result within 1.2x of a plain onnxruntime session's). ``record`` makes the same class from shared methods:
+the 2-vCPU Xeon, 12 ms of the 22 ms that ``import edgebert.runtime`` took with its 14 records (an app's first
+result should come within 1.2x of a plain onnxruntime session's). ``record`` makes the same class from shared methods:
 fields in annotation order, defaults and ``dataclasses.field(default=..., default_factory=..., repr=...)``,
 ``__post_init__``, positional or keyword construction, ``repr``, ``==`` and ``hash`` over the fields (``eq=False``:
 identity, as ``dataclass(eq=False)``), ``dataclasses.FrozenInstanceError`` on assignment. It registers its fields

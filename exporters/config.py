@@ -171,10 +171,11 @@ class ExportConfig:
         exported at another block, its rounding would not be the trained one), else 32. Rotation: ``int4_rotate``,
         else on unless the model is such a student (it learned to be robust to the unrotated weights' rounding)."""
         trained = trained_int4_block(self.model_dir)
-        block = self.int4_block_size or trained or 32
+        block = self.int4_block_size if self.int4_block_size is not None else (trained or 32)   # 0 is refused, not 32
         rotate = self.int4_rotate if self.int4_rotate is not None else trained is None
+        table = self.int4_table_block if self.int4_table_block is not None else block
         return Int4Config(block_size=block, accuracy_level=self.int4_accuracy_level, algorithm=self.int4_algorithm,
-                          attention=self.int4_attention, table_block=self.int4_table_block or block,
+                          attention=self.int4_attention, table_block=table,
                           max_accuracy_loss=self.int4_max_accuracy_loss, rotate=rotate)
 
     def int8_config(self, max_len: int | None = None) -> Int8Config:

@@ -84,7 +84,7 @@ def gptq_weight(weight_kn: np.ndarray, hessian: np.ndarray, block: int, damp: fl
             if static is not None:
                 scale, anchor = static[0][:, col // block], static[1][:, col // block]
             elif col % block == 0:                         # the block's scale, from its weights as updated so far
-                scale, anchor = _block_scales(w1[:, i:i + block], block)
+                scale, anchor = (a[:, 0] for a in _block_scales(w1[:, i:i + block], block))
                 anchor = anchor + col
             x = w1[:, i]
             qx = np.clip(np.round(x / scale), *LEVELS) * scale
@@ -99,14 +99,14 @@ def gptq_weight(weight_kn: np.ndarray, hessian: np.ndarray, block: int, damp: fl
 
 def _block_scales(w_nk: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
     """Per block of ``block`` columns of ``w_nk`` [N, K]: the scale (the signed largest weight, as float32, / -8)
-    and where that weight is (its column), each [N, K / block] (squeezed to [N] for one block)."""
+    and where that weight is (its column), each [N, K / block] (one block, K == block: [N, 1], never squeezed)."""
     n, k = w_nk.shape
     blocks = w_nk.reshape(n, k // block, block)
     arg = np.abs(blocks).argmax(-1)
     peak = np.take_along_axis(blocks, arg[..., None], -1)[..., 0].astype(np.float32).astype(np.float64)
     scale = np.where(peak == 0, 1.0, peak / LEVELS[0])
     anchor = arg + np.arange(0, k, block)
-    return (scale[:, 0], anchor[:, 0]) if k == block else (scale, anchor)
+    return scale, anchor
 
 
 def gptq_weights(graph: str | Path, nodes: Iterable[str], block: int, batches: Callable[[], Iterable[Feeds]],

@@ -1,4 +1,4 @@
-"""The "small" graph: below one byte per parameter, gated on held-out accuracy like INT8 (issue #50, 1-2).
+"""The "small" graph: below one byte per parameter, gated on held-out accuracy like INT8.
 
 From the fused fp32 graph:
 
@@ -70,8 +70,8 @@ U8S8_OPS = ("MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "Q
 
 @dataclass(frozen=True)
 class Int4Config:
-    """How the small graph is made. ``block_size``: MatMul weights per scale along K (32 measured best on the
-    MiniLM figures of issue #50: 0.977 mean cosine RTN at block 32); ``table_block``: the word table's
+    """How the small graph is made. ``block_size``: MatMul weights per scale along K (32 measured best on
+    all-MiniLM-L6-v2: 0.977 mean cosine RTN at block 32, benchmarks/results/int4); ``table_block``: the word table's
     values per scale; ``word_table``: 4-bit table on/off; ``attention``: ``split`` (QKV projections are 4-bit
     candidates) or ``packed`` (the fused node, 8-bit); ``max_accuracy_loss``: None, the INT8 budget;
     ``algorithm``: ``rtn`` here, ``gptq`` needs calibration feeds (the export's default, which has them);
@@ -86,10 +86,10 @@ class Int4Config:
     rotate: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "table_block"):
+        for name, option in (("block_size", "--int4-block"), ("table_block", self._table_option)):
             value = getattr(self, name)
-            if value < 16 or value & (value - 1):
-                raise ConfigError(f"4-bit {name} {value} is not a power of two >= 16", "use 16, 32, 64 or 128")
+            if not isinstance(value, int) or isinstance(value, bool) or value < 16 or value & (value - 1):
+                raise ConfigError(f"{option} {value!r} is not a power of two >= 16", "use 16, 32, 64 or 128")
         if self.accuracy_level not in ACCURACY_LEVELS:
             raise ConfigError(f"unknown MatMulNBits accuracy_level {self.accuracy_level}",
                               f"use one of {', '.join(map(str, ACCURACY_LEVELS))} (4: int8 activations)")
@@ -101,14 +101,20 @@ class Int4Config:
             raise ConfigError(f"4-bit max_accuracy_loss {self.max_accuracy_loss} is outside [0, 1)",
                               "give the task metric's loss, e.g. 0.01 for 1 - mean cosine")
 
+    @property
+    def _table_option(self) -> str:
+        """The option that set the word table's block: its own, or --int4-block's it defaults to."""
+        return "--int4-block" if self.table_block == self.block_size else "--int4-table-block"
+
     def check_width(self, hidden: int) -> None:
         """Before any graph is made: the 4-bit word table's block must divide the hidden size (a MatMul whose K
-        the block does not divide just stays 8-bit); ``ConfigError`` naming the blocks that would."""
+        the block does not divide just stays 8-bit); ``ConfigError`` naming the option and the blocks that would."""
         if self.word_table and hidden % self.table_block:
             fits = [b for b in (16, 32, 64, 128) if hidden % b == 0]
-            raise ConfigError(f"--int4-block {self.table_block} does not divide this model's hidden size {hidden} "
+            option = self._table_option
+            raise ConfigError(f"{option} {self.table_block} does not divide this model's hidden size {hidden} "
                               "(the 4-bit word table is stored in blocks of a row)",
-                              f"use --int4-block {' or '.join(map(str, fits))}" if fits else
+                              f"use {option} {' or '.join(map(str, fits))}" if fits else
                               "no 4-bit block (16..128) divides this width: export --int8 without --int4")
 
     def as_dict(self) -> dict[str, Any]:

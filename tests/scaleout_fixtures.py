@@ -56,6 +56,23 @@ def scaleout_bundle(root: Path, task: str) -> Path:
     return bundle
 
 
+def small_graph_bundle(root: Path) -> Path:
+    """The tiny embed model exported with its INT8 graph and the small (4-bit) graph (``export --int8 --int4``),
+    for the ``--target int4`` paths (ready-made from ``$EDGEBERT_TEST_BUNDLES`` in the torch-free venvs)."""
+    ready = os.environ.get(READY_BUNDLES)
+    if ready and (Path(ready) / "tiny_small_bundle" / "manifest.json").is_file():
+        return Path(ready) / "tiny_small_bundle"
+    bundle = Path(root) / "tiny_small_bundle"
+    if not (bundle / "manifest.json").is_file():
+        from edgebert.exporters import ExportConfig, export_bundle
+
+        model = tiny_bundle(root, "embed")[0]
+        export_bundle(ExportConfig(model_dir=model, out_dir=bundle, int8=True, int4=True, int4_algorithm="rtn",
+                                   int4_max_accuracy_loss=0.5, validation_batch_sizes=(1, 3),
+                                   validation_seq_lens=(7, 32)))
+    return bundle
+
+
 def inputs_of(task: str, copies: int = 1) -> dict[str, list]:
     if task == "qa":
         return {"question": [q for q, _ in QUESTIONS] * copies, "context": [c for _, c in QUESTIONS] * copies}
@@ -107,4 +124,5 @@ if __name__ == "__main__":
     out = Path(sys.argv[1])
     for task in TASKS:
         scaleout_bundle(out, task)
-    print(f"tiny bundles in {out}: {', '.join(TASKS)}")
+    small_graph_bundle(out)
+    print(f"tiny bundles in {out}: {', '.join(TASKS)}, and the embed one with its small graph")

@@ -148,3 +148,40 @@ def test_weights_already_on_the_grid_are_kept_without_calibrating(weight_and_inp
     rounded, figures = gptq_weights(path, ["mm"], 32, lambda: pytest.fail("calibrated"), said.append)
     assert np.array_equal(rounded["mm"], on_grid) and figures["groups"] == 0 and "skipped" in figures
     assert "already lies on the 4-bit grid" in said[0]
+
+
+@pytest.mark.parametrize("k, block", [(64, 64), (384, 128), (192, 64), (224, 32), (256, 128), (128, 128)])
+@pytest.mark.parametrize("act_order", [True, False])
+def test_a_block_as_wide_as_the_input_and_the_real_widths_round_on_the_grid(k, block, act_order):
+    """A block equal to K (one block per output column: a 64-wide model at --int4-block 64) once died in the
+    act-order path ("too many indices"); MiniLM's 384 / 128 and the narrow students' 192 / 224 / 256 round too."""
+    x = correlated_inputs(256, k, seed=k)
+    w = np.random.default_rng(block).normal(size=(k, 24)).astype(np.float32) * 0.05
+    q = gptq_weight(w, x.T.astype(np.float64) @ x, block, act_order=act_order)
+    assert q.shape == w.shape and np.array_equal(round_blocks(q, block), q)      # on MatMulNBits' grid
+    rtn = round_blocks(w, block)
+    assert np.linalg.norm(x @ (q - w)) < np.linalg.norm(x @ (rtn - w))          # and better than nearest
+
+
+def test_the_4bit_block_options_name_themselves():
+    from edgebert.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--int4-block 0 is not a power of two"):
+        Int4Config(block_size=0)
+    with pytest.raises(ConfigError, match="--int4-table-block 8 is not a power of two"):
+        Int4Config(block_size=32, table_block=8)
+    with pytest.raises(ConfigError, match="--int4-table-block 256 does not divide this model's hidden size 64") as e:
+        Int4Config(block_size=32, table_block=256).check_width(64)
+    assert "use --int4-table-block 16 or 32 or 64" in e.value.hint
+    with pytest.raises(ConfigError, match="--int4-block 128 does not divide this model's hidden size 64"):
+        Int4Config(block_size=128, table_block=128).check_width(64)
+
+
+def test_int4_block_zero_is_refused_not_read_as_the_default(tmp_path: Path):
+    from edgebert.errors import ConfigError
+    from edgebert.exporters import ExportConfig
+
+    with pytest.raises(ConfigError, match="--int4-block 0 is not a power of two"):          # at construction
+        ExportConfig(model_dir=tmp_path, out_dir=tmp_path / "out", int8=True, int4=True, int4_block_size=0)
+    with pytest.raises(ConfigError, match="--int4-table-block 0 is not a power of two"):
+        ExportConfig(model_dir=tmp_path, out_dir=tmp_path / "out", int8=True, int4=True, int4_table_block=0)

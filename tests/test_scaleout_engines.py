@@ -190,3 +190,57 @@ def test_batch_on_spark(spark, bundles, tmp_path):
     assert out.column("id").to_pylist() == list(range(table.num_rows))
     got = {n: out.column(n).to_pylist() for n in ("answer", "start", "end", "score")}
     assert_same("qa", got, reference(bundles["qa"], "qa", cols))
+
+
+def test_spark_keeps_null_in_null_out_as_the_local_engine(spark, bundles, tmp_path):
+    """pandas turns a null text into NaN: the Spark engine sends only present rows, so every task's null row
+    gets null results, the others the local engine's."""
+    from edgebert.scaleout.batch import BatchConfig, run_batch
+
+    for task in ("embed", "cls", "token-cls"):
+        texts = ["the film was good", None, "worst plot ever", None]
+        pq.write_table(pa.table({"id": [0, 1, 2, 3], "text": pa.array(texts, pa.string())}), tmp_path / f"{task}.pq")
+        outs = {}
+        for engine in ("spark", "local"):
+            out = tmp_path / f"{task}-{engine}"
+            run_batch(BatchConfig(bundle=bundles[task], input=tmp_path / f"{task}.pq", output=out, engine=engine,
+                                  workers=1, threads=1))
+            outs[engine] = pq.read_table(out).drop_columns(["id", "text"]).to_pylist()
+        assert all(v is None for row in (outs["spark"][1], outs["spark"][3]) for v in row.values()), outs["spark"]
+        assert outs["spark"][0].keys() == outs["local"][0].keys()
+        for got, want in zip(outs["spark"], outs["local"]):
+            for name, value in want.items():
+                if isinstance(value, list) and value and isinstance(value[0], float):
+                    assert np.abs(np.array(got[name]) - np.array(value)).max() <= 1e-6
+                elif isinstance(value, float):
+                    assert abs(got[name] - value) <= 1e-6
+                elif name != "entities":
+                    assert got[name] == value, (task, name)
+
+
+def test_spark_and_ray_refuse_before_they_start(spark, bundles, tmp_path, monkeypatch):
+    from pyspark.sql import SparkSession
+
+    from edgebert.errors import ConfigError
+    from edgebert.scaleout.batch import BatchConfig, run_batch
+    from edgebert.scaleout.engines import Layout, prepare
+
+    pq.write_table(pa.table({"text": ["a film"]}), tmp_path / "in.pq")
+    for engine in ("spark", "ray"):
+        with pytest.raises(ConfigError, match="unknown precision 'bogus'"):
+            run_batch(BatchConfig(bundle=bundles["embed"], input=tmp_path / "in.pq", output=tmp_path / engine,
+                                  engine=engine, precision="bogus"))
+        assert not (tmp_path / engine).exists()
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: None))   # no session yet
+    with pytest.raises(ConfigError, match="--workers 64 x --threads 4 = 256 onnxruntime threads on this machine"):
+        prepare(Layout("spark", 64, 4))
+
+
+def test_the_ray_adapter_reads_none_as_its_default_and_refuses_what_is_not_a_count(ray_cluster, bundles):
+    from edgebert.errors import ConfigError
+    from edgebert.scaleout.ray_data import map_kwargs
+
+    assert map_kwargs(bundles["embed"], workers=2, threads=None)["num_cpus"] == 1
+    for bad in ({"workers": 2.5}, {"workers": 0}, {"workers": 2, "threads": "2"}):
+        with pytest.raises(ConfigError, match="must be a whole number of at least 1"):
+            map_kwargs(bundles["embed"], **bad)

@@ -16,17 +16,12 @@ REGISTRY = REPO / "edgebert" / "bundle" / "task_registry.py"
 SOURCES = ("edgebert", "exporters", "quantization")
 # Where a task name still appears in a comparison, tuple or table, and why that is the task's own code
 ALLOWED = {
-    "edgebert/bench/flops.py": "per-head FLOP formulas: the code of each head",
     "exporters/fusion.py": "the fused op counts the MLM head adds: that head's code",
     # another vocabulary that shares two names with the bundle tasks
     "edgebert/stages/distill/config.py": "distillation modes (mlm / embed: what a student learns from text)",
     "edgebert/stages/distill/stage.py": "distillation modes",
     "edgebert/pipeline/config.py": "the pipeline's distillation modes",
     "edgebert/stages/evaluate.py": "evaluation tasks: the dataset presets plus mlm / embed checkpoints",
-    # the engines' own names for what they serve (issue 51 asks for one factory / Triton model per task)
-    "edgebert/scaleout/spark.py": "one predict_batch_udf factory per task, named as Spark users call them",
-    "edgebert/scaleout/triton_repo.py": "each served task's tensors in Triton's config terms (TYPE_STRING, dims)",
-    "edgebert/scaleout/triton_model.py": "the Python backend's per-task encoding of results into Triton tensors",
 }
 UNAMBIGUOUS = ("token-cls", "multiple-choice")    # "cls", "embed", "mlm" also name poolings and distillation modes
 

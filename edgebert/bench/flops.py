@@ -31,12 +31,19 @@ class ModelShape:
                    int(d.get("intermediate_size") or 4 * int(d["hidden_size"])), int(d["vocab_size"]), labels)
 
 
+ENCODER = "encoder"          # the layers alone, no head
+
+
 def forward_flops(shape: ModelShape, batch: int, seq: int, task: str = "embed") -> dict[str, int]:
     """FLOPs of one forward pass: ``total``, ``matmul`` and one entry per part.
 
-    task: ``embed`` (encoder + pooler), ``cls`` (+ classifier), ``mlm`` (+ LM head over every
-    position, no pooler), ``encoder`` (layers only).
+    task: a bundle task (``edgebert.bundle.task_registry``): the head its architecture adds (``BertModel``'s
+    pooler, a sequence classifier's pooler + classifier, a token classifier's or span head's per-token
+    logits, the LM head over every position), or ``encoder`` (layers only).
     """
+    from edgebert.bundle.task_registry import bundle_task
+
+    head = None if task == ENCODER else bundle_task(task).architecture
     H, L, N, I, V = (shape.hidden_size, shape.num_hidden_layers, shape.num_attention_heads,
                      shape.intermediate_size, shape.vocab_size)
     tokens = batch * seq
@@ -55,20 +62,22 @@ def forward_flops(shape: ModelShape, batch: int, seq: int, task: str = "embed") 
                                   + tokens * I * (1 + GELU)                   # FFN bias, GELU
                                   + tokens * H * (1 + 1 + LAYERNORM)),        # FFN out bias, residual, LN
     }
-    if task in ("embed", "cls"):
+    if head in ("BertModel", "BertForSequenceClassification"):
         mm["pooler"] = 2 * batch * H * H
         ew["pooler_elementwise"] = 2 * batch * H
-    if task == "cls":
+    if head == "BertForSequenceClassification":
         mm["classifier"] = 2 * batch * H * shape.num_labels
-    if task == "token-cls":
+    if head == "BertForTokenClassification":
         mm["classifier"] = 2 * tokens * H * shape.num_labels
-    if task == "qa":
+    if head == "BertForQuestionAnswering":
         mm["qa_outputs"] = 2 * tokens * H * 2                 # a start and an end logit per token
-    if task == "mlm":
+    if head == "BertForMaskedLM":
         mm["lm_head"] = 2 * tokens * H * H + 2 * tokens * H * V
         ew["lm_head_elementwise"] = tokens * H * (1 + GELU + LAYERNORM) + tokens * V
-    if task not in ("embed", "cls", "token-cls", "qa", "mlm", "encoder"):
-        raise ValueError(f"unknown task {task!r}")
+    if head == "BertForMultipleChoice":
+        mm["pooler"] = 2 * batch * H * H                      # a choice's pooled vector, one logit each
+        ew["pooler_elementwise"] = 2 * batch * H
+        mm["classifier"] = 2 * batch * H
     out = {**mm, **ew}
     out["matmul"] = sum(mm.values())
     out["total"] = out["matmul"] + sum(ew.values())

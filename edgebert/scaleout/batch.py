@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from edgebert.errors import ConfigError
-from edgebert.scaleout.engines import Layout, plan, run_parts
+from edgebert.scaleout.engines import Layout, plan, prepare, run_parts
 from edgebert.scaleout.parts import BatchOutput
 from edgebert.scaleout.tables import fingerprint, part_ranges, pyarrow, read_table
 from edgebert.scaleout.tasks import AGGREGATIONS, task_columns
@@ -81,13 +81,28 @@ def bundle_task_of(bundle: Path) -> str:
     return read_manifest(bundle_folder(bundle)).task
 
 
+def opened_bundle(cfg: BatchConfig) -> tuple[str, str]:
+    """(task, identity) of the bundle, opened once here in the driver as every worker will open it (its
+    precision, graph, tokenizer, batch size): a setting or bundle a worker would refuse is one line here,
+    before any worker or engine starts and before anything is written. The identity is the sha256 of its
+    manifest.json, which holds every file's sha256: another model at the same path is another identity."""
+    from edgebert.files.hashing import sha256_file
+    from edgebert.runtime import EdgeSession
+
+    session = EdgeSession(cfg.bundle, provider="cpu", precision=cfg.precision, threads=1,
+                          batch_size=cfg.batch_size)
+    task, identity = session.task, sha256_file(session.bundle_dir / "manifest.json")
+    del session
+    return task, identity
+
+
 def run_batch(cfg: BatchConfig, say: Callable[[str], None] | None = None) -> BatchSummary:
     pa = pyarrow()
     layout = plan(cfg.engine, cfg.workers, cfg.threads)
     if cfg.aggregation not in AGGREGATIONS:
         raise ConfigError(f"--aggregation {cfg.aggregation} is not one of {', '.join(AGGREGATIONS)}")
     out = BatchOutput(cfg.output, resume=cfg.resume, overwrite=cfg.overwrite)     # checked: writes nothing
-    task = bundle_task_of(Path(cfg.bundle))
+    task, bundle_id = opened_bundle(cfg)
     spec = task_columns(task)
     columns = (cfg.column,) if spec.inputs == ("text",) else (cfg.question_column, cfg.context_column)
     table = read_table(cfg.input, columns)
@@ -96,18 +111,21 @@ def run_batch(cfg: BatchConfig, say: Callable[[str], None] | None = None) -> Bat
         raise ConfigError(f"--input {cfg.input} already has column(s) {', '.join(clash)}, which the results of a "
                           f"'{task}' bundle are named", "rename or drop those columns in the input")
     ranges = part_ranges(table.num_rows, cfg.part_rows)
-    job = {"bundle": str(Path(cfg.bundle).resolve()), "task": task, "input": fingerprint(cfg.input),
+    job = {"bundle": str(Path(cfg.bundle).resolve()), "bundle_manifest_sha256": bundle_id, "task": task,
+           "input": fingerprint(cfg.input),
            "columns": list(columns), "part_rows": cfg.part_rows, "parts": len(ranges), "rows": table.num_rows,
            "precision": cfg.precision, "aggregation": cfg.aggregation, "engine": cfg.engine}
     options = {"bundle": str(cfg.bundle), "task": task, "precision": cfg.precision, "batch_size": cfg.batch_size,
                "aggregation": cfg.aggregation}
+    prepare(layout)                     # the engine up (Ray / Spark) and its CPUs checked: before any write
     with out.dir.writing(keep=out.written):
         done = out.open(job)
         pending = [(i, table.slice(a, b - a)) for i, (a, b) in enumerate(ranges) if i not in done]
         rows_run = sum(t.num_rows for _, t in pending)
         start = time.perf_counter()
         with _Progress(rows_run, cfg.progress, say) as progress:
-            for index, results in run_parts(layout, options, spec, columns, pending, pin=cfg.pin):
+            starts = {i: ranges[i][0] for i, _ in pending}
+            for index, results in run_parts(layout, options, spec, columns, pending, pin=cfg.pin, first_rows=starts):
                 a, b = ranges[index]
                 part = table.slice(a, b - a)
                 for name in spec.outputs:

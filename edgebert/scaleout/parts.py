@@ -28,7 +28,10 @@ METRICS = "_metrics.jsonl"
 PART_GLOB = "part-*.parquet"
 FORMAT = 1
 # what must be the same for a run to resume another (the rest of the job may change: engine, workers ...)
-SAME_JOB = ("task", "input", "columns", "part_rows", "parts", "rows", "precision", "aggregation", "bundle")
+# "bundle_manifest_sha256": the same model (a bundle replaced at the same path is another); "input": the same
+# content (tables.fingerprint hashes it)
+SAME_JOB = ("task", "input", "columns", "part_rows", "parts", "rows", "precision", "aggregation", "bundle",
+            "bundle_manifest_sha256")
 
 
 def part_name(index: int) -> str:
@@ -68,6 +71,10 @@ class BatchOutput:
             record = self.previous_job()
             before = record["job"]
             differ = [k for k in SAME_JOB if before.get(k) != job.get(k)]
+            if "bundle_manifest_sha256" in differ and "bundle_manifest_sha256" not in before:
+                raise CheckpointError(f"cannot resume {self.path}: its record predates bundle fingerprints, so it "
+                                      "cannot tell whether the bundle is the one its parts came from",
+                                      "start again with --overwrite")
             if differ:
                 raise CheckpointError(f"cannot resume {self.path}: its run had another {', '.join(differ)} "
                                       f"({'; '.join(f'{k}: {_short(before.get(k))}' for k in differ)})",

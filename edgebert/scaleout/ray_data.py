@@ -31,7 +31,7 @@ import numpy as np
 
 from edgebert.errors import ConfigError, DataError
 from edgebert.scaleout.tasks import arrow_columns
-from edgebert.scaleout.worker import BundleWorker
+from edgebert.scaleout.worker import BundleWorker, count_option
 
 PID_COLUMN = "worker_pid"
 
@@ -114,7 +114,7 @@ def _numpy(values: list, kind: str) -> np.ndarray:
     return out
 
 
-def map_kwargs(bundle: str | os.PathLike, *, workers: int, threads: int = 1, column: str = "text",
+def map_kwargs(bundle: str | os.PathLike, *, workers: int, threads: int | None = 1, column: str = "text",
                columns: Sequence[str] | None = None, batch_format: str = "pyarrow", rows_per_call: int = 1024,
                ship: bool = False, **worker_options: Any) -> dict[str, Any]:
     """The keywords of ``Dataset.map_batches(BundleMapper, **map_kwargs(...))``: ``workers`` actors
@@ -124,8 +124,10 @@ def map_kwargs(bundle: str | os.PathLike, *, workers: int, threads: int = 1, col
     import ray
     import ray.data
 
-    if workers < 1 or threads < 1:
-        raise ConfigError(f"workers={workers} and threads={threads} must be at least 1")
+    workers = count_option("workers", workers)
+    threads = count_option("threads", threads, 1)          # None: one CPU (and onnxruntime thread) an actor
+    if workers is None:
+        raise ConfigError("workers=None: map_kwargs needs the number of actors", "pass workers=N")
     if ship:
         if not Path(bundle).is_file():
             raise ConfigError(f"ship=True sends an archive; {bundle} is not a file",

@@ -5,12 +5,13 @@
     from edgebert.scaleout.spark import bundle_udf, ship_bundle
 
     bundle = ship_bundle(spark, "bundle.tar.gz")          # SparkContext.addFile: every executor gets a copy
-    embed = bundle_udf(bundle, task="embed")              # returns array<float>
+    embed = embed_udf(bundle)                             # returns array<float>
     df.withColumn("embedding", embed("text")).write.parquet("out/")
 
-One factory per task (``bundle_udf`` picks by the bundle's task): ``embed`` -> ``array<float>``; ``cls`` ->
-``struct<label: string, score: double>``; ``token-cls`` -> ``struct<entities: array<struct<entity, score,
-word, start, end>>>``; ``qa`` (two columns: question, context) -> ``struct<answer, start, end, score>``.
+One factory per served method (``bundle_udf`` picks by the bundle's task, ``edgebert.bundle.task_registry``):
+``embed_udf`` -> ``array<float>``; ``classify_udf`` -> ``struct<label: string, score: double>``; ``tag_udf`` ->
+``struct<entities: array<struct<entity, score, word, start, end>>>``; ``answer_udf`` (two columns: question,
+context) -> ``struct<answer, start, end, score>``.
 Spark's model cache keeps one ``BundleWorker`` (one session) per Python worker; its onnxruntime threads are
 ``spark.task.cpus`` (``worker.cpu_share``). The bundle: a path every executor can read, or an archive shipped
 with ``ship_bundle`` (``SparkContext.addFile``; found on the executor with ``SparkFiles.get`` and extracted once
@@ -26,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgebert.bundle.task_registry import task_serving
 from edgebert.errors import ConfigError, DataError
 from edgebert.scaleout.tasks import ENTITY_FIELDS, TaskColumns, task_columns
 from edgebert.scaleout.worker import BundleWorker
@@ -84,7 +86,8 @@ def make_predict_fn(bundle: str | ShippedBundle, spec: TaskColumns, options: dic
         embedding = spec.outputs == ("embedding",)
 
         def predict_columns(*inputs: np.ndarray):
-            results = worker(*[list(x) for x in inputs])
+            # pandas hands a null text to the UDF as NaN: null it is, so it gives a null result
+            results = worker(*[[None if isinstance(v, float) and v != v else v for v in x] for x in inputs])
             if embedding:
                 if any(v is None for v in results["embedding"]):
                     raise DataError("a null text in the input column: the embedding UDF gives one vector per row",
@@ -116,9 +119,9 @@ def make_predict_fn(bundle: str | ShippedBundle, spec: TaskColumns, options: dic
 def bundle_udf(bundle: str | os.PathLike | ShippedBundle, task: str, *, batch_size: int = 32,
                rows_per_call: int = 1024, threads: int | None = None, precision: str | None = None,
                workers: int | None = None, aggregation: str = "simple"):
-    """The ``predict_batch_udf`` of ``task`` (the bundle's: ``embed`` | ``cls`` | ``token-cls`` | ``qa``) on
-    ``bundle`` (a path, or ``ship_bundle``'s result). Call it on the input column(s):
-    ``udf("text")``, for qa ``udf("question", "context")``."""
+    """The ``predict_batch_udf`` of ``task`` (the bundle's; one the batch engines serve, ``tasks.task_columns``)
+    on ``bundle`` (a path, or ``ship_bundle``'s result). Call it on the input column(s): ``udf("text")``, for a
+    question-answering bundle ``udf("question", "context")``."""
     from pyspark.ml.functions import predict_batch_udf
 
     spec = task_columns(task)
@@ -131,19 +134,19 @@ def bundle_udf(bundle: str | os.PathLike | ShippedBundle, task: str, *, batch_si
 
 
 def embed_udf(bundle, **kwargs):
-    return bundle_udf(bundle, "embed", **kwargs)
+    return bundle_udf(bundle, task_serving("embed").name, **kwargs)
 
 
 def classify_udf(bundle, **kwargs):
-    return bundle_udf(bundle, "cls", **kwargs)
+    return bundle_udf(bundle, task_serving("classify").name, **kwargs)
 
 
 def tag_udf(bundle, **kwargs):
-    return bundle_udf(bundle, "token-cls", **kwargs)
+    return bundle_udf(bundle, task_serving("tag").name, **kwargs)
 
 
 def answer_udf(bundle, **kwargs):
-    return bundle_udf(bundle, "qa", **kwargs)
+    return bundle_udf(bundle, task_serving("answer").name, **kwargs)
 
 
 def rows_of(value: Any) -> Any:

@@ -22,6 +22,7 @@ it with ``aggregation`` (``simple`` by default here: whole entities, not sub-tok
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -68,7 +69,7 @@ def task_columns(task: str) -> TaskColumns:
     return TASK_COLUMNS[method]
 
 
-def _present(columns: Sequence[Sequence[Any]], roles: Sequence[str]) -> list[int]:
+def _present(columns: Sequence[Sequence[Any]], roles: Sequence[str], first_row: int = 0) -> list[int]:
     """Rows whose inputs are all present (not null); ``DataError`` for a value that is not a str."""
     keep = []
     for i, values in enumerate(zip(*columns)):
@@ -76,26 +77,40 @@ def _present(columns: Sequence[Sequence[Any]], roles: Sequence[str]) -> list[int
             continue
         for role, v in zip(roles, values):
             if not isinstance(v, str):
-                raise DataError(f"the {role} column holds a {type(v).__name__} in row {i}, not a string",
+                raise DataError(f"the {role} column holds a {type(v).__name__} in row {first_row + i}, not a string",
                                 f"pass a column of strings as the {role}")
         keep.append(i)
     return keep
 
 
+def _rows_renamed(exc: DataError, keep: list[int], first_row: int) -> DataError:
+    """The session's error about ``what[i]`` of the rows it was given (nulls left out) as the input's row:
+    ``question[2]`` of the present rows is ``question[3]`` when a null came before it."""
+    def renumber(match: re.Match) -> str:
+        i = int(match.group(2))
+        return f"{match.group(1)}[{first_row + keep[i]}]" if i < len(keep) else match.group(0)
+
+    message = re.sub(r"\b(texts|questions|contexts|question|context|text)\[(\d+)\]", renumber, exc.message)
+    return exc if message == exc.message else DataError(message, exc.hint)
+
+
 def run_task(session, spec: TaskColumns, columns: Sequence[Sequence[Any]], batch_size: int | None = None,
-             aggregation: str = "simple") -> dict[str, list]:
+             aggregation: str = "simple", first_row: int = 0) -> dict[str, list]:
     """Result columns (Python lists, one value per input row; None for a null input) of ``spec.method`` on
-    ``columns`` (one sequence per role in ``spec.inputs``)."""
+    ``columns`` (one sequence per role in ``spec.inputs``); errors name rows from ``first_row``."""
     if len(columns) != len(spec.inputs):
         raise ConfigError(f"{spec.method} takes {len(spec.inputs)} input column(s) ({', '.join(spec.inputs)}), "
                           f"got {len(columns)}")
     n = len(columns[0])
-    keep = _present(columns, spec.inputs)
+    keep = _present(columns, spec.inputs, first_row)
     picked = [[col[i] for i in keep] for col in columns]
     out: dict[str, list] = {name: [None] * n for name in spec.outputs}
     if not keep:
         return out
-    values = _call(session, spec.method, picked, batch_size, aggregation)
+    try:
+        values = _call(session, spec.method, picked, batch_size, aggregation)
+    except DataError as exc:
+        raise _rows_renamed(exc, keep, first_row) from exc
     for name, column in values.items():
         target = out[name]
         for i, v in zip(keep, column):

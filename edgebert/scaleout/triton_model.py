@@ -25,12 +25,21 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from edgebert.bundle.task_registry import bundle_task
+
 ROLES = ("session", "tokenizer", "pool")
 
 
-def texts_of(array: Any) -> list[str]:
-    """A Triton string tensor ([n, 1] bytes) as n str."""
-    return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in np.asarray(array, dtype=object).reshape(-1)]
+def texts_of(array: Any, name: str = "text") -> list[str]:
+    """A Triton string tensor ([n, 1] bytes) as n str; ``ValueError`` naming the input and row for bytes that are
+    not UTF-8 (the request's own error: ``execute`` decodes each request in its own guard)."""
+    out = []
+    for i, x in enumerate(np.asarray(array, dtype=object).reshape(-1)):
+        try:
+            out.append(x.decode("utf-8") if isinstance(x, bytes) else str(x))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{name}[{i}] is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return out
 
 
 def strings(values: Sequence[str]) -> np.ndarray:
@@ -54,27 +63,27 @@ class SessionRole:
                                    precision=params.get("precision") or None,
                                    int8_target=params.get("int8_target") or None,
                                    threads=int(params["threads"]) if params.get("threads") else None)
-        self.task = self.session.task
-        self.input_names = ["question", "context"] if self.task == "qa" else ["text"]
+        self.task = bundle_task(self.session.task)        # the registry: which EdgeSession method serves it
+        self.input_names = ["question", "context"] if self.task.inputs == "questions" else ["text"]
 
     def run(self, inputs: dict[str, list[str]]) -> dict[str, np.ndarray]:
         """{input: n texts} -> {output: array with n rows}."""
-        s = self.session
-        if self.task == "embed":
+        s, method = self.session, self.task.method
+        if method == "embed":
             return {"embedding": s.embed(inputs["text"]).astype(np.float32)}
-        if self.task == "cls":
+        if method == "classify":
             result = s.classify(inputs["text"])
             return {"label": strings(result.labels), "score": result.scores.astype(np.float32).reshape(-1, 1)}
-        if self.task == "token-cls":
+        if method == "tag":
             found = s.tag(inputs["text"], aggregation="simple")
             return {"entities": strings([json.dumps([entity(e) for e in text]) for text in found])}
-        if self.task == "qa":
+        if method == "answer":
             found = s.answer(inputs["question"], inputs["context"])
             return {"answer": strings([a["answer"] for a in found]),
                     "start": np.array([[a["start"]] for a in found], np.int64).reshape(-1, 1),
                     "end": np.array([[a["end"]] for a in found], np.int64).reshape(-1, 1),
                     "score": np.array([[a["score"]] for a in found], np.float32).reshape(-1, 1)}
-        raise ValueError(f"triton-repo serves embed, cls, token-cls and qa bundles, not {self.task}")
+        raise ValueError(f"triton-repo serves no {self.task.name!r} bundle (EdgeSession.{method})")
 
 
 class TokenizerRole:
@@ -137,34 +146,46 @@ class TritonPythonModel:
         import triton_python_backend_utils as pb_utils
 
         arrays = {n: pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in self.role.input_names}
-        return {n: texts_of(a) for n, a in arrays.items()} if self.text_inputs else arrays
+        return {n: texts_of(a, n) for n, a in arrays.items()} if self.text_inputs else arrays
 
     def execute(self, requests: list) -> list:
+        return [self._response(r) for r in run_requests(self.role, requests, self._inputs, self.text_inputs)]
+
+    def _response(self, result):
         import triton_python_backend_utils as pb_utils
 
-        per_request = [self._inputs(r) for r in requests]
+        if isinstance(result, Exception):
+            line = result.one_line() if hasattr(result, "one_line") else f"{type(result).__name__}: {result}"
+            return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(line))
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, result[n]) for n in self.outputs])
+
+
+def run_requests(role, requests: list, read, merge: bool) -> list:
+    """Each request's outputs, or its own exception: ``read(request)`` (decoding, in each request's own guard: one
+    request's bad bytes never fail the others), then one ``role.run`` for the whole dynamic batch where ``merge``
+    (texts), each request alone otherwise or where that one call failed (to find the request at fault)."""
+    results: list = []
+    for request in requests:
+        try:
+            results.append(read(request))
+        except Exception as exc:                 # noqa: BLE001  (the request's own error)
+            results.append(exc)
+    good = [j for j, r in enumerate(results) if not isinstance(r, Exception)]
+    if merge and good:
+        per_request = [results[j] for j in good]
         counts = [len(next(iter(i.values()))) for i in per_request]
         try:
-            if self.text_inputs:                 # one call for the whole dynamic batch
-                merged = {n: [t for i in per_request for t in i[n]] for n in self.role.input_names}
-                outputs = self.role.run(merged)
-                bounds = np.cumsum([0, *counts])
-                results = [{k: v[bounds[j]:bounds[j + 1]] for k, v in outputs.items()} for j in range(len(counts))]
-            else:                                # token vectors: each request has its own length
-                results = [self.role.run(i) for i in per_request]
-        except Exception:                        # find the request(s) at fault: each alone
-            results = []
-            for inputs in per_request:
-                try:
-                    results.append(self.role.run(inputs))
-                except Exception as exc:
-                    results.append(exc)
-        responses = []
-        for result in results:
-            if isinstance(result, Exception):
-                line = exc.one_line() if hasattr(exc := result, "one_line") else f"{type(exc).__name__}: {exc}"
-                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(line)))
-            else:
-                responses.append(pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor(n, result[n]) for n in self.outputs]))
-        return responses
+            outputs = role.run({n: [t for i in per_request for t in i[n]] for n in role.input_names})
+        except Exception:                        # noqa: BLE001  (find the request(s) at fault: each alone)
+            outputs = None
+        if outputs is not None:
+            bounds = np.cumsum([0, *counts])
+            for k, j in enumerate(good):
+                results[j] = {name: v[bounds[k]:bounds[k + 1]] for name, v in outputs.items()}
+            return results
+    for j in good:
+        try:
+            results[j] = role.run(results[j])
+        except Exception as exc:                 # noqa: BLE001
+            results[j] = exc
+    return results

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgebert.bundle import MANIFEST_NAME, Manifest, bundle_file, read_manifest, verify_files
+from edgebert.bundle.task_registry import BUNDLE_TASKS, bundle_task
 from edgebert.errors import ConfigError, EdgebertError
+from edgebert.runtime.pack import SMALL
 from edgebert.scaleout.triton_config import (
     Enum,
     check_io,
@@ -39,10 +41,16 @@ from edgebert.scaleout.triton_config import (
 __all__ = ["TritonRepo", "write_triton_repo", "BACKENDS", "SERVED_TASKS"]
 
 BACKENDS = ("python", "onnxruntime")
-SERVED_TASKS = ("embed", "cls", "token-cls", "qa")
+STRING, FP32, INT64 = "TYPE_STRING", "TYPE_FP32", "TYPE_INT64"
+# what the Python model returns, per EdgeSession method serving the bundle (edgebert.bundle.task_registry)
+_RESULTS = {"embed": lambda hidden: {"embedding": (FP32, [hidden])},
+            "classify": lambda hidden: {"label": (STRING, [1]), "score": (FP32, [1])},
+            "tag": lambda hidden: {"entities": (STRING, [1])},
+            "answer": lambda hidden: {"answer": (STRING, [1]), "start": (INT64, [1]), "end": (INT64, [1]),
+                                      "score": (FP32, [1])}}
+SERVED_TASKS = tuple(t.name for t in BUNDLE_TASKS if t.method in _RESULTS)
 MODEL_PY = Path(__file__).with_name("triton_model.py")
 MODELS_FILE = ".edgebert-triton.json"      # the models this command wrote: what --overwrite may replace
-STRING, FP32, INT64 = "TYPE_STRING", "TYPE_FP32", "TYPE_INT64"
 
 
 @dataclass(frozen=True)
@@ -79,17 +87,13 @@ class TritonRepo:
 
 def _task_io(manifest: Manifest) -> tuple[dict, dict]:
     """The Python model's inputs and outputs ({name: (type, dims)}) for the bundle's task."""
-    task = manifest.task
-    if task not in SERVED_TASKS:
-        raise ConfigError(f"triton-repo serves embed, cls, token-cls and qa bundles; this one is {task!r}",
+    task = bundle_task(manifest.task)
+    if task.method not in _RESULTS:
+        raise ConfigError(f"triton-repo serves {', '.join(SERVED_TASKS)} bundles; this one is {task.name!r}",
                           "export the model for one of those tasks")
-    one = [1]
-    inputs = {"question": (STRING, one), "context": (STRING, one)} if task == "qa" else {"text": (STRING, one)}
-    outputs = {"embed": {"embedding": (FP32, [manifest.config.hidden_size])},
-               "cls": {"label": (STRING, one), "score": (FP32, one)},
-               "token-cls": {"entities": (STRING, one)},
-               "qa": {"answer": (STRING, one), "start": (INT64, one), "end": (INT64, one), "score": (FP32, one)}}
-    return inputs, outputs[task]
+    inputs = ({"question": (STRING, [1]), "context": (STRING, [1])} if task.inputs == "questions"
+              else {"text": (STRING, [1])})
+    return inputs, _RESULTS[task.method](manifest.config.hidden_size)
 
 
 def _tensors(io: dict) -> list[dict]:
@@ -101,10 +105,10 @@ def _params(values: dict[str, object]) -> list[dict]:
 
 
 def _threads(instances: int | None, threads: int | None, cores: int | None) -> tuple[int, int, int]:
-    cores = cores or os.cpu_count() or 1
     for name, value in (("--instances", instances), ("--threads", threads), ("--cores", cores)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ConfigError(f"{name} {value!r} must be a positive integer")
+    cores = cores if cores is not None else (os.cpu_count() or 1)          # 0 is refused above, not "all"
     if instances is None:
         instances = max(1, cores // threads) if threads else min(2, cores)
     threads = threads or max(1, cores // instances)
@@ -117,7 +121,19 @@ def _threads(instances: int | None, threads: int | None, cores: int | None) -> t
 
 def _int8_target(manifest: Manifest, target: str | None, precision: str | None) -> str | None:
     """The CPU INT8 target the repository serves (None: fp32, or the session's own choice where every INT8 graph
-    missed its export gate's budget): the one asked for, else portable, else the first within budget."""
+    missed its export gate's budget): the one asked for, else portable, else the first within budget. ``int4``
+    (``pack``'s name for the small graph of ``export --int4``) is taken where the bundle has it within budget."""
+    if target == SMALL:
+        small = manifest.models.get(SMALL)
+        if precision is not None:
+            raise ConfigError(f"--target {SMALL} serves the small (4-bit) graph; --precision {precision} another",
+                              "pass one of the two")
+        if small is None:
+            raise ConfigError(f"--target {SMALL}: the bundle has no small graph", "export with --int8 --int4")
+        if small.missed_budget:
+            raise ConfigError(f"--target {SMALL}: the bundle's small graph missed its accuracy budget at export",
+                              "serve an INT8 target, or re-export the small graph")
+        return SMALL
     graphs = {str(e.target): e for e in manifest.models.values() if e.is_cpu_int8 and e.engine == "onnxruntime"}
     if precision == "fp32":
         if target:
@@ -125,8 +141,9 @@ def _int8_target(manifest: Manifest, target: str | None, precision: str | None) 
                               "pass one of the two")
         return None
     if target is not None and target not in graphs:
+        small = [SMALL] if SMALL in manifest.models else []
         raise ConfigError(f"the bundle has no CPU INT8 graph for target {target!r} (its targets: "
-                          f"{', '.join(graphs) or 'none: export with --int8'})", "pass --target one of them")
+                          f"{', '.join([*graphs, *small]) or 'none: export with --int8'})", "pass --target one of them")
     if not graphs:
         if precision == "int8":
             raise ConfigError("the bundle has no CPU INT8 graph", "export with --int8, or pass --precision fp32")
@@ -138,8 +155,10 @@ def _int8_target(manifest: Manifest, target: str | None, precision: str | None) 
 def _session_plan(name: str, manifest: Manifest, instances: int, threads: int, max_batch: int,
                   precision: str | None, target: str | None) -> Plan:
     inputs, outputs = _task_io(manifest)
+    small = target == SMALL
     params = {"edgebert_role": "session", "bundle": "bundle", "threads": threads,
-              "precision": "int8" if target else (precision or ""), "int8_target": target or ""}
+              "precision": SMALL if small else "int8" if target else (precision or ""),
+              "int8_target": "" if small else (target or "")}
     config = {"name": name, "backend": "python", "max_batch_size": max_batch, "input": _tensors(inputs),
               "output": _tensors(outputs), "instance_group": [{"kind": Enum("KIND_CPU"), "count": instances}],
               "dynamic_batching": {"max_queue_delay_microseconds": 2000}, "parameters": _params(params)}
@@ -157,6 +176,8 @@ def _graph_entry(manifest: Manifest, precision: str | None, target: str | None, 
     target = _int8_target(manifest, target, precision)
     if target is None:
         return manifest.models["fp32"]
+    if target == SMALL:
+        return manifest.models[SMALL]
     return next(e for e in manifest.models.values() if e.is_cpu_int8 and str(e.target) == target)
 
 
@@ -169,7 +190,7 @@ def _onnxruntime_plan(name: str, manifest: Manifest, entry, instances: int, thre
                       gpu: bool) -> Plan:
     from edgebert.runtime.vector_pooling import choose_pooling
 
-    task, notes = manifest.task, []
+    method, notes = bundle_task(manifest.task).method, []
     text_in, _ = _task_io(manifest)
     g_in, g_out = _graph_io(manifest)
     graph, tok, pool = f"{name}_graph", f"{name}_tokenizer", f"{name}_pool"
@@ -178,7 +199,7 @@ def _onnxruntime_plan(name: str, manifest: Manifest, entry, instances: int, thre
                     "default_model_filename": Path(entry.file).name, "input": _tensors(g_in), "output": _tensors(g_out),
                     "instance_group": [{"kind": Enum("KIND_GPU" if gpu else "KIND_CPU"), "count": instances}],
                     "dynamic_batching": dyn}
-    if task == "cls":
+    if method == "classify":
         graph_config["output"][0]["label_filename"] = "labels.txt"
     if gpu:
         mode = "INT8" if entry.precision == "int8" else "FP32"
@@ -198,7 +219,7 @@ def _onnxruntime_plan(name: str, manifest: Manifest, entry, instances: int, thre
     tok_out = {n: (INT64, [-1]) for n in g_in}
     tok_params = {"edgebert_role": "tokenizer", "tokenizer": Path(manifest.tokenizer.file).name,
                   "max_length": manifest.max_length, "pad_id": manifest.tokenizer.pad_id,
-                  "graph_inputs": ",".join(g_in), "pairs": "true" if task == "qa" else "false"}
+                  "graph_inputs": ",".join(g_in), "pairs": "true" if len(text_in) == 2 else "false"}
     configs = {tok: {"name": tok, "backend": "python", "max_batch_size": max_batch, "input": _tensors(text_in),
                      "output": _tensors(tok_out), "instance_group": [{"kind": Enum("KIND_CPU"), "count": instances}],
                      "dynamic_batching": dyn, "parameters": _params(tok_params)},
@@ -209,10 +230,10 @@ def _onnxruntime_plan(name: str, manifest: Manifest, entry, instances: int, thre
               "output_map": [{"key": n, "value": f"_{n}"} for n in g_in]},
              {"model_name": graph, "model_version": -1,
               "input_map": [{"key": n, "value": f"_{n}"} for n in g_in],
-              "output_map": [{"key": n, "value": n} for n in g_out] if task != "embed" else
+              "output_map": [{"key": n, "value": n} for n in g_out] if method != "embed" else
               [{"key": "last_hidden_state", "value": "_last_hidden_state"}]}]
     outputs = dict(g_out)
-    if task == "embed":
+    if method == "embed":
         hidden = manifest.config.hidden_size
         pool_in = {"last_hidden_state": (FP32, [-1, hidden]), "attention_mask": (INT64, [-1])}
         outputs = {"embedding": (FP32, [hidden])}
@@ -230,7 +251,7 @@ def _onnxruntime_plan(name: str, manifest: Manifest, entry, instances: int, thre
     else:
         notes.append(f"returns the graph's raw {', '.join(g_out)} (labels, entities and answer spans are decoded "
                      "by the default Python backend only)" + ("; labels.txt names the classes for Triton's "
-                                                             "classification extension" if task == "cls" else ""))
+                                                             "classification extension" if method == "classify" else ""))
     configs[name] = {"name": name, "platform": "ensemble", "max_batch_size": max_batch, "input": _tensors(text_in),
                      "output": _tensors(outputs), "ensemble_scheduling": {"step": steps}}
     io[name] = (text_in, outputs)
@@ -287,8 +308,19 @@ def _models_written(out: Path) -> list[str]:
 
     written = read_json_or_none(out / MODELS_FILE)
     models = written.get("models") if isinstance(written, dict) else None
-    return [m for m in models if isinstance(m, str) and re.fullmatch(r"[A-Za-z0-9_.-]+", m)] \
-        if isinstance(models, list) else []
+    return [m for m in models if _model_name(m)] if isinstance(models, list) else []
+
+
+def _model_name(name: object) -> bool:
+    """One path component a Triton model folder can have: never '.', '..' or a path (nothing is written outside
+    --out)."""
+    return isinstance(name, str) and bool(re.fullmatch(r"[A-Za-z0-9_.-]+", name)) and name not in (".", "..")
+
+
+def _owned(models: list[str]) -> list[str]:
+    """What this command writes inside each model folder: its config, version 1 and (classifiers on the
+    onnxruntime backend) labels.txt; another version or a user's file there is not its own (--overwrite refuses)."""
+    return [f"{m}/{entry}" for m in models for entry in ("config.pbtxt", "1", "labels.txt")]
 
 
 def write_triton_repo(bundle: str | os.PathLike, out: str | os.PathLike, *, backend: str = "python",
@@ -310,13 +342,14 @@ def write_triton_repo(bundle: str | os.PathLike, out: str | os.PathLike, *, back
                           "pass --backend onnxruntime, or leave out --gpu: the Python backend runs on CPUs")
     if not isinstance(max_batch, int) or not 1 <= max_batch <= 4096:
         raise ConfigError(f"--max-batch {max_batch!r} must be from 1 to 4096", "64 suits most CPU servers")
+    if name is not None and not _model_name(name):
+        raise ConfigError(f"--name {name!r} is not a Triton model name (one folder of the repository)",
+                          "use letters, digits, _ . and -, not '.' or '..'")
+    instances, threads, cores = _threads(instances, threads, cores)
     model_config_schema()                                   # tritonclient: said before any work
     source = bundle_folder(Path(bundle))
     manifest = read_manifest(source)
-    name = name or f"edgebert_{manifest.task.replace('-', '_')}"
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ConfigError(f"--name {name!r} is not a Triton model name", "use letters, digits, _ . and -")
-    instances, threads, cores = _threads(instances, threads, cores)
+    name = name if name is not None else f"edgebert_{manifest.task.replace('-', '_')}"
     if backend == "python":
         target = _int8_target(manifest, target, precision)
         plan = _session_plan(name, manifest, instances, threads, max_batch, precision, target)
@@ -325,7 +358,7 @@ def write_triton_repo(bundle: str | os.PathLike, out: str | os.PathLike, *, back
         _check_graph_file(source, entry, manifest)
         plan = _onnxruntime_plan(name, manifest, entry, instances, threads, max_batch, gpu)
     texts = _parsed(plan)                                   # Triton's schema + the manifest, before any write
-    writer = OutputDir(out, "triton-repo", names=(MODELS_FILE, *texts, *_models_written(Path(out))),
+    writer = OutputDir(out, "triton-repo", names=(MODELS_FILE, *_owned([*texts, *_models_written(Path(out))])),
                        overwrite=overwrite, flags="--overwrite")
     verify_files(source, manifest)
     notes = list(plan.notes)
@@ -346,7 +379,7 @@ def write_triton_repo(bundle: str | os.PathLike, out: str | os.PathLike, *, back
                 shutil.copyfile(bundle_file(source, f), graph / Path(f).name)
             shutil.copyfile(bundle_file(source, manifest.tokenizer.file),
                             staging / f"{name}_tokenizer" / "1" / Path(manifest.tokenizer.file).name)
-            if manifest.task == "cls":
+            if bundle_task(manifest.task).method == "classify":
                 labels = manifest.label_names or [f"LABEL_{i}" for i in range(manifest.outputs[0].shape[-1])]
                 (staging / f"{name}_graph" / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
     inputs, outputs = plan.io[name]

@@ -23,6 +23,18 @@ from edgebert.scaleout.tasks import TaskColumns, run_task, task_columns
 from edgebert.system.environment import usable_cpus
 
 ENGINES = ("local", "ray", "spark")
+DEFAULT_BATCH_SIZE = 32
+
+
+def count_option(name: str, value: Any, default: int | None = None) -> int | None:
+    """A count an adapter takes (workers, threads, batch_size): None is ``default`` (as ``EdgeSession`` reads None),
+    else a whole number of at least 1 (not a bool, not 2.5, not "4"); ``ConfigError`` naming it otherwise."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name}={value!r} must be a whole number of at least 1",
+                          f"pass {name}=None for the default" if default is not None or name == "threads" else None)
+    return value
 
 
 def ray_cpus() -> float | None:
@@ -90,11 +102,12 @@ class BundleWorker:
 
     def __init__(self, bundle: str | os.PathLike, *, task: str | None = None, engine: str = "local",
                  workers: int | None = None, threads: int | None = None, precision: str | None = None,
-                 batch_size: int = 32, aggregation: str = "simple"):
+                 batch_size: int | None = DEFAULT_BATCH_SIZE, aggregation: str = "simple"):
         if engine not in ENGINES:
             raise ConfigError(f"engine={engine!r} is not one of {', '.join(ENGINES)}")
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ConfigError(f"threads={threads!r} must be a positive integer")
+        threads = count_option("threads", threads)
+        workers = count_option("workers", workers)
+        batch_size = count_option("batch_size", batch_size, DEFAULT_BATCH_SIZE)
         self.bundle = str(bundle)
         self.task = task
         self.engine, self.workers = engine, workers
@@ -130,9 +143,14 @@ class BundleWorker:
         """The task's input and result columns (opens the session if the task was not given)."""
         return task_columns(self.task if self.task is not None else self.session.task)
 
-    def __call__(self, *columns: Sequence[Any]) -> dict[str, list]:
-        """Result columns for input columns (one per ``columns.inputs`` role), in row order."""
-        return run_task(self.session, self.columns, columns, self.batch_size, self.aggregation)
+    def __call__(self, *columns: Sequence[Any], first_row: int = 0) -> dict[str, list]:
+        """Result columns for input columns (one per ``columns.inputs`` role), in row order; an error names the
+        row as ``first_row`` + its index (the input's numbering, not the chunk's)."""
+        for role, column in zip(self.columns.inputs, columns):
+            if isinstance(column, (str, bytes)):
+                raise ConfigError(f"the {role} column is a single {type(column).__name__}, not a column of texts",
+                                  f"pass a list of texts: worker([{role}, ...])")
+        return run_task(self.session, self.columns, columns, self.batch_size, self.aggregation, first_row=first_row)
 
     def describe(self) -> dict[str, Any]:
         """What runs in this worker: engine, workers x threads (and why), bundle, task, precision, pid."""

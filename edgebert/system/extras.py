@@ -26,7 +26,7 @@ PROVIDED_BY: dict[str, tuple[str, str]] = {
     "matplotlib": ("matplotlib", "pip install 'edgebert[train]'"),
     "onnxruntime": ("onnxruntime", ORT_HINT),
     "transformers": ("transformers", "pip install 'edgebert[hf]'"),
-    "optimum": ("optimum", "pip install 'edgebert[hf]'"),
+    "optimum": ("optimum", "pip install 'edgebert[optimum]' (it brings transformers < 4.58)"),
     "seqeval": ("seqeval", "pip install 'edgebert[train]' (or pip install seqeval)"),
     "torchmetrics": ("torchmetrics", "pip install 'edgebert[train]' (or pip install torchmetrics)"),
     "sklearn": ("scikit-learn", "pip install 'edgebert[train]' (or pip install scikit-learn)"),

@@ -324,7 +324,7 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
                        freeze_word_embeddings=True, max_seq_len=128, max_eval_examples=500,
                        train=dict(max_steps=3600, batch_size=16, lr=5e-4, warmup_ratio=0.1, log_every=20,
                                   eval_every=900)),
-    # the embed-long recipe for a narrower student (issue #50: fewer bytes in every layer and in the table):
+    # the embed-long recipe for a narrower student (fewer bytes in every layer and in the table):
     # width 256 (all-MiniLM-L6-v2: 384 -> 256, 8 heads of 32, FFN 1024), the cosine and TinyBERT hidden terms
     # through a learned projection, the attention term on the kept heads; the sliced word embeddings train. 3,600
     # steps keep classification, not retrieval (R@1 85.5%, MRR 87.6%: benchmarks/results/int4/README.md)

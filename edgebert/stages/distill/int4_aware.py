@@ -1,4 +1,4 @@
-"""4-bit-aware distillation (``distill --int4-aware``, issue #50): the student trains as the small graph
+"""4-bit-aware distillation (``distill --int4-aware``): the student trains as the small graph
 (``export --int8 --int4``) will compute, so the 4-bit rounding is learnt around instead of added after.
 
 * **Encoder and head weights** (query, key, value, attention output, FFN in and out; the pooler and the task

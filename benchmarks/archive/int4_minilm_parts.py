@@ -1,7 +1,7 @@
 """Where all-MiniLM-L6-v2's embedding cosine goes under 4-bit rounding, part by part, and what a word table below
 4 bits would cost (issue #50: <= 12 MB at cosine vs fp32 mean >= 0.99, min >= 0.97).
 
-    .venv/bin/python benchmarks/int4_minilm_parts.py [--texts 400] [--skip-pq]
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/archive/int4_minilm_parts.py [--texts 400] [--skip-pq]
 
 In PyTorch (transformers' ``BertModel`` of the installed checkpoint, mean pooling, unit length), one part of the
 model rounded at a time, cosine of the sentence vectors with the unrounded model's on the held-out texts of
@@ -182,7 +182,7 @@ def main() -> None:
                 [(KINDS[k], "8") for k in kept] + [(".", block)])
     result = {"checkpoint": str(checkpoint), "texts": len(texts), "rows": rows, "load_before": load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
-              "command": "python benchmarks/int4_minilm_parts.py " + " ".join(sys.argv[1:])}
+              "command": "python benchmarks/archive/int4_minilm_parts.py " + " ".join(sys.argv[1:])}
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
     mb = lambda b: f"{b / 1e6:.2f}" if b else ""  # noqa: E731
     write_results("minilm_parts", result, "# all-MiniLM-L6-v2: embedding cosine under rounding, part by part",

@@ -1,7 +1,7 @@
 """What 12 MB can buy all-MiniLM-L6-v2 (issue #50: <= 12 MB at embedding cosine vs fp32 mean >= 0.99, min >= 0.97):
 the ways past GPTQ that spend bytes where the loss is, measured before any of them is built into ``export``.
 
-    .venv/bin/python benchmarks/int4_minilm_12mb.py [--calib 512] [--texts 400] [--top 8000] [--rotated | --ceiling]
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/archive/int4_minilm_12mb.py [--calib 512] [--texts 400] [--top 8000] [--rotated | --ceiling]
 
 In PyTorch, as ``int4_gptq_minilm.py`` (same calibration and held-out texts, same rounding code: its
 ``rounded_model``), block 128 unless named:
@@ -184,7 +184,7 @@ def main() -> None:
               "top": args.top, "rotated": args.rotated, "ceiling": args.ceiling,
               "unreachable_rows": len(unreachable), "threads": args.threads, "rows": rows, "load_before": setup.load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
-              "command": "python benchmarks/int4_minilm_12mb.py " + " ".join(sys.argv[1:])}
+              "command": "python benchmarks/archive/int4_minilm_12mb.py " + " ".join(sys.argv[1:])}
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
     write_results("minilm_12mb" + ("_ceiling" if args.ceiling else "_rotated" if args.rotated else ""), result, "# all-MiniLM-L6-v2: what 12 MB can buy",
                   f"{len(calib)} calibration texts (training splits), {len(reference)} held-out texts (SST-2 dev, MRPC "

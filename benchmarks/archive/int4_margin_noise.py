@@ -1,6 +1,6 @@
 """Where a classifier's label flips under 4-bit rounding come from (issue #50: SST-2 at label agreement >= 0.99).
 
-    .venv/bin/python benchmarks/int4_margin_noise.py --student runs/q4_tasks/sst2-student [--trained DIR ...]
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/archive/int4_margin_noise.py --student runs/q4_tasks/sst2-student [--trained DIR ...]
 
 In PyTorch, on SST-2 dev (872 sentences): the float student's logit margin (positive - negative) and, for each way
 of rounding its weights as the small graph does (``distill.int4_aware.round_4bit``: onnxruntime's symmetric
@@ -120,7 +120,7 @@ def main() -> None:
     quantiles = {str(q): float(np.quantile(np.abs(reference), q)) for q in (0.005, 0.01, 0.02, 0.05)}
     result = {"student": str(args.student), "texts": len(examples), "abs_margin_quantiles": quantiles, "rows": rows,
               "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
-              "environment": describe(), "command": "python benchmarks/int4_margin_noise.py " + " ".join(sys.argv[1:])}
+              "environment": describe(), "command": "python benchmarks/archive/int4_margin_noise.py " + " ".join(sys.argv[1:])}
     stem = f"margin_noise_{args.student.name}"
     write_json(OUT / f"{stem}.json", result)
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"

@@ -1,7 +1,7 @@
 """Would learned 4-bit scales lift the 4-bit-aware all-MiniLM-L6-v2 past its 0.983 plateau? (issue #50: <= 12 MB at
 embedding cosine vs fp32 mean >= 0.99, min >= 0.97; ``int4_aware_minilm.py``'s recipe stops at 0.983.)
 
-    .venv/bin/python benchmarks/int4_learned_scales.py [--student runs/minilm_q4aware4/student] [--steps 600]
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/archive/int4_learned_scales.py [--student runs/minilm_q4aware4/student] [--steps 600]
 
 In PyTorch, before any export work: the plateaued 4-bit-aware student (its weights already on onnxruntime's
 symmetric block-128 grid) trains on, against the original fp32 model, in two arms from the same start, seed and
@@ -160,7 +160,7 @@ def main() -> None:
     result = {"student": rel(args.student), "block": args.block, "steps": args.steps, "lr": args.lr,
               "scale_lr": args.scale_lr, "texts": len(texts), "start": before, "arms": arms,
               "load_before": load_before, "load_after": [round(x, 2) for x in os.getloadavg()],
-              "environment": describe(), "command": "python benchmarks/int4_learned_scales.py " + " ".join(sys.argv[1:])}
+              "environment": describe(), "command": "python benchmarks/archive/int4_learned_scales.py " + " ".join(sys.argv[1:])}
     write_json(OUT / "learned_scales.json", result)
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
     fmt = lambda r: f"{r['mean']:.4f} | {r['p5']:.4f} | {r['min']:.4f}"  # noqa: E731

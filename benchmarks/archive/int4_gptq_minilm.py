@@ -1,7 +1,7 @@
 """Calibrated 4-bit (GPTQ, ``quantization.gptq``: what ``export --int4-algorithm gptq`` runs) for all-MiniLM-L6-v2's
 encoder MatMuls, on the export's own grid (issue #50: <= 12 MB at embedding cosine vs fp32 mean >= 0.99, min >= 0.97).
 
-    .venv/bin/python benchmarks/int4_gptq_minilm.py [--calib 512] [--texts 400] [--blocks 32 64 128]
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/archive/int4_gptq_minilm.py [--calib 512] [--texts 400] [--blocks 32 64 128]
 
 Round-to-nearest moves each weight to its nearest 4-bit level on its own; GPTQ (Frantar et al. 2022) rounds a
 weight's inputs one at a time and moves the weights not yet rounded to cancel the error so far on calibration
@@ -221,7 +221,7 @@ def main() -> None:
     result = {"checkpoint": str(checkpoint), "calibration_texts": len(calib), "held_out_texts": len(reference),
               "table_bytes": table_bytes, "rows": rows, "load_before": load_before,
               "load_after": [round(x, 2) for x in os.getloadavg()], "environment": describe(),
-              "command": "python benchmarks/int4_gptq_minilm.py " + " ".join(sys.argv[1:])}
+              "command": "python benchmarks/archive/int4_gptq_minilm.py " + " ".join(sys.argv[1:])}
     cpu = f"{result['environment']['cpu']} ({detect_host().kind})"
     write_results("gptq_minilm", result, "# all-MiniLM-L6-v2: GPTQ against round-to-nearest, on the export's 4-bit grid",
                   f"{len(calib)} calibration texts (training splits), {len(reference)} held-out texts (SST-2 dev, MRPC "
