@@ -20,6 +20,7 @@ from onnxruntime.quantization import CalibrationDataReader
 
 from edgebert.errors import DataError
 from edgebert.files.textfiles import builtin_texts, iter_texts
+from edgebert.runtime.held_out import BUILTIN_HELD_OUT
 
 Feeds = dict[str, np.ndarray]
 MIN_GATE_TEXTS = 32      # fewer held-out texts than this cannot rank an accuracy loss of 0.005
@@ -107,7 +108,7 @@ def calibration_split(calib: Path | None, calib_size: int, gate_size: int) -> Ca
     """``calib`` None: the built-in English text (its calibration and held-out parts). A file: its first
     ``calib_size`` texts calibrate, the next ``gate_size`` are held out; a file with fewer than
     ``MIN_GATE_TEXTS`` texts after the calibration ones is gated on the built-in held-out text."""
-    builtin_held = TextSource(tuple(builtin_texts("held-out")), gate_size, label="built-in held-out text")
+    builtin_held = TextSource(tuple(builtin_texts("held-out")), gate_size, label=BUILTIN_HELD_OUT)   # check reads it
     if calib is None:
         return CalibrationSplit(TextSource(tuple(builtin_texts("calibration")), calib_size,
                                            label="built-in calibration text"), builtin_held,

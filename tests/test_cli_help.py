@@ -103,7 +103,8 @@ def test_the_defaults_the_help_states_are_the_codes(capsys):
     assert f"(default {GATE_TEXTS}): of the built-in held-out text's {held}" in export
     assert f"of the {len(builtin_questions())} built-in ones (default: all {len(builtin_questions())})" in export
     check = _flat(_help(capsys, "check"))
-    assert f"the built-in held-out text has {held}" in check
+    assert f"the first --gate-size built-in held-out ones, {GATE_TEXTS} by default" in check
+    assert f"questions: the built-in {len(builtin_questions())}" in check
 
 
 # --------------------------------------------------------------------------- what runs says what it does

@@ -206,7 +206,9 @@ def test_check_passes_on_this_host_and_names_the_reason_when_it_fails(fleet_bund
     code, out, _ = run_cli(capsys, "check", fleet_bundle, "--max-accuracy-loss", "0", "--json")
     report = json.loads(out)
     assert code == 1 and report["passed"] is False and report["reason"].startswith("FAIL: INT8 graph")
-    assert "> budget 0" in report["reason"] and report["fidelity"]["n"] == 202    # the built-in held-out text
+    assert "> budget 0" in report["reason"] and report["texts"]["as"] == "the export gate's"   # its texts
+    gated = json.loads((fleet_bundle / "manifest.json").read_text())["models"][report["chosen"]["model"]]
+    assert report["fidelity"]["n"] == gated["accuracy"]["held_out"]["texts"]
     tampered = tmp_path / "tampered"
     shutil.copytree(fleet_bundle, tampered)
     data = bytearray(model_path(tampered, "int8").read_bytes())

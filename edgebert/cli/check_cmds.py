@@ -22,10 +22,10 @@ def check(
     data: Annotated[Optional[Path], typer.Option(
         "--data", help="Texts to measure on (text, TSV, WikiText or CoNLL; default: the built-in held-out "
                        "text the export gated on). A CoNLL file with a token-cls bundle: entity F1 too.")] = None,
-    max_texts: Annotated[int, typer.Option("--max-texts", min=1, help="Measure on at most this many texts (the "
-                                           "built-in held-out text has 202, question "
-                                           "answering's built-in questions 439; the export's gate measured on "
-                                           "the first --gate-size of them: 200 texts, every question).")] = 512,
+    max_texts: Annotated[int, typer.Option("--max-texts", min=1, help="Measure on at most this many texts. "
+                                           "Without --data: the texts the export's gate measured the graph on "
+                                           "(the first --gate-size built-in held-out ones, 200 by default), so "
+                                           "a graph it accepted passes here; questions: the built-in 439.")] = 512,
     max_accuracy_loss: o.CheckMaxAccuracyLoss = None,
     target: o.CheckTarget = None,
     threads: o.RuntimeThreads = None,

@@ -9,7 +9,9 @@ from typing import Any
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.files.textfiles import builtin_texts, iter_texts
 
-__all__ = ["measured_texts"]
+__all__ = ["BUILTIN_HELD_OUT", "measured_texts"]
+
+BUILTIN_HELD_OUT = "built-in held-out text"    # how an export's gate records these texts (calibration.TextSource)
 
 
 def measured_texts(data: Path | None, max_texts: int, task: str) -> tuple[list, dict[str, Any]]:
