@@ -187,3 +187,23 @@ def test_the_readme_is_a_guide_and_the_write_ups_live_beside_the_results():
     for link in re.findall(r"\]\((benchmarks/results/[^)]+)\)", readme):
         assert (REPO / link).exists(), link
     assert "## INT8 on every CPU" in (REPO / "benchmarks" / "results" / "README_figures.md").read_text(encoding="utf-8")
+
+
+def test_the_training_eta_counts_the_held_out_evaluations():
+    """The ETA after the first step names the evaluations still to come; once one is timed, the ETA counts
+    them (a preset whose held-out evaluation dominates once said "~2 min (evaluations not counted)")."""
+    from edgebert.training.config import TrainConfig
+    from edgebert.training.progress import Progress, evaluations_left
+
+    cfg = TrainConfig(max_steps=100, eval_every=25, progress=False)
+    assert [evaluations_left(cfg, s, 100) for s in (0, 1, 25, 26, 99)] == [4, 4, 3, 3, 1]
+    assert evaluations_left(TrainConfig(max_steps=90, eval_every=25), 0, 90) == 4           # 25, 50, 75 and 90
+    assert evaluations_left(TrainConfig(max_steps=90, eval_every=25), 0, 60) == 2           # stopped at 60
+    console, buffer = _console()
+    with Progress(console, cfg, enabled=True, start=0) as bar:
+        bar.first_step(1, 0.5, 100)
+        bar.first_eval(25, 30.0, 100)
+    first, again = buffer.getvalue().splitlines()
+    assert first == ("step 1/100 took 0.50 s: ETA ~50 s for the remaining 99 steps; 4 held-out evaluations to add "
+                     "(timed at the first, then the ETA again)")
+    assert again == "evaluation at step 25 took 30.0 s: ETA ~2 min for the remaining 75 steps and 3 evaluations"

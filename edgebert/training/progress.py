@@ -45,11 +45,26 @@ class Progress:
         self.say(f"training on {data}: {steps} steps of batch {batch_size}{where}; ETA after the first step")
 
     def first_step(self, step: int, seconds: float, end: int) -> None:
-        """The ETA from the first step's time (the bar shows its own)."""
+        """The ETA from the first step's time (the bar shows its own); the held-out evaluations it will run are
+        timed at the first one (``first_eval``), which gives the ETA again with them."""
+        self.step_seconds = seconds
+        evals = evaluations_left(self.cfg, step, end)
         if self.bar is None:
             left = seconds * (end - step)
+            later = (f"; {evals} held-out evaluation{'s' if evals != 1 else ''} to add (timed at the first, "
+                     "then the ETA again)") if evals else ""
             self.say(f"step {step}/{self.cfg.max_steps} took {seconds:.2f} s: ETA {_duration(left)} "
-                     f"for the remaining {end - step} steps (evaluations not counted)")
+                     f"for the remaining {end - step} steps{later}")
+
+    def first_eval(self, step: int, seconds: float, end: int) -> None:
+        """The ETA again once an evaluation has been timed: the steps left and the evaluations left, both."""
+        per_step = getattr(self, "step_seconds", None)
+        if per_step is None:                 # resumed past its first step here: nothing timed to add it to
+            return
+        evals, steps = evaluations_left(self.cfg, step, end), end - step
+        left = per_step * steps + seconds * evals
+        self.say(f"evaluation at step {step} took {seconds:.1f} s: ETA {_duration(left)} for the remaining {steps} "
+                 f"steps and {evals} evaluation{'s' if evals != 1 else ''}")
 
     def update(self, step: int, record: dict[str, Any] | None) -> None:
         record = record or {}
@@ -66,6 +81,16 @@ class Progress:
             line = "  ".join(x for x in (train_info, eval_info) if x)
             self.console.print(f"step {step}/{self.cfg.max_steps}  {line}", highlight=False,
                                soft_wrap=True)
+
+
+def evaluations_left(cfg: TrainConfig, step: int, end: int) -> int:
+    """The held-out evaluations a run at ``step`` still runs before ``end``: every ``eval_every`` steps, and at
+    ``max_steps`` (as ``Trainer.fit`` runs them)."""
+    every = cfg.eval_every or 0
+    count = (end // every - step // every) if every else 0
+    if end == cfg.max_steps and (not every or end % every) and end > step:
+        count += 1
+    return max(count, 0)
 
 
 def _duration(seconds: float) -> str:

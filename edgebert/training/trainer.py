@@ -280,7 +280,7 @@ class Trainer:
         t0 = time.perf_counter()
         t_log, run_tokens, window_tokens_since = t0, 0, 0
         progress = Progress(self.console, cfg, enabled=self.dist.is_main, start=self.step)
-        first = self.step
+        first, timed_eval = self.step, False
         try:
             with progress:
                 if self.step < end:
@@ -306,7 +306,11 @@ class Trainer:
                         self.window = _Window()
                         t_log, window_tokens_since = now, 0
                     if (cfg.eval_every and self.step % cfg.eval_every == 0) or self.step == cfg.max_steps:
+                        t_eval = time.perf_counter()
                         self.last_eval = self.run_eval()
+                        if not timed_eval and self.step < end:
+                            progress.first_eval(self.step, time.perf_counter() - t_eval, end)
+                            timed_eval = True
                         record.setdefault("step", self.step)
                         record.update({f"eval_{k}": v for k, v in self.last_eval.items()})
                     if self.dist.is_main:
