@@ -190,6 +190,8 @@ class ExportConfig:
                           activation_scales=self.activation_scales, embedding_tables=self.int8_embedding_tables)
         if max_len is not None and qcfg.calib_seq_len > max_len:
             qcfg = qcfg.replace(calib_seq_len=max_len)
+        if max_len is not None:              # the gate measures held-out texts as the runtime and check cut them
+            qcfg = qcfg.replace(gate_seq_len=max_len)
         return qcfg
 
     def fp16_config(self) -> Fp16Config:

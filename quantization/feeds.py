@@ -65,16 +65,20 @@ class TextFeeds:
     def __init__(self, qcfg: Int8Config, task: str, fused: Path, tokenizer: Path, pad_id: int, say: Say):
         self.qcfg, self.pad_id = qcfg, pad_id
         self.tok = prepared_tokenizer(tokenizer, qcfg.calib_seq_len)
+        self.gate_len = qcfg.gate_seq_len or qcfg.calib_seq_len
+        self.gate_tok = prepared_tokenizer(tokenizer, self.gate_len) if self.gate_len != qcfg.calib_seq_len else self.tok
         if qcfg.gate_data is not None:
             raise ConfigError("--gate-data is for question-answering exports (a SQuAD file)",
                               "drop it: the gate of this task measures on --calib's texts after --calib-size")
         self.split = calibration_split(qcfg.calib, qcfg.calib_size, qcfg.gate_size or GATE_TEXTS)
         say(f"fp32 reference on held-out text ({self.split.held_out.describe()['source']})")
-        self.probe = AccuracyProbe(task, fused, self._batches(self.split.held_out))
+        self.probe = AccuracyProbe(task, fused, self._batches(self.split.held_out, gate=True))
 
-    def _batches(self, source: TextSource, pad_to: int | None = None):
-        return TextBatches(source, self.tok, None, self.qcfg.calib_batch_size, self.qcfg.calib_seq_len,
-                           pad_to=pad_to, pad_id=self.pad_id)
+    def _batches(self, source: TextSource, pad_to: int | None = None, gate: bool = False):
+        """Feeds of ``source``: calibration texts cut at ``calib_seq_len``; the gate's (``gate``) where the runtime
+        cuts them (``gate_seq_len``)."""
+        tok, length = (self.gate_tok, self.gate_len) if gate else (self.tok, self.qcfg.calib_seq_len)
+        return TextBatches(source, tok, None, self.qcfg.calib_batch_size, length, pad_to=pad_to, pad_id=self.pad_id)
 
     def calibration(self):
         return self._batches(self.split.calibration)
@@ -92,7 +96,9 @@ class TextFeeds:
                 encode_batch(self.tok, longest, self.qcfg.calib_seq_len, pad_id=self.pad_id))
 
     def describe(self) -> dict:
-        return {**self.split.describe(), "max_length": self.qcfg.calib_seq_len}
+        split = self.split.describe()
+        return {**split, "held_out": {**split["held_out"], "max_length": self.gate_len},
+                "max_length": self.qcfg.calib_seq_len}
 
 
 def as_choices(feeds: Feeds, choices: int = CHOICES) -> Feeds | None:
@@ -129,8 +135,8 @@ class ChoiceBatches:
 class ChoiceFeeds(TextFeeds):
     """Texts as the choices of multiple-choice inputs (see the module docstring)."""
 
-    def _batches(self, source: TextSource, pad_to: int | None = None):
-        return ChoiceBatches(super()._batches(source, pad_to))
+    def _batches(self, source: TextSource, pad_to: int | None = None, gate: bool = False):
+        return ChoiceBatches(super()._batches(source, pad_to, gate))
 
     def invariance(self) -> tuple[list[Feeds], Feeds]:
         probe, mates = super().invariance()

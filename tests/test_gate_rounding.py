@@ -55,3 +55,27 @@ def test_the_guard_keeps_every_node_int8_at_the_budgets_edge(tmp_path):
     quantizer = OneNodeQuantizer()
     result = quantize_with_guard(quantizer, tmp_path / "m.onnx", FixedProbe(3), 0.01, allow_miss=True)
     assert result.before is not None and result.before.loss == pytest.approx(0.015)
+
+
+def test_on_cosine_the_gate_keeps_a_margin_counted_metrics_keep_their_edge(tmp_path):
+    """A cosine loss between 98% and 100% of the budget is refused at export (check, in the runtime's session,
+    read MiniLM's small graph 0.4% of the budget apart); 2 labels of 200 still pass a budget of 0.01."""
+    from edgebert.quantization.accuracy import GATE_MARGIN
+
+    class CosineProbe:
+        metric = "cosine"
+
+        def __init__(self, loss):
+            self.loss = loss
+
+        def measure(self, path, max_sentences=None):
+            loss = 0.0 if "one" in Path(path).name else self.loss
+            return Fidelity("cosine", 1 - loss, 1 - loss, 200, loss, loss)
+
+    assert GATE_MARGIN == 0.02
+    inside = quantize_with_guard(OneNodeQuantizer(), tmp_path / "a.onnx", CosineProbe(0.0049), 0.005, allow_miss=True)
+    assert inside.within_budget and inside.excluded == [] and inside.as_dict(0.005)["accepted_below"] == 0.0049
+    edge = quantize_with_guard(OneNodeQuantizer(), tmp_path / "b.onnx", CosineProbe(0.004999), 0.005, allow_miss=True)
+    assert edge.before is not None and edge.before.loss == pytest.approx(0.004999)    # it searched: over 0.0049
+    labels = quantize_with_guard(OneNodeQuantizer(), tmp_path / "m.onnx", FixedProbe(2), 0.01)
+    assert labels.excluded == [] and "accepted_below" not in labels.as_dict(0.01)
