@@ -55,7 +55,7 @@ WEB       := examples/web
 WEB_STAMP := $(WEB)/node_modules/.installed-stamp
 
 .PHONY: demo test test-all test-runtime test-scaleout test-optimum triton-venv lint install clean web-deps \
-	lock check-resolve
+	lock check-resolve test-readme
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(call venv_from_lock,$(VENV),$(LOCK))
@@ -154,6 +154,11 @@ $(OPT_STAMP): pyproject.toml $(LOCK_OPTIMUM)
 
 test-optimum: $(OPT_STAMP) $(WEB_STAMP)
 	$(OPT_VENV)/bin/python -m pytest -q -m "transformers and not slow"
+
+# The README's commands run in order in a temporary folder, training capped at 20 steps (EDGEBERT_MAX_STEPS);
+# a command whose extra is not installed is skipped, naming it (tests/readme_run.py; not in CI: tens of minutes)
+test-readme: $(STAMP)
+	$(BIN)/python tests/readme_run.py
 
 # Refresh the lock: resolves pyproject.toml's ranges anew with uv (pinned, in its own .venv-lock) for Python
 # 3.11 on Linux x86-64 with torch's CPU wheel (locks/README.md); review the diff, then `make test` on it.

@@ -278,3 +278,21 @@ def test_masked_positions_objective_equals_bert_for_pretraining_loss(tiny_config
     assert sparse.mlm_loss.item() == pytest.approx(full.mlm_loss.item(), abs=1e-5)
     assert sparse.nsp_loss.item() == pytest.approx(full.nsp_loss.item(), abs=1e-6)
     assert torch.allclose(sparse.mlm_logits, full.prediction_logits[labels != -100], atol=1e-5)
+
+
+def test_edgebert_max_steps_caps_every_run_and_says_so(monkeypatch):
+    """make test-readme walks the README's training commands at a few steps each (EDGEBERT_MAX_STEPS)."""
+    from edgebert.errors import ConfigError
+    from edgebert.training.config import STEP_CAP_ENV, TrainConfig
+
+    cfg = TrainConfig(max_steps=300, eval_every=100, save_every=100, warmup_steps=30, log_every=50)
+    monkeypatch.delenv(STEP_CAP_ENV, raising=False)
+    assert cfg.capped() is cfg
+    monkeypatch.setenv(STEP_CAP_ENV, "20")
+    capped = cfg.capped()
+    assert (capped.max_steps, capped.eval_every, capped.save_every, capped.log_every) == (20, 20, 20, 20)
+    assert capped.warmup_steps is None                       # 30 >= 20: back to the ratio
+    assert TrainConfig(max_steps=10).capped().max_steps == 10  # under the cap: as it was
+    monkeypatch.setenv(STEP_CAP_ENV, "0")
+    with pytest.raises(ConfigError, match="EDGEBERT_MAX_STEPS='0' must be a whole number of steps >= 1"):
+        cfg.capped()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from edgebert.errors import ConfigError
+
+STEP_CAP_ENV = "EDGEBERT_MAX_STEPS"       # caps every training run's steps (make test-readme)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,24 @@ class TrainConfig:
         if self.warmup_steps is not None:
             return self.warmup_steps
         return min(round(self.warmup_ratio * self.max_steps), self.max_steps - 1)
+
+    def capped(self, cap: int | None = None) -> "TrainConfig":
+        """This config at most ``cap`` steps (default: ``$EDGEBERT_MAX_STEPS``; unset: unchanged), for walking the
+        README's commands quickly (``make test-readme``): logging, an explicit warmup and the checkpoint and
+        evaluation intervals shrink to fit; the last step still evaluates and saves."""
+        if cap is None:
+            value = os.environ.get(STEP_CAP_ENV, "").strip()
+            if not value:
+                return self
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"{STEP_CAP_ENV}={value!r} must be a whole number of steps >= 1",
+                                  f"unset it, or e.g. {STEP_CAP_ENV}=20")
+            cap = int(value)
+        if self.max_steps <= cap:
+            return self
+        warmup = self.warmup_steps if self.warmup_steps is None or self.warmup_steps < cap else None
+        return self.replace(max_steps=cap, log_every=min(self.log_every, cap), warmup_steps=warmup,
+                            eval_every=min(self.eval_every, cap), save_every=min(self.save_every, cap))
 
     def for_epochs(self, epochs: float, num_examples: int, evals_per_epoch: int = 1,
                    evaluate: bool = True) -> "TrainConfig":

@@ -93,6 +93,9 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
                  console=None):
+        capped = cfg.capped()               # $EDGEBERT_MAX_STEPS: the README walked quickly (make test-readme)
+        self.capped_from = cfg.max_steps if capped is not cfg else None
+        cfg = capped
         self.cfg, self.resume = cfg, resume
         self.out_dir = Path(out_dir)
         if not overwrite:  # with overwrite the stage's OutputDir removes the old run before training
@@ -283,6 +286,8 @@ class Trainer:
         first, timed_eval = self.step, False
         try:
             with progress:
+                if self.capped_from is not None:
+                    progress.say(f"EDGEBERT_MAX_STEPS: {cfg.max_steps} steps instead of {self.capped_from}")
                 if self.step < end:
                     progress.started(task.describe_data(), cfg.max_steps, cfg.batch_size, first)
                 while self.step < end:
