@@ -34,6 +34,10 @@ SAME_JOB = ("task", "input", "columns", "part_rows", "parts", "rows", "precision
             "bundle_manifest_sha256")
 
 
+# how a message names the job's fields (the rest by their own names)
+_NAMES = {"bundle_manifest_sha256": ("bundle", "its manifest's sha256 "), "input": ("input", "its files ")}
+
+
 def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
@@ -76,8 +80,9 @@ class BatchOutput:
                                       "cannot tell whether the bundle is the one its parts came from",
                                       "start again with --overwrite")
             if differ:
-                raise CheckpointError(f"cannot resume {self.path}: its run had another {', '.join(differ)} "
-                                      f"({'; '.join(f'{k}: {_short(before.get(k))}' for k in differ)})",
+                changes = "; ".join(f"{_NAMES.get(k, (k, ''))[0]}: {_NAMES.get(k, (k, ''))[1]}was "
+                                    f"{_short(before.get(k))}, now {_short(job.get(k))}" for k in differ)
+                raise CheckpointError(f"cannot resume {self.path}: its run had another {changes}",
                                       "run the same job again, or start again with --overwrite")
             self.record = {"format": FORMAT, "job": job, "parts": dict(record.get("parts", {}))}
             done = set()
