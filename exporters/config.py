@@ -41,6 +41,19 @@ def default_task(architecture: str) -> str:
     return task.name
 
 
+def model_task(model_dir: Path, architecture: str, num_labels: int) -> str:
+    """The task a checkpoint exports as when ``--task`` is not given: its architecture's, except that a
+    one-label sequence classifier whose folder states a sentence-transformers CrossEncoder is a ``rerank``
+    (``bundle.cross_encoder``); a CrossEncoder of several labels is a pair classifier (``cls``)."""
+    task = default_task(architecture)
+    if task == "cls" and num_labels == 1:
+        from edgebert.bundle.cross_encoder import read_cross_encoder
+
+        if read_cross_encoder(model_dir, num_labels) is not None:
+            return "rerank"
+    return task
+
+
 @dataclass(frozen=True)
 class ExportConfig:
     """One ONNX bundle export. ``task=None`` takes the task from the checkpoint's architecture.

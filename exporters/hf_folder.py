@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from edgebert.bundle.cross_encoder import hf_config_entry, settings_file
 from edgebert.bundle.pooling import ST_CONFIG_NAME, SentencePooling, write_pooling
 from edgebert.bundle.st_settings import ST_SETTINGS_NAME
 from edgebert.bundle.task_registry import bundle_task
@@ -77,14 +78,20 @@ def _tokenizer_config(specials: dict[str, str], tok_meta: dict, max_len: int, mo
 
 def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: int, tok_file: Path, tok_meta: dict,
                     max_len: int, pooling: SentencePooling | None, source_dir: Path,
-                    st_settings: dict[str, Any] | None = None) -> list[str]:
+                    st_settings: dict[str, Any] | None = None,
+                    cross_encoder: dict[str, Any] | None = None) -> list[str]:
     """Write the loaders' files into ``staging`` (the graphs are the export's own, under ``GRAPH_DIR``);
     returns the names written. An embedding model without stated pooling gets edgebert's default, mean
     pooling then unit length, which ``EdgeSession`` reads back from these files (``bundle.bundle_pooling``);
     its ``st_settings`` (prompts, similarity function: the manifest's ``sentence_transformers``) go into
-    ``config_sentence_transformers.json``, so that sentence-transformers prompts as ``EdgeSession`` does."""
+    ``config_sentence_transformers.json``, so that sentence-transformers prompts as ``EdgeSession`` does. A
+    cross-encoder's activation (``bundle.cross_encoder``) goes where sentence-transformers 6 reads it
+    (config_sentence_transformers.json) and where 4 and 5 do (config.json's ``sentence_transformers``)."""
     staging = Path(staging)
-    write_json(staging / CONFIG_NAME, _hf_config(task, cfg, num_labels))
+    hf_config = _hf_config(task, cfg, num_labels)
+    if cross_encoder:
+        hf_config["sentence_transformers"] = hf_config_entry(cross_encoder["activation"])
+    write_json(staging / CONFIG_NAME, hf_config)
     clean_tokenizer(tok_file, staging / tok_meta["file"])
     specials = _special_tokens(tok_file, tok_meta, cfg.model_type)
     write_json(staging / TOKENIZER_CONFIG, _tokenizer_config(specials, tok_meta, max_len, cfg.model_type))
@@ -99,6 +106,9 @@ def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: in
         if st_settings:
             write_json(staging / ST_SETTINGS_NAME, {"model_type": "SentenceTransformer", **st_settings})
             names.append(ST_SETTINGS_NAME)
+    if cross_encoder:
+        write_json(staging / ST_SETTINGS_NAME, settings_file(cross_encoder["activation"]))
+        names.append(ST_SETTINGS_NAME)
     return list(dict.fromkeys(names))
 
 
@@ -119,7 +129,7 @@ def loaders_note(task: str, models: dict[str, dict]) -> dict[str, Any]:
             note["transformers.js"][key] = {"dtype": dtype}
         elif key in plain:
             note["transformers.js"][key] = {"dtype": "fp32", "model_file_name": stem}
-    if bundle_task(task).has_pooling:
+    if bundle_task(task).has_pooling or task == "rerank":       # SentenceTransformer / CrossEncoder
         note["sentence-transformers"] = {k: ({"backend": "onnx"} if Path(e["file"]).name == "model.onnx" else
                                              {"backend": "onnx", "model_kwargs": {"file_name": Path(e["file"]).name}})
                                          for k, e in cpu.items()}

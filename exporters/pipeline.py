@@ -18,10 +18,11 @@ from typing import Callable
 
 from edgebert.bundle import MANIFEST_NAME
 from edgebert.bundle.pooling import POOLING_FILES, read_pooling
+from edgebert.bundle.cross_encoder import MANIFEST_KEY as CROSS_ENCODER_KEY
 from edgebert.bundle.st_settings import MANIFEST_KEY, ST_SETTINGS_NAME
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import CheckpointError, ConfigError
-from edgebert.exporters.config import ExportConfig, default_task
+from edgebert.exporters.config import ExportConfig, model_task
 from edgebert.exporters.fusion import fused_entry
 from edgebert.exporters.gpu_graphs import GpuGraphs
 from edgebert.exporters.hf_folder import GRAPH_DIR, HF_FILES, loaders_note, write_hf_folder
@@ -80,7 +81,10 @@ def _load(cfg: ExportConfig) -> tuple[BertConfig, str, object, Path]:
         raise CheckpointError(f"model directory {cfg.model_dir} not found",
                               "pass a directory written by edgebert or a Hugging Face BERT directory")
     model_cfg = BertConfig.load(cfg.model_dir / CONFIG_NAME)
-    task = cfg.task or default_task(model_cfg.architecture)
+    task = cfg.task or model_task(cfg.model_dir, model_cfg.architecture, model_cfg.num_labels)
+    if task == "rerank" and model_cfg.num_labels != 1:
+        raise ConfigError(f"--task rerank scores each (query, passage) pair with one logit; {cfg.model_dir} has "
+                          f"{model_cfg.num_labels} labels", "export it as a pair classifier (--task cls)")
     tok_file = find_tokenizer(cfg.model_dir)
     model = load_model(cfg.model_dir, bundle_task(task).architecture)
     return model_cfg, task, model, tok_file
@@ -123,6 +127,7 @@ def _export(cfg: ExportConfig, say: _Steps, out: OutputDir, source_dir: Path, ex
                           "drop --vocab-from, or export the encoder with --task embed")
     pooling = read_pooling(cfg.model_dir) if bundle_task(task).has_pooling else None   # the model's own
     st_settings = _st_settings(cfg.model_dir, task)          # its prompts: the manifest's and the bundle's file
+    scores = _cross_encoder(cfg.model_dir, task, model_cfg.num_labels)   # a CrossEncoder's score activation
     tok_meta = tokenizer_metadata(tok_file)
     max_len = cfg.max_sequence_length or model_cfg.max_sequence_length
     if max_len > model_cfg.max_sequence_length:
@@ -163,13 +168,14 @@ def _export(cfg: ExportConfig, say: _Steps, out: OutputDir, source_dir: Path, ex
 
         write_hf_folder(staging, task=task, cfg=model_cfg, num_labels=model_cfg.num_labels, tok_file=tok_file,
                         tok_meta=tok_meta, max_len=max_len, pooling=pooling, source_dir=cfg.model_dir,
-                        st_settings=st_settings.get(MANIFEST_KEY))
+                        st_settings=st_settings.get(MANIFEST_KEY), cross_encoder=scores)
         manifest = build_manifest(task=task, cfg=model_cfg, model_dir=source_dir, max_len=max_len,
                                   tokenizer=tok_meta, opset=cfg.opset, models=models, trt_profile=profile,
                                   extra={"attention_mask": "raw 2-D mask (any padding side)",
                                          "export_host": export_host(),
                                          **({"pooling": pooling.as_dict()} if pooling else {}),
                                          **st_settings,
+                                         **({CROSS_ENCODER_KEY: scores} if scores else {}),
                                          "loaders": loaders_note(task, models),
                                          **default_precision(models), **extra},
                                   output_names=wrapped.names)
@@ -202,6 +208,32 @@ def _st_settings(model_dir: Path, task: str) -> dict:
 
     settings = read_settings(model_dir) if bundle_task(task).has_pooling else None
     return {MANIFEST_KEY: settings} if settings else {}
+
+
+def _cross_encoder(model_dir: Path, task: str, num_labels: int) -> dict | None:
+    """A cross-encoder's activation for the manifest (``bundle.cross_encoder``): a rerank bundle always has one
+    (sentence-transformers' default when the folder states none), a pair classifier when its folder states it."""
+    from edgebert.bundle.cross_encoder import ACTIVATIONS, default_activation, read_cross_encoder
+
+    if task not in ("rerank", "cls"):
+        return None
+    found = read_cross_encoder(model_dir, num_labels)
+    if found is None and task == "rerank":
+        name = default_activation(num_labels)
+        found = {"activation": name, "activation_fn": ACTIVATIONS[name], "stated_in": "none (the default)"}
+    if found is not None:       # CrossEncoder.max_length: its tokenizer's model_max_length, where one is stated
+        limit = _model_max_length(model_dir)
+        found = {**found, **({"max_length": limit} if limit else {})}
+    return found
+
+
+def _model_max_length(model_dir: Path) -> int | None:
+    """tokenizer_config.json's ``model_max_length`` (None where absent or transformers' 'no limit' 1e30)."""
+    from edgebert.files.jsonfile import read_json_object
+
+    path = Path(model_dir) / "tokenizer_config.json"
+    value = read_json_object(path).get("model_max_length") if path.is_file() else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**6 else None
 
 
 def _make_readable(folder: Path) -> None:

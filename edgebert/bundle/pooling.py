@@ -105,6 +105,8 @@ def read_pooling(model_dir: str | os.PathLike) -> SentencePooling | None:
     if not isinstance(modules, list):
         raise ConfigError(f"{modules_file} must hold a list of modules", "restore the model's modules.json")
     kinds = [(_module_kind(m, modules_file), m) for m in modules]
+    if [k for k, _ in kinds] == ["Transformer"]:     # a CrossEncoder (sentence-transformers 6): its head scores, nothing pools
+        return None
     other = [k for k, _ in kinds if k not in _KNOWN_MODULES]
     if other:
         raise ConfigError(f"{modules_file} has a {other[0]} module after the encoder; edgebert runs the encoder, "

@@ -19,7 +19,7 @@ from edgebert.records import record
 __all__ = ["BundleTask", "BUNDLE_TASKS", "TASK_NAMES", "bundle_task", "task_of_architecture", "task_serving",
            "INPUT_KINDS", "CARRIED", "check_budget"]
 
-INPUT_KINDS = ("texts", "questions", "choices")
+INPUT_KINDS = ("texts", "questions", "choices", "pairs")   # pairs: (query, passage)
 CARRIED = ("pooling", "labels")      # what a model folder may carry for a task beside its weights
 
 
@@ -128,6 +128,13 @@ BUNDLE_TASKS: tuple[BundleTask, ...] = (
     BundleTask("multiple-choice", "BertForMultipleChoice", ("BertForMultipleChoice",),
                (("logits", ("batch", "choices")),), "label_agreement", "logits", 0.01,
                "the chosen choice flips at most 1 in 100 times, as a sentence label", "run", inputs="choices"),
+    # a cross-encoder reranker (sentence-transformers' CrossEncoder with one label): imported from a folder that
+    # states a CrossEncoder (``bundle.cross_encoder``), never by architecture alone (that is a ``cls``)
+    BundleTask("rerank", "BertForSequenceClassification", (), (("logits", ("batch", "num_labels")),),
+               "ranking", "logits", 0.005,
+               "each query's candidates kept in fp32's order: NDCG@10 against it (the best weighing most) loses at "
+               "most 0.005, i.e. at most ~4 queries in 100 with their best two swapped",
+               "rank", inputs="pairs", carries=("labels",)),
 )
 _BY_NAME = {t.name: t for t in BUNDLE_TASKS}
 TASK_NAMES: tuple[str, ...] = tuple(_BY_NAME)

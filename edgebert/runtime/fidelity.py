@@ -13,11 +13,16 @@ The metrics, each against the reference's own outputs (a task's metric is its en
   character offsets into the context (1 for the same span, 0 for disjoint ones; two empty answers
   agree), the answers as ``EdgeSession.answer`` gives them;                     loss = 1 - mean.
   The export's INT8 gate measures this too, on held-out questions (``quantization.span_gate``).
+* ``ranking`` (rerank): per query (one batch holds one query's candidates), NDCG@10 of the graph's order of
+  the candidates against the reference's order, the reference's r-th candidate worth 2^(10 - r) - 1 (its
+  best two swapped cost 0.12 on that query, its 2nd and 3rd 0.02); loss = 1 - mean over queries; the share of
+  queries whose best candidate is the reference's is ``top1`` beside it.
 
 Agreement moves in steps of 1/n, too coarse to rank single graph nodes on a few dozen texts, so every
 comparison also yields a continuous ``distance``: 1 - cosine (embed), total-variation distance of the
 softmax (cls; token-cls: per token, averaged over the real tokens), |p_ref - p_ours| of the
-reference's top-1 token (mlm), 1 for an answer whose span differs at all (qa).
+reference's top-1 token (mlm), 1 for an answer whose span differs at all (qa), the total-variation distance
+of the softmax over a query's candidate scores (rerank).
 
 ``FidelityTracker`` is the one tracker of these metrics: the INT8 gate and ``check`` feed it the task
 output (``add`` / ``add_outputs``); ``edgebert bench`` feeds it every output of both runs
@@ -41,6 +46,7 @@ METRICS = {t.name: t.metric for t in BUNDLE_TASKS}
 OUTPUT = {t.name: t.metric_output for t in BUNDLE_TASKS if t.inputs == "texts"}   # compared on single texts
 DEFAULT_BUDGETS = {t.name: t.budget for t in BUNDLE_TASKS}     # the export gate's and check's
 LABELS = ("label_agreement", "token_label_agreement")             # argmax agreement, per text or per token
+RANK_DEPTH = 10                                                   # ranking: NDCG@10
 # a loss equal to the budget up to float rounding is within it: 2 labels of 200 lose 1 - 0.99 = 0.010000000000000009
 LOSS_ROUNDING = 1e-9
 
@@ -72,8 +78,31 @@ def summarize(task: str, output: np.ndarray, mask: np.ndarray) -> dict[str, np.n
     if metric == "token_label_agreement":
         real = output[inner_tokens(mask)].astype(np.float64)     # (tokens, C)
         return {"label": real.argmax(-1), "probs": softmax(real)}
+    if metric == "ranking":                                      # one query's candidates: their scores
+        return {"scores": output[:, -1].astype(np.float64)}
     real = output[mask.astype(bool)].astype(np.float64)          # (tokens, V)
     return {"top1": real.argmax(-1), "probs": softmax(real)}
+
+
+def reference_gains(scores: np.ndarray, depth: int = RANK_DEPTH) -> np.ndarray:
+    """Each candidate's gain under the reference's order: 2^(depth - r) - 1 for its r-th best (r = 0 ...), 0 past
+    ``depth``; equal scores keep input order, as ``rank`` lists them."""
+    order = np.argsort(-scores, kind="stable")
+    gains = np.zeros(len(scores))
+    top = order[:depth]
+    gains[top] = 2.0 ** (depth - np.arange(len(top))) - 1
+    return gains
+
+
+def ndcg_at(gains: np.ndarray, scores: np.ndarray, depth: int = RANK_DEPTH) -> float:
+    """NDCG@depth of the order of ``scores`` under ``gains`` (linear in the gains, log2 discount, ties in input
+    order), as scikit-learn's ``ndcg_score`` computes it for untied scores (tests/test_rerank.py holds it to that);
+    1.0 when no candidate has a gain."""
+    discount = 1.0 / np.log2(np.arange(min(depth, len(gains))) + 2)
+    got = gains[np.argsort(-scores, kind="stable")[:depth]]
+    ideal = np.sort(gains)[::-1][:depth]
+    best = float((ideal * discount).sum())
+    return 1.0 if best == 0 else float((got * discount).sum()) / best
 
 
 def answer_spans(answers: list[dict]) -> dict[str, np.ndarray]:
@@ -98,6 +127,10 @@ def compare(task: str, ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -
     if metric == "cosine":
         cos = (ref["emb"] * got["emb"]).sum(1)
         return cos, 1.0 - cos
+    if metric == "ranking":              # one query: its NDCG@10 against the reference's order
+        a, b = ref["scores"], got["scores"]
+        ndcg = ndcg_at(reference_gains(a), b)
+        return np.asarray([ndcg]), np.asarray([0.5 * np.abs(softmax(a[None]) - softmax(b[None])).sum()])
     if metric in LABELS:                 # per text or per token
         return (ref["label"] == got["label"]).astype(np.float64), 0.5 * np.abs(ref["probs"] - got["probs"]).sum(1)
     rows = np.arange(len(ref["top1"]))
@@ -117,6 +150,8 @@ class Fidelity:
     loss: float           # 1 - mean
     distance: float       # continuous companion of the loss
     tokens: int | None = None
+    top1: float | None = None   # ranking: share of queries whose best candidate is the reference's
+    pairs: int | None = None    # ranking: (query, candidate) pairs scored (n counts queries)
     # ``FidelityTracker.add_runs`` only (bench): largest differences, texts with non-finite outputs
     max_abs_diff: float | None = None
     prob_max_abs_diff: float | None = None      # cls, token-cls
@@ -134,6 +169,9 @@ class Fidelity:
              "n": self.n, "loss": round(1.0 - mean, 6), "distance": float(f"{self.distance:.4g}")}
         if self.tokens is not None:
             d["tokens"] = self.tokens
+        if self.top1 is not None:
+            d["top1_agreement"] = round(self.top1, 6)
+            d["pairs"] = self.pairs
         return d
 
 
@@ -141,7 +179,7 @@ def compared_positions(task: str, output: np.ndarray, mask: np.ndarray) -> np.nd
     """The part of a task output the metric looks at: real tokens (embed, mlm), the tokens between
     [CLS] and [SEP] (token-cls), every row (cls)."""
     metric = METRICS[task]
-    if metric == "label_agreement":
+    if metric in ("label_agreement", "ranking"):
         return output
     return output[inner_tokens(mask) if metric == "token_label_agreement" else mask.astype(bool)]
 
@@ -164,11 +202,17 @@ class FidelityTracker:
         self.texts = 0
         self.diffs: dict[str, float] = {}    # add_runs: largest |ours - reference| per figure
         self.non_finite: int | None = None   # add_runs: texts whose outputs hold a NaN or an infinity
+        self.top1: list[bool] = []           # ranking: per query, the same best candidate
+        self.pairs = 0
 
     def add(self, ref: dict[str, np.ndarray], got: dict[str, np.ndarray], texts: int) -> None:
         score, distance = compare(self.task, ref, got)
         self.scores.append(score)
         self.distances.append(distance)
+        if self.metric == "ranking":     # one batch is one query
+            self.top1.append(bool(np.argmax(ref["scores"]) == np.argmax(got["scores"])))
+            self.pairs += texts
+            texts = 1
         self.texts += texts
 
     def add_outputs(self, ref_output: np.ndarray, got_output: np.ndarray, mask: np.ndarray) -> None:
@@ -199,4 +243,6 @@ class FidelityTracker:
         return Fidelity(self.metric, mean, float(scores.min()) if self.metric == "cosine" and len(scores) else None,
                         self.texts, 1.0 - mean, distance,
                         tokens=len(scores) if bundle_task(self.task).token_level else None,
+                        top1=float(np.mean(self.top1)) if self.top1 else None,
+                        pairs=self.pairs if self.metric == "ranking" else None,
                         non_finite=self.non_finite, **self.diffs)

@@ -1,4 +1,5 @@
-"""``EdgeSession``: an exported bundle behind ``embed`` / ``classify`` / ``tag`` / ``fill_mask``.
+"""``EdgeSession``: an exported bundle behind ``embed`` / ``classify`` / ``tag`` / ``fill_mask`` / ``answer`` /
+``predict`` and ``rank`` (a cross-encoder: ``runtime.cross_encoder``).
 
 Imports only onnxruntime, tokenizers and numpy (plus torch-free edgebert modules), so an app that ships a bundle
 does not need torch. One session is safe to share between threads: onnxruntime's ``run`` is thread-safe and
@@ -30,6 +31,7 @@ from edgebert.bundle import PRECISIONS, read_manifest, tokenizer_path, verify_fi
 from edgebert.bundle.task_registry import bundle_task, task_serving
 from edgebert.errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
 from edgebert.runtime.attempts import SessionRequest, open_session
+from edgebert.runtime.cross_encoder import CrossEncoderMethods
 from edgebert.runtime.hostcpu import detect_host
 from edgebert.runtime.numeric import nonfinite_rows, softmax
 from edgebert.runtime.precision import SMALLEST, choose_precision
@@ -58,7 +60,7 @@ POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a mod
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
 
 
-class EdgeSession(SentenceMethods):
+class EdgeSession(SentenceMethods, CrossEncoderMethods):
     """Load a bundle (hash-checked) and run it on the best provider that really works here.
 
     bundle_dir: the folder ``edgebert export`` wrote, or its archive (``.tar.gz`` / ``.zip`` from
@@ -309,8 +311,9 @@ class EdgeSession(SentenceMethods):
         return self._vectors(items, chosen, bool(normalize), batch_size, self._truncate(truncate))
 
     def logits(self, texts: Any, batch_size: int | None = None, truncate: bool | None = None) -> np.ndarray:
-        """Raw ``logits`` of a ``cls`` bundle, (N, C) float32 in input order (texts or pairs)."""
-        self._require("classify")
+        """Raw ``logits`` of a ``cls`` or ``rerank`` bundle, (N, C) float32 in input order (texts or pairs)."""
+        if self.task != "rerank":
+            self._require("classify")
         rows = self.tokenize(texts, truncate)
         result = np.zeros((len(rows), len(self.label_names) or 2), dtype=np.float32)
         for idx, _, out in self._batches(rows, ["logits"], batch_size):
@@ -322,6 +325,10 @@ class EdgeSession(SentenceMethods):
     def classify(self, texts: Any, batch_size: int | None = None,
                  truncate: bool | None = None) -> ClassificationResult:
         """Labels and softmax probabilities for texts, or for (text, text) pairs (e.g. MRPC)."""
+        if self.task == "rerank":
+            raise ConfigError(f"classify() needs a 'cls' bundle; {self.bundle_dir} is a 'rerank' bundle, whose one "
+                              "logit a softmax would turn into 1.0 for every pair", "use predict(pairs) or rank(query, "
+                              "documents)")
         logits = self.logits(texts, batch_size, truncate)
         names = self.label_names or [f"LABEL_{i}" for i in range(logits.shape[1])]
         probs = softmax(logits)

@@ -32,11 +32,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from edgebert.bundle.cross_encoder import read_cross_encoder, settings_file
 from edgebert.bundle.pooling import POOLING_FILES, SentencePooling, read_pooling, write_pooling
 from edgebert.bundle.st_settings import ST_SETTINGS_NAME, read_settings
 from edgebert.data.hf_tokenizer_files import byte_level_bpe, do_lower_case, tokenizer_config
 from edgebert.errors import CheckpointError, ConfigError, EdgebertError, ValidationError
-from edgebert.files.atomic import copy_file, write_text
+from edgebert.files.atomic import copy_file, write_json, write_text
 from edgebert.files.jsonfile import read_json_object
 from edgebert.files.outdirs import OutputDir
 from edgebert.model.bert import build_model, count_parameters
@@ -119,6 +120,8 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
         raise ConfigError(f"unknown architecture {arch!r}", f"use one of {', '.join(ARCHITECTURES)}")
     if not supports(arch, cfg.model_type):
         raise ConfigError(f"{arch} has no {cfg.model_type} form", "import it as one its family has, e.g. BertModel")
+    # a CrossEncoder's activation, read (and an activation edgebert cannot compute refused) before any weights
+    cross_encoder = read_cross_encoder(src, cfg.num_labels) if arch.endswith("ForSequenceClassification") else None
     weights_file = WEIGHTS_NAME if (src / WEIGHTS_NAME).exists() else "pytorch_model.bin"
     sd = _read_source_weights(src)
     cfg = _fit_config(cfg, arch, sd)
@@ -142,7 +145,11 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
         _check_pad_id(cfg, tmp, src)
         if pooling is not None:
             write_pooling(tmp, pooling, cfg.hidden_size, write_text, src)
-        if read_settings(src) is not None:      # prompts, similarity function: checked, then kept as written
+        if cross_encoder is not None:           # its activation, where sentence-transformers 6 reads it
+            write_json(tmp / ST_SETTINGS_NAME, settings_file(cross_encoder["activation"]))
+            notes.append(f"a sentence-transformers CrossEncoder: scores through {cross_encoder['activation']} "
+                         f"(from {cross_encoder['stated_in']})")
+        elif read_settings(src) is not None:    # prompts, similarity function: checked, then kept as written
             copy_file(src / ST_SETTINGS_NAME, tmp / ST_SETTINGS_NAME)
         diff = _verify_reload(model, tmp)
     if not tokenizer_files:
