@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.bundle import TASKS
-from edgebert.bundle.task_registry import BUNDLE_TASKS, bundle_task, task_of_architecture
+from edgebert.bundle.task_registry import BUNDLE_TASKS, bundle_task, reranker_of, task_of_architecture
 from edgebert.errors import ConfigError
 from edgebert.quantization.config import INT8_MODES, Fp16Config, Int8Config
 from edgebert.quantization.int4 import Int4Config
@@ -46,11 +46,12 @@ def model_task(model_dir: Path, architecture: str, num_labels: int) -> str:
     one-label sequence classifier whose folder states a sentence-transformers CrossEncoder is a ``rerank``
     (``bundle.cross_encoder``); a CrossEncoder of several labels is a pair classifier (``cls``)."""
     task = default_task(architecture)
-    if task == "cls" and num_labels == 1:
+    reranker = reranker_of(architecture)
+    if bundle_task(task).cross_encoder == "stated" and num_labels == 1 and reranker is not None:
         from edgebert.bundle.cross_encoder import read_cross_encoder
 
         if read_cross_encoder(model_dir, num_labels) is not None:
-            return "rerank"
+            return reranker.name
     return task
 
 

@@ -129,7 +129,7 @@ def loaders_note(task: str, models: dict[str, dict]) -> dict[str, Any]:
             note["transformers.js"][key] = {"dtype": dtype}
         elif key in plain:
             note["transformers.js"][key] = {"dtype": "fp32", "model_file_name": stem}
-    if bundle_task(task).has_pooling or task == "rerank":       # SentenceTransformer / CrossEncoder
+    if bundle_task(task).has_pooling or bundle_task(task).cross_encoder == "always":   # SentenceTransformer / CrossEncoder
         note["sentence-transformers"] = {k: ({"backend": "onnx"} if Path(e["file"]).name == "model.onnx" else
                                              {"backend": "onnx", "model_kwargs": {"file_name": Path(e["file"]).name}})
                                          for k, e in cpu.items()}

@@ -82,8 +82,8 @@ def _load(cfg: ExportConfig) -> tuple[BertConfig, str, object, Path]:
                               "pass a directory written by edgebert or a Hugging Face BERT directory")
     model_cfg = BertConfig.load(cfg.model_dir / CONFIG_NAME)
     task = cfg.task or model_task(cfg.model_dir, model_cfg.architecture, model_cfg.num_labels)
-    if task == "rerank" and model_cfg.num_labels != 1:
-        raise ConfigError(f"--task rerank scores each (query, passage) pair with one logit; {cfg.model_dir} has "
+    if bundle_task(task).one_label and model_cfg.num_labels != 1:
+        raise ConfigError(f"--task {task} scores each (query, passage) pair with one logit; {cfg.model_dir} has "
                           f"{model_cfg.num_labels} labels", "export it as a pair classifier (--task cls)")
     tok_file = find_tokenizer(cfg.model_dir)
     model = load_model(cfg.model_dir, bundle_task(task).architecture)
@@ -158,7 +158,8 @@ def _export(cfg: ExportConfig, say: _Steps, out: OutputDir, source_dir: Path, ex
         if cfg.tensorrt:
             models["fp32-trt"] = gpu.tensorrt_fp32(profile)
         if cfg.int8:
-            models.update(export_int8(job, check, cfg.int8_config(max_len), profile,
+            cut = min(max_len, scores.get("max_length") or max_len) if scores else max_len   # where predict cuts
+            models.update(export_int8(job, check, cfg.int8_config(cut), profile,
                                       small=cfg.int4_config() if cfg.int4 else None))
         if cfg.fp16:
             models["fp16"] = gpu.fp16_graph(job.gpu_source, MODEL_FILES["fp16"])
@@ -215,10 +216,11 @@ def _cross_encoder(model_dir: Path, task: str, num_labels: int) -> dict | None:
     (sentence-transformers' default when the folder states none), a pair classifier when its folder states it."""
     from edgebert.bundle.cross_encoder import ACTIVATIONS, default_activation, read_cross_encoder
 
-    if task not in ("rerank", "cls"):
+    kind = bundle_task(task).cross_encoder
+    if not kind:
         return None
     found = read_cross_encoder(model_dir, num_labels)
-    if found is None and task == "rerank":
+    if found is None and kind == "always":
         name = default_activation(num_labels)
         found = {"activation": name, "activation_fn": ACTIVATIONS[name], "stated_in": "none (the default)"}
     if found is not None:       # CrossEncoder.max_length: its tokenizer's model_max_length, where one is stated

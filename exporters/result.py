@@ -66,7 +66,9 @@ def _int8_line(q: ModelEntry) -> str:
     acc = q.get_extra("accuracy")
     line = (f"int8 {q.file} (target {q.target}): {kind}; {counts}; {acc['metric']} mean {acc['mean']:.4f}"
             + (f" min {acc['min']:.4f}" if acc.get("min") is not None else "")
-            + f" on {acc['n']} held-out texts"
+            + (f", top-1 {acc['top1_agreement']:.4f}" if acc.get("top1_agreement") is not None else "")
+            + (f" on {acc['n']} held-out queries of {acc['pairs']} passages in all" if acc.get("pairs") else
+               f" on {acc['n']} held-out texts")
             + (f" of the {acc['held_out']['source']}" if (acc.get("held_out") or {}).get("source") else "")
             + f" (loss {acc['loss']:.4f}, budget {acc['max_accuracy_loss']})")
     if quant.get("excluded_nodes"):

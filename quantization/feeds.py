@@ -322,10 +322,10 @@ class PairBatches:
 
 def gate_groups(gate_data: Path | None, gate_size: int | None) -> tuple[list, str]:
     """The groups a rerank gate (and ``check``) orders, and where they came from."""
-    from edgebert.qa.rank_groups import GATE_QUERIES, builtin_rank_groups, rank_groups
+    from edgebert.qa.rank_groups import BUILTIN_GROUPS, GATE_QUERIES, builtin_rank_groups, rank_groups
 
     if gate_data is None:
-        return builtin_rank_groups(gate_size or GATE_QUERIES), "built-in questions"
+        return builtin_rank_groups(gate_size or GATE_QUERIES), BUILTIN_GROUPS
     groups = rank_groups(read_squad(gate_data))[:gate_size or GATE_QUERIES]
     if not groups:
         raise DataError(f"gate file {gate_data} has no answerable questions", "pass a SQuAD file with answers")

@@ -29,8 +29,8 @@ UNAMBIGUOUS = ("token-cls", "multiple-choice")    # "cls", "embed", "mlm" also n
 def test_one_frozen_entry_per_task():
     for entry in BUNDLE_TASKS:
         print(entry.as_dict())
-    assert len(TASK_NAMES) == len(set(TASK_NAMES)) == len(BUNDLE_TASKS) == 6
-    assert TASK_NAMES == ("embed", "mlm", "cls", "token-cls", "qa", "multiple-choice")
+    assert len(TASK_NAMES) == len(set(TASK_NAMES)) == len(BUNDLE_TASKS) == 7
+    assert TASK_NAMES == ("embed", "mlm", "cls", "token-cls", "qa", "multiple-choice", "rerank")
     entry = bundle_task("token-cls")
     with pytest.raises(dataclasses.FrozenInstanceError):
         entry.budget = 0.5
@@ -41,7 +41,7 @@ def test_one_frozen_entry_per_task():
     assert bundle_task("qa").inputs == "questions" and bundle_task("multiple-choice").inputs == "choices"
     with pytest.raises(ConfigError, match="unknown task 'ner'") as error:
         bundle_task("ner")                                 # a dataset preset is not a bundle task
-    assert "use one of embed, mlm, cls, token-cls, qa, multiple-choice" in error.value.one_line()
+    assert "use one of embed, mlm, cls, token-cls, qa, multiple-choice, rerank" in error.value.one_line()
     with pytest.raises(ValueError, match="not one of"):
         BundleTask("x", "BertModel", (), (("logits", ("batch",)),), "m", "logits", 0.01, "", "run", inputs="images")
 
@@ -60,7 +60,7 @@ def test_every_layer_reads_the_registry():
         assert tuple(o.name for o in outputs) == entry.output_names
         assert TASK_ARCHITECTURES[entry.name] == entry.architecture
         assert all(default_task(a) == ARCHITECTURE_TASKS[a] == entry.name for a in entry.architectures)
-        assert task_of_architecture(entry.architecture) is entry
+        assert task_of_architecture(entry.architecture) is entry or entry.cross_encoder == "always"
         assert METRICS[entry.name] == entry.metric and DEFAULT_BUDGETS[entry.name] == entry.budget
         assert Int8Config().budget(entry.name) == entry.budget
         assert callable(getattr(EdgeSession, entry.method)), entry.method

@@ -17,7 +17,7 @@ from edgebert.errors import ConfigError
 from edgebert.records import record
 
 __all__ = ["BundleTask", "BUNDLE_TASKS", "TASK_NAMES", "bundle_task", "task_of_architecture", "task_serving",
-           "INPUT_KINDS", "CARRIED", "check_budget"]
+           "INPUT_KINDS", "CARRIED", "check_budget", "reranker_of"]
 
 INPUT_KINDS = ("texts", "questions", "choices", "pairs")   # pairs: (query, passage)
 CARRIED = ("pooling", "labels")      # what a model folder may carry for a task beside its weights
@@ -42,6 +42,10 @@ class BundleTask:
     token_level: bool = False                   # one prediction per token: the metric counts tokens
     gate_may_miss: bool = False                 # an INT8 graph over budget ships flagged, fp32 the default
     optional_outputs: tuple[str, ...] = ()      # outputs a bundle may leave out (embed: the pooler head)
+    # a sentence-transformers CrossEncoder's score activation (``bundle.cross_encoder``; ``EdgeSession.predict``):
+    # "always" (every bundle of the task has one), "stated" (where the model's folder states a CrossEncoder), ""
+    cross_encoder: str = ""
+    one_label: bool = False                     # the head has exactly one output class (a relevance logit)
 
     def __post_init__(self) -> None:
         if self.inputs not in INPUT_KINDS:
@@ -52,6 +56,8 @@ class BundleTask:
             raise ValueError(f"task {self.name}: metric output {self.metric_output!r} is not an output")
         if not set(self.optional_outputs) <= set(self.output_names) - {self.metric_output}:
             raise ValueError(f"task {self.name}: optional outputs {self.optional_outputs} must be other outputs")
+        if self.cross_encoder not in ("", "stated", "always"):
+            raise ValueError(f"task {self.name}: cross_encoder {self.cross_encoder!r} not '', 'stated' or 'always'")
         if not 0.0 <= self.budget < 1.0:
             raise ValueError(f"task {self.name}: budget {self.budget} not in [0, 1)")
 
@@ -100,7 +106,8 @@ class BundleTask:
                 "outputs": {n: list(s) for n, s in self.outputs}, "metric": self.metric,
                 "metric_output": self.metric_output, "budget": self.budget, "method": self.method,
                 "inputs": self.inputs, "carries": list(self.carries), "token_level": self.token_level,
-                "gate_may_miss": self.gate_may_miss, "optional_outputs": list(self.optional_outputs)}
+                "gate_may_miss": self.gate_may_miss, "optional_outputs": list(self.optional_outputs),
+                "cross_encoder": self.cross_encoder, "one_label": self.one_label}
 
 
 _TEXT = ("batch", "sequence")
@@ -116,7 +123,7 @@ BUNDLE_TASKS: tuple[BundleTask, ...] = (
                "fill_mask", token_level=True),
     BundleTask("cls", "BertForSequenceClassification", ("BertForSequenceClassification",),
                (("logits", ("batch", "num_labels")),), "label_agreement", "logits", 0.01,
-               "at most 1 in 100 classifications may flip", "classify", carries=("labels",)),
+               "at most 1 in 100 classifications may flip", "classify", carries=("labels",), cross_encoder="stated"),
     BundleTask("token-cls", "BertForTokenClassification", ("BertForTokenClassification",),
                (("logits", (*_TEXT, "num_labels")),), "token_label_agreement", "logits", 0.005,
                "one flipped token can split, cut or invent an entity (CoNLL: ~1 entity per 8 words): "
@@ -134,7 +141,7 @@ BUNDLE_TASKS: tuple[BundleTask, ...] = (
                "ranking", "logits", 0.005,
                "each query's candidates kept in fp32's order: NDCG@10 against it (the best weighing most) loses at "
                "most 0.005, i.e. at most ~4 queries in 100 with their best two swapped",
-               "rank", inputs="pairs", carries=("labels",)),
+               "rank", inputs="pairs", carries=("labels",), cross_encoder="always", one_label=True),
 )
 _BY_NAME = {t.name: t for t in BUNDLE_TASKS}
 TASK_NAMES: tuple[str, ...] = tuple(_BY_NAME)
@@ -163,6 +170,11 @@ def task_of_architecture(architecture: str) -> BundleTask | None:
     """The task an edgebert architecture (``BertFor...``) exports as by default; None for one edgebert
     cannot export (a model family's own names are translated by ``edgebert.model.families`` first)."""
     return next((t for t in BUNDLE_TASKS if architecture in t.architectures), None)
+
+
+def reranker_of(architecture: str) -> BundleTask | None:
+    """The task a one-label ``architecture`` exports as when its folder states a CrossEncoder (a reranker), if any."""
+    return next((t for t in BUNDLE_TASKS if t.cross_encoder == "always" and t.architecture == architecture), None)
 
 
 def task_serving(method: str) -> BundleTask:

@@ -19,6 +19,7 @@ from edgebert.cli import (  # noqa: F401,E402
                pack_cmds,
                pipeline_cmds,
                pretrain_cmds,
+               rerank_cmds,
                triton_cmds,
 )
 from edgebert.cli.app import app, main, run  # noqa: F401

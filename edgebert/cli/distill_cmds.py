@@ -26,7 +26,7 @@ def distill_cmd(
     teacher: Annotated[Path, typer.Argument(metavar="TEACHER_DIR",
                                             help="Teacher model directory (edgebert or Hugging Face BERT).")],
     out: o.Out,
-    task: o.task_option("mlm | embed (text) or sst2 | mrpc | tsv | ner | squad (a fine-tuned model); default: "
+    task: o.task_option("mlm | embed (text) or sst2 | mrpc | tsv | ner | squad | rerank (a fine-tuned model); default: "
                         "from the teacher (an MLM head: mlm; a bare encoder: embed; a token classifier: ner; "
                         "a span model: squad)") = None,
     preset: o.preset_option("distilbert | tinybert | embed | embed-long | embed-narrow | task | ner | squad | tiny "
@@ -38,6 +38,7 @@ def distill_cmd(
     dev_file: o.DevFile = None,
     tag_column: o.TagColumn = None,
     doc_stride: o.DocStride = None,
+    retriever: o.Retriever = None,
     max_train_examples: o.MaxTrainExamples = None,
     max_eval_examples: o.MaxEvalExamples = None,
     layers: o.Layers = None,
@@ -83,7 +84,8 @@ def distill_cmd(
         hidden=hidden, heads=heads, intermediate=intermediate, int4_block=int4_aware,
         temperature=temperature, alpha_kd=alpha_kd, alpha_mlm=alpha_mlm, alpha_ce=alpha_ce, alpha_cos=alpha_cos,
         alpha_pool=alpha_pool, alpha_sim=alpha_sim, alpha_hidden=alpha_hidden, alpha_attn=alpha_attn,
-        max_seq_len=max_seq_len, epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride)
+        max_seq_len=max_seq_len, epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column, doc_stride=doc_stride,
+        retriever=retriever)
     result = distill(cfg, console=console)
     say(f"student saved to {result.out_dir} ({result.steps} steps, {result.wall_s:.0f} s): "
         f"{result.student_parameters / 1e6:.1f}M parameters vs the teacher's {result.teacher_parameters / 1e6:.1f}M, "

@@ -17,12 +17,13 @@ from edgebert.cli.app import app, say
 def evaluate_cmd(
     path: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
                                          help="Model directory (config.json) or ONNX bundle (manifest.json).")],
-    task: o.task_option("sst2 | mrpc | tsv | ner | squad | mlm | embed", required=True),
+    task: o.task_option("sst2 | mrpc | tsv | ner | squad | rerank | mlm | embed", required=True),
     data: Annotated[Path, typer.Option("--data", help="Labelled TSV (classifiers), CoNLL file (ner), SQuAD "
-                                                      "1.1 / 2.0 JSON (squad), a text file (mlm), or for embed "
+                                                      "1.1 / 2.0 JSON (squad, rerank), a text file (mlm), or for embed "
                                                       "a folder with mrpc/dev.tsv, sst2/train.tsv, sst2/dev.tsv "
                                                       "and wikitext-2-raw/wiki.test.raw (e.g. ../shared/data).")],
     tag_column: o.TagColumn = None,
+    retriever: o.Retriever = None,
     with_no_answer: Annotated[bool, typer.Option(
         "--with-no-answer", help="squad: SQuAD 2.0 scoring of every question (a null threshold chosen on the "
                                  "file, HasAns / NoAns split); default: EM / F1 of the answerable ones.")] = False,
@@ -36,14 +37,15 @@ def evaluate_cmd(
     as_json: o.Json = False,
 ) -> None:
     """Accuracy/F1 of a classifier, entity F1 (overall and per type) of a token classifier, SQuAD EM/F1
-    of a span model, MLM accuracy/perplexity of a masked LM, or (embed) what a sentence-embedding model's
+    of a span model, MRR@10 / NDCG@10 of a reranker, MLM accuracy/perplexity of a masked LM, or (embed) what a sentence-embedding model's
     mean-pooled vectors are worth: MRPC paraphrase ROC-AUC of the cosine, SST-2 logistic-probe accuracy,
     WikiText-2 retrieval recall@1/@10 and MRR."""
     from edgebert.stages.evaluate import evaluate
 
     result = evaluate(path, task, data, max_seq_len=max_seq_len, batch_size=eval_batch_size,
                       max_examples=max_eval_examples, corpus_format=corpus_format, precision=precision,
-                      tag_column=tag_column, with_no_answer=with_no_answer, doc_stride=doc_stride)
+                      tag_column=tag_column, with_no_answer=with_no_answer, doc_stride=doc_stride,
+                      retriever=retriever)
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
         return

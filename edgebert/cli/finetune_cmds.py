@@ -18,14 +18,15 @@ def finetune_cmd(
     model: Annotated[Path, typer.Argument(metavar="MODEL_DIR",
                                           help="Model directory to fine-tune (edgebert or Hugging Face BERT).")],
     out: o.Out,
-    task: o.task_option("sst2 | mrpc | tsv | ner (CoNLL named-entity tags) | squad (SQuAD JSON: answer spans).",
-                        required=True),
+    task: o.task_option("sst2 | mrpc | tsv | ner (CoNLL named-entity tags) | squad (SQuAD JSON: answer spans) | "
+                        "rerank (SQuAD JSON: question-sentence relevance, a cross-encoder).", required=True),
     train_file: o.TrainFile = None,
     dev_file: o.DevFile = None,
     tag_column: o.TagColumn = None,
     doc_stride: o.DocStride = None,
-    preset: o.preset_option("glue | cpu-quick | ner | squad | run-qa | tiny (default: ner / squad for those tasks, "
-                            "else glue)") = None,
+    retriever: o.Retriever = None,
+    preset: o.preset_option("glue | cpu-quick | ner | squad | run-qa | rerank | tiny (default: ner / squad / rerank "
+                            "for those tasks, else glue)") = None,
     max_train_examples: o.MaxTrainExamples = None,
     max_eval_examples: o.MaxEvalExamples = None,
     max_seq_len: o.MaxSeqLen = None,
@@ -46,9 +47,10 @@ def finetune_cmd(
                                 max_train_examples=max_train_examples, max_eval_examples=max_eval_examples,
                                 max_seq_len=max_seq_len, freeze_word_embeddings=freeze_word_embeddings,
                                 epochs=epochs, evals_per_epoch=evals_per_epoch, tag_column=tag_column,
-                                doc_stride=doc_stride)
+                                doc_stride=doc_stride, retriever=retriever)
     result = finetune(cfg, console=console)
-    what = f"labels {list(result.labels)}" if result.labels else "answer spans"
+    what = ("a reranker (one relevance logit)" if cfg.is_rank_task else
+            f"labels {list(result.labels)}" if result.labels else "answer spans")
     say(f"fine-tuned {result.num_train_examples} examples, {result.steps} steps in {result.wall_s:.0f} s; "
         f"{what}; saved to {result.out_dir}")
     if result.best_metrics:

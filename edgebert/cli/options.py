@@ -58,6 +58,10 @@ TrainFile = Annotated[Optional[Path], typer.Option("--train", help="Training fil
 DevFile = Annotated[Optional[Path], typer.Option("--dev", help="Dev file: accuracy/F1 at every evaluation.")]
 TagColumn = Annotated[Optional[int], typer.Option(
     "--tag-column", help="ner: the CoNLL column holding the tag, 1-based (default: the last column).")]
+Retriever = Annotated[Optional[Path], typer.Option(
+    "--retriever", metavar="DIR", help="rerank: the sentence-embedding model whose top passages are the hard "
+                                       "negatives and the dev top-20 (default: the start model; distill: the "
+                                       "teacher's).")]
 DocStride = Annotated[Optional[int], typer.Option(
     "--doc-stride", help="squad: context tokens that consecutive windows of a long context share (default 128; "
                           "less for windows under 384 tokens).")]

@@ -21,10 +21,11 @@ from edgebert.qa.windows import default_stride
 
 # Dataset presets (``--task`` of finetune / evaluate / distill): how to read a labelled dataset. Not the
 # bundle tasks (embed, cls, token-cls, qa ...: ``edgebert.bundle.task_registry``).
-DATASET_PRESETS = ("sst2", "mrpc", "tsv", "ner", "squad")
+DATASET_PRESETS = ("sst2", "mrpc", "tsv", "ner", "squad", "rerank")
 SEQUENCE_PRESETS = ("sst2", "mrpc", "tsv")   # one label per example
 TOKEN_PRESETS = ("ner",)                      # one label per word (IOB named-entity tags)
 SPAN_PRESETS = ("squad",)                     # an answer span per question (SQuAD JSON)
+RANK_PRESETS = ("rerank",)                    # (question, sentence) relevance from SQuAD JSON (edgebert.data.rerank_data)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,10 @@ class TaskShape:
     @property
     def is_span_task(self) -> bool:
         return self.task in SPAN_PRESETS
+
+    @property
+    def is_rank_task(self) -> bool:
+        return self.task in RANK_PRESETS
 
     @property
     def stride(self) -> int:

@@ -412,7 +412,11 @@ class BertForSequenceClassification(_Classifier):
                 output_hidden_states=False, output_attentions=False):
         enc = self.bert(input_ids, attention_mask, token_type_ids, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(enc.pooler_output))            # (B, C)
-        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        loss = None
+        if labels is not None and logits.shape[-1] == 1:   # one relevance logit (a cross-encoder): binary CE
+            loss = F.binary_cross_entropy_with_logits(logits.float()[:, 0], labels.view(-1).float())
+        elif labels is not None:
+            loss = F.cross_entropy(logits.float(), labels.view(-1))
         return ClassifierOutput(loss, logits, enc)
 
 

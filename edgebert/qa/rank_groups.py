@@ -17,10 +17,12 @@ from typing import Iterator, Sequence
 
 from edgebert.qa.squad_file import SquadExample, builtin_questions
 
-__all__ = ["RankGroup", "sentences", "rank_groups", "builtin_rank_groups", "GROUP_SIZE", "GATE_QUERIES"]
+__all__ = ["RankGroup", "sentences", "rank_groups", "builtin_rank_groups", "GROUP_SIZE", "GATE_QUERIES",
+           "BUILTIN_GROUPS"]
 
 GROUP_SIZE = 20          # passages per query: its paragraph's sentences, then the next paragraphs'
 GATE_QUERIES = 100       # built-in questions the rerank gate and check order (one from each of 100 paragraphs)
+BUILTIN_GROUPS = "built-in held-out"     # how the gate records them as its source (check measures the same)
 # a sentence ends at . ! or ? (optionally closed by a quote or bracket) followed by space and a capital, digit
 # or quote: "U.S. Army" and "3.5 percent" stay whole
 _END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")

@@ -35,6 +35,7 @@ from edgebert.bundle.task_registry import bundle_task, check_budget
 from edgebert.errors import BundleError, ConfigError, EdgebertError
 from edgebert.files.textfiles import is_conll, read_conll
 from edgebert.runtime.fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker, answer_spans
+from edgebert.qa.rank_groups import BUILTIN_GROUPS
 from edgebert.runtime.float_reference import measure_against_reference, read_reference
 from edgebert.runtime.held_out import BUILTIN_HELD_OUT, measured_texts
 from edgebert.runtime.hostcpu import PRECISION_OPTION, detect_host
@@ -44,6 +45,7 @@ from edgebert.runtime.tagging import tag_sentences
 from edgebert.runtime.text import length_sorted_batches, pad_batch
 
 BATCH = 32
+UNITS = {"texts": "texts", "questions": "questions", "choices": "texts", "pairs": "queries"}   # what fidelity.n counts
 
 
 @dataclass
@@ -84,8 +86,9 @@ class CheckReport:
                        f"loss {m['loss']:.5f} {'<=' if m['within_budget'] else '>'} budget {m['budget']:g}")
         if self.fidelity:
             f = self.fidelity
-            unit = "questions" if bundle_task(self.task).inputs == "questions" else "texts"
+            unit = UNITS[bundle_task(self.task).inputs]
             line = (f"fidelity: {f['metric']} mean {f['mean']:.5f}" + (f" min {f['min']:.5f}" if f.get("min") is not None else "")
+                    + (f" top-1 {f['top1_agreement']:.4f}" if f.get("top1_agreement") is not None else "")
                     + f" vs fp32 on {f['n']} {self.texts['source']} {unit}")
             if self.texts.get("reference"):             # a one-device bundle: no fp32 graph here
                 line += f" ({self.texts['reference']})"
@@ -177,7 +180,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
         _describe_openvino(manifest, e, host) for e in manifest.models.values() if e.engine == ENGINE]
     texts, report.texts = measured_texts(Path(data) if data is not None else None, max_texts, task)
-    if task not in OUTPUT and spec.inputs != "questions":
+    if task not in OUTPUT and spec.inputs not in ("questions", "pairs"):
         report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"
         return report
     if not graphs:
@@ -215,9 +218,10 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
             fidelity, report.texts = measure_against_reference(int8, task, max_texts,
                                                                *read_reference(bundle_dir, manifest))
         else:
-            measure = _measure_answers if spec.inputs == "questions" else _measure
+            measure = (_measure_answers if spec.inputs == "questions" else
+                       _measure_groups if spec.inputs == "pairs" else _measure)
             fidelity, report.speed = measure(fp32, int8, task, texts)
-        if "int4" in manifest.models and not packed and spec.inputs != "questions":
+        if "int4" in manifest.models and not packed and spec.inputs == "texts":
             small_gate = _gate_count(manifest.models["int4"].get_extra("accuracy") or {}, data, spec.inputs)
             report.small = _measure_small(bundle_dir, manifest, fp32, task,
                                           texts[:small_gate] if small_gate else texts, threads)
@@ -231,7 +235,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     graph = "small (int4) graph" if small_only else f"INT8 graph {choice.target!r}"
     summary = (f"{fidelity.metric} {fidelity.mean:.5f}, loss {fidelity.loss:.5f} "
                f"{'<=' if fidelity.within(report.budget) else '>'} budget {report.budget:g}, "
-               f"on {fidelity.n} {report.texts['source']} {'questions' if spec.inputs == 'questions' else 'texts'}")
+               f"on {fidelity.n} {report.texts['source']} {UNITS[spec.inputs]}")
     if fidelity.within(report.budget):
         report.passed = True
         report.reason = f"PASS: {graph} follows fp32 on {where} ({summary})"
@@ -247,10 +251,10 @@ def _gate_count(accuracy: dict[str, Any], data, inputs: str) -> int | None:
     Measuring on exactly those texts, batched alike, makes a graph the gate accepted pass ``check`` on the same
     machine: on all 202 the small graph's loss 0.004999 <= 0.005 at export read 0.00512 here."""
     held = accuracy.get("held_out") or {}
-    n = held.get("texts") if isinstance(held, dict) else None
+    n = held.get("queries" if inputs == "pairs" else "texts") if isinstance(held, dict) else None
     if data is not None or inputs == "questions" or not isinstance(n, int) or n < 1 or held.get("skip"):
         return None
-    return n if held.get("source") == BUILTIN_HELD_OUT else None
+    return n if held.get("source") in (BUILTIN_HELD_OUT, BUILTIN_GROUPS) else None
 
 
 def _measure_small(bundle_dir: Path, manifest: Manifest, fp32, task: str, texts: list,
@@ -306,6 +310,26 @@ def _speed(spent: dict[str, float], n: int, threads: int, note: str) -> dict[str
     speed = {"fp32_texts_per_s": n / max(spent["fp32"], 1e-9), "int8_texts_per_s": n / max(spent["int8"], 1e-9),
              "int8_speedup": spent["fp32"] / max(spent["int8"], 1e-9), "threads": threads, "note": note}
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in speed.items()}
+
+
+def _measure_groups(fp32, int8, task: str, groups: list) -> tuple[Any, dict[str, Any]]:
+    """``rerank``: each query's passages ordered by the INT8 graph against fp32's order (one batch per query, as the
+    export's gate batches them), cut where ``predict`` cuts pairs; timed interleaved."""
+    limit = int8.cross_encoder_max_length
+    encoder = fp32.encoder.with_max_length(limit)
+    tracker = FidelityTracker(task)
+    spent = {"fp32": 0.0, "int8": 0.0}
+    for group in groups:
+        feeds = pad_batch(encoder.encode(group.pairs(), True, truncate=True), fp32.pad_id)
+        outs = {}
+        for name, session in (("fp32", fp32), ("int8", int8)):
+            t0 = time.perf_counter()
+            outs[name] = session.run(feeds, ["logits"])["logits"]
+            spent[name] += time.perf_counter() - t0
+        tracker.add_outputs(outs["fp32"], outs["int8"], feeds["attention_mask"])
+    return tracker.result(), _speed(spent, sum(len(g.passages) for g in groups), fp32.threads,
+                                    "(query, passage) pairs a second, one query a batch, interleaved, spinning off: "
+                                    "a rough figure; edgebert bench measures latency")
 
 
 def _measure_answers(fp32, int8, task: str, examples: list) -> tuple[Any, dict[str, Any]]:

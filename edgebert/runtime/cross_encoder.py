@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from edgebert.bundle.cross_encoder import MANIFEST_KEY, activation_name, default_activation
+from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import ConfigError, DataError
 from edgebert.runtime.numeric import softmax
 
@@ -33,7 +34,6 @@ _FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "identity": lambda x: x,
     "tanh": np.tanh,
 }
-SCORED_TASKS = ("rerank", "cls")          # predict(): a reranker, or a pair classifier
 
 
 class CrossEncoderMethods:
@@ -84,7 +84,7 @@ class CrossEncoderMethods:
                 activation_fn: Any = None, apply_softmax: bool = False, convert_to_numpy: bool = True,
                 truncate: bool | None = None, **unsupported: Any) -> Any:
         """Scores of (text, text) pairs, as ``CrossEncoder.predict`` gives them (module docstring)."""
-        if self.task not in SCORED_TASKS:
+        if not bundle_task(self.task).cross_encoder:          # a reranker, or a pair classifier
             raise ConfigError(f"predict() needs a 'rerank' or pair-classifier ('cls') bundle; {self.bundle_dir} is "
                               f"a '{self.task}' bundle", "export a cross-encoder (its folder's CrossEncoder settings)")
         _refuse(unsupported, "predict")

@@ -16,6 +16,12 @@ BUILTIN_HELD_OUT = "built-in held-out text"    # how an export's gate records th
 
 def measured_texts(data: Path | None, max_texts: int, task: str) -> tuple[list, dict[str, Any]]:
     """The items to measure (texts, pairs or questions) and where they came from (``source``, ``n``)."""
+    if bundle_task(task).inputs == "pairs":         # a reranker: query groups (edgebert.qa.rank_groups)
+        from edgebert.qa.rank_groups import BUILTIN_GROUPS, builtin_rank_groups, rank_groups
+        from edgebert.qa.squad_file import read_squad
+
+        groups = rank_groups(read_squad(data))[:max_texts] if data is not None else builtin_rank_groups(max_texts)
+        return groups, {"source": str(data) if data is not None else BUILTIN_GROUPS, "n": len(groups)}
     if bundle_task(task).inputs == "questions":
         from edgebert.qa.squad_file import builtin_questions, read_squad
 

@@ -312,7 +312,7 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
 
     def logits(self, texts: Any, batch_size: int | None = None, truncate: bool | None = None) -> np.ndarray:
         """Raw ``logits`` of a ``cls`` or ``rerank`` bundle, (N, C) float32 in input order (texts or pairs)."""
-        if self.task != "rerank":
+        if bundle_task(self.task).metric_shape != ("batch", "num_labels"):   # a classifier's or reranker's logits
             self._require("classify")
         rows = self.tokenize(texts, truncate)
         result = np.zeros((len(rows), len(self.label_names) or 2), dtype=np.float32)
@@ -325,8 +325,8 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
     def classify(self, texts: Any, batch_size: int | None = None,
                  truncate: bool | None = None) -> ClassificationResult:
         """Labels and softmax probabilities for texts, or for (text, text) pairs (e.g. MRPC)."""
-        if self.task == "rerank":
-            raise ConfigError(f"classify() needs a 'cls' bundle; {self.bundle_dir} is a 'rerank' bundle, whose one "
+        if bundle_task(self.task).one_label:
+            raise ConfigError(f"classify() needs a 'cls' bundle; {self.bundle_dir} is a '{self.task}' bundle, whose one "
                               "logit a softmax would turn into 1.0 for every pair", "use predict(pairs) or rank(query, "
                               "documents)")
         logits = self.logits(texts, batch_size, truncate)

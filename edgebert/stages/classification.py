@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from edgebert.bundle.cross_encoder import ST_SETTINGS_NAME, settings_file
 from edgebert.bundle.pooling import carry_pooling
 from edgebert.data.task_data import TaskData, collate
 from edgebert.data.tokenizer import SpecialIds, save_tokenizer
@@ -87,7 +88,10 @@ class ClassificationTask(TrainingTask):
         self.eval_batch_size, self.max_seq_len = eval_batch_size, max_seq_len
         self.batch_size, self.seed = batch_size_hint, seed
         self.span_task = data.train.is_span_task
-        self.best_metric = "f1" if data.train.is_token_task or self.span_task else "accuracy"
+        self.rank_task = data.dev_groups is not None or data.stats is not None
+        self.best_metric = ("mrr@10" if self.rank_task else
+                            "f1" if data.train.is_token_task or self.span_task else "accuracy")
+        self._encoded_groups: dict = {}
         self.best = BestCheckpoint(self.best_metric)
         self._sampler: LengthGroupedBatches | None = None
 
@@ -120,18 +124,25 @@ class ClassificationTask(TrainingTask):
                          & (out.end_logits.argmax(-1) == batch["end_positions"]))
                 return out.loss, {"accuracy": right.float().mean()}
             labels = batch["labels"]
+            if out.logits.shape[-1] == 1:      # one relevance logit: right when its sign is the label's
+                return out.loss, {"accuracy": ((out.logits[:, 0] > 0).long() == labels.view(-1)).float().mean()}
             keep = labels != IGNORE_INDEX
             acc = (out.logits.argmax(-1)[keep] == labels[keep]).float().mean()
         return out.loss, {"accuracy": acc}
 
     def evaluate(self, model):
-        if self.data.dev is None:
+        if self.data.dev is None and not self.data.dev_groups:
             return {}
         metrics = self.dev_metrics(model)
         self.best.update(model, metrics, self.step)
         return metrics
 
     def dev_metrics(self, model: nn.Module) -> dict[str, float]:
+        if self.rank_task:
+            from edgebert.stages.rerank_metrics import rerank_metrics
+
+            return rerank_metrics(model, self.tokenizer, self.data.dev_groups or {}, self.max_seq_len,
+                                  self.eval_batch_size, self.pad_id, self._encoded_groups)
         if self.span_task:
             return squad_metrics(model, self.data.dev, self.data.dev_examples, self.eval_batch_size, self.pad_id)
         return task_metrics(model, self.data.dev, self.data.labels, self.eval_batch_size, self.pad_id)
@@ -139,5 +150,7 @@ class ClassificationTask(TrainingTask):
     def save(self, out_dir: Path) -> None:
         self.best.save(self.model, out_dir)
         save_tokenizer(self.tokenizer, out_dir, model_max_length=self.max_seq_len)
-        if self.source_dir is not None:
+        if self.rank_task:      # a sentence-transformers CrossEncoder: what export reads as a reranker
+            write_json(out_dir / ST_SETTINGS_NAME, settings_file("sigmoid"))
+        elif self.source_dir is not None:
             carry_pooling(self.source_dir, out_dir, self.model.config.hidden_size, write_text)

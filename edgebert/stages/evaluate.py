@@ -46,6 +46,7 @@ from edgebert.bundle import read_manifest
 from edgebert.bundle.task_registry import task_serving
 from edgebert.data.corpus import read_corpus
 from edgebert.data.tasks import (
+    RANK_PRESETS,
     SEQUENCE_PRESETS,
     SPAN_PRESETS,
     TOKEN_PRESETS,
@@ -61,7 +62,7 @@ from edgebert.scores.labels import classification_metrics
 from edgebert.scores.squad import prediction_scores
 from edgebert.stages.embed_eval import MAX_SEQ_LEN as EMBED_MAX_SEQ_LEN
 
-EVAL_TASKS = (*SEQUENCE_PRESETS, *TOKEN_PRESETS, *SPAN_PRESETS, "mlm", "embed")
+EVAL_TASKS = (*SEQUENCE_PRESETS, *TOKEN_PRESETS, *SPAN_PRESETS, *RANK_PRESETS, "mlm", "embed")
 
 
 @dataclass
@@ -89,7 +90,7 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
              batch_size: int | None = None, max_examples: int | None = None, mlm_probability: float = 0.15,
              corpus_format: str | None = None, precision: str | None = None, device: str = "cpu",
              tag_column: int | None = None, with_no_answer: bool = False,
-             doc_stride: int | None = None) -> EvaluationResult:
+             doc_stride: int | None = None, retriever: str | Path | None = None) -> EvaluationResult:
     """Score the model (or bundle) at ``path`` on ``data``; see the module docstring. ``None`` settings
     take the defaults: 128 tokens (``ner``: the model's maximum; ``squad``: 384; at most the model's),
     batches of 64, corpus format ``auto``, a CoNLL file's last column as the tag, a window stride of 128
@@ -121,6 +122,12 @@ def evaluate(path: str | Path, task: str, data: str | Path, *, max_seq_len: int 
         return EvaluationResult(path, details["kind"], task, data, metrics, n, time.perf_counter() - t0, details)
     if not data.is_file():
         raise DataError(f"{data} not found", "pass an existing data file")
+    if retriever is not None and task not in RANK_PRESETS:
+        raise ConfigError(f"--retriever is for --task rerank, not --task {task}")
+    if task in RANK_PRESETS:
+        metrics, n, details = _evaluate_rerank(path, data, retriever, max_seq_len, batch_size, max_examples,
+                                               precision, device)
+        return EvaluationResult(path, details["kind"], task, data, metrics, n, time.perf_counter() - t0, details)
     if task in SPAN_PRESETS:
         metrics, n, details = _evaluate_squad(path, data, max_seq_len, doc_stride, batch_size, max_examples,
                                               with_no_answer, precision, device)
@@ -263,6 +270,49 @@ def _evaluate_embed(path: Path, data: Path, max_seq_len: int, batch_size: int, m
     sets = DownstreamData.load(data, paragraphs=ALL_PARAGRAPHS, limit=max_examples)
     run = downstream_scores(path, sets, precision, max_seq_len=max_seq_len, batch_size=batch_size)
     return {k: run["metrics"][k] for k in METRICS}, sets.describe()["texts"], {**run["details"], **sets.describe()}
+
+
+# =========================================================================== reranking
+def _evaluate_rerank(path: Path, data: Path, retriever: str | Path | None, max_seq_len: int, batch_size: int,
+                     max_examples: int | None, precision: str | None, device: str):
+    """MRR@10 / NDCG@10 (torchmetrics) of a reranker on a SQuAD file's questions (``edgebert.data.rerank_data``):
+    each question's paragraph group, and with a ``retriever`` its top 20 over every sentence of the file. A bundle
+    scores through ``EdgeSession.predict`` (cut where it cuts pairs), a checkpoint in PyTorch."""
+    from edgebert.data.rerank_data import bi_encoder, dev_groups
+    from edgebert.qa.squad_file import read_squad
+    from edgebert.stages.rerank_metrics import ranking_figures, split_scores
+
+    groups = dev_groups(read_squad(data), bi_encoder(Path(retriever)) if retriever else None, max_examples)
+    details: dict[str, Any] = {"settings": {k: {"queries": len(v), "pairs": sum(len(g.passages) for g in v)}
+                                            for k, v in groups.items()}, "retriever": str(retriever) if retriever else None}
+    metrics: dict[str, float] = {}
+    if is_bundle(path):
+        from edgebert.runtime import EdgeSession
+
+        session = EdgeSession(path, provider="cpu" if device == "cpu" else "auto", precision=precision)
+        details.update(kind="bundle", precision=session.precision, max_length=session.cross_encoder_max_length)
+        for setting, found in groups.items():
+            flat = session.predict([p for g in found for p in g.pairs()], batch_size=batch_size)
+            metrics.update({f"{setting}_{k}": v for k, v in ranking_figures(found, split_scores(found, flat)).items()
+                            if k != "queries"})
+    else:
+        from edgebert.data.tokenizer import SpecialIds, load_tokenizer
+        from edgebert.model import BertConfig, load_model
+        from edgebert.stages.rerank_metrics import rerank_metrics
+
+        cfg = BertConfig.load(path)
+        if cfg.architecture != "BertForSequenceClassification" or cfg.num_labels != 1:
+            raise CheckpointError(f"{path} is a {cfg.architecture} of {cfg.num_labels} label(s), not a reranker",
+                                  f"fine-tune one first: edgebert finetune {path} --task rerank ...")
+        tok = load_tokenizer(path)
+        model = load_model(path).to(device)
+        metrics = rerank_metrics(model, tok, groups, min(max_seq_len, cfg.max_sequence_length), batch_size,
+                                 SpecialIds.of(tok).pad)
+        metrics = {k: v for k, v in metrics.items() if "_" in k}
+        details.update(kind="model", max_length=min(max_seq_len, cfg.max_sequence_length))
+    main = "retrieved" if "retrieved" in groups else "paragraph"
+    metrics.update({"mrr@10": metrics[f"{main}_mrr@10"], "ndcg@10": metrics[f"{main}_ndcg@10"]})
+    return metrics, len(groups[main]), details
 
 
 # =========================================================================== SQuAD

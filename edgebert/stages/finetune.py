@@ -40,9 +40,10 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from edgebert.bundle.cross_encoder import ST_SETTINGS_NAME
 from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.data.task_data import load_task_data
-from edgebert.data.tasks import DATASET_PRESETS, SPAN_PRESETS, TOKEN_PRESETS, TaskShape
+from edgebert.data.tasks import DATASET_PRESETS, RANK_PRESETS, SPAN_PRESETS, TOKEN_PRESETS, TaskShape
 from edgebert.data.tokenizer import TOKENIZER_OUTPUTS, load_tokenizer
 from edgebert.errors import CheckpointError, ConfigError
 from edgebert.files.atomic import jsonable, write_json
@@ -54,7 +55,7 @@ from edgebert.training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer
 
 FINETUNE_CONFIG_FILE = "finetune_config.json"
 FINETUNE_OUTPUTS = (*MODEL_OUTPUTS, *TOKENIZER_OUTPUTS, *POOLING_FILES, *TRAINING_OUTPUTS, BEST_FILE,
-                    FINETUNE_CONFIG_FILE)
+                    FINETUNE_CONFIG_FILE, ST_SETTINGS_NAME)
 
 
 # =========================================================================== config
@@ -76,12 +77,17 @@ class FinetuneConfig(TaskShape):
     eval_batch_size: int = 64
     tag_column: int | None = None          # ner: the CoNLL tag column (1-based; None: the last)
     doc_stride: int | None = None          # squad: context tokens consecutive windows share (None: default_stride)
+    retriever: Path | None = None          # rerank: the bi-encoder of the hard negatives and dev top-k (None: model)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(lr=2e-5, log_every=20))
     resume: bool = False
     overwrite: bool = False                # start again in a folder an earlier finetune run wrote
 
     def __post_init__(self) -> None:
-        for name in ("model", "train_file", "out", "dev_file"):
+        if self.retriever is not None and not self.is_rank_task:
+            raise ConfigError(f"--retriever is for --task rerank, not --task {self.task}")
+        if self.is_rank_task and self.retriever is None:
+            object.__setattr__(self, "retriever", self.model)     # a sentence-embedding start model (MiniLM)
+        for name in ("model", "train_file", "out", "dev_file", "retriever"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value))
@@ -160,6 +166,10 @@ FINETUNE_PRESETS: dict[str, dict[str, Any]] = {
     # fine-tuning 61.2 (benchmarks/results/squad_qa/squad_qa.md; 29 minutes with --bf16 on a 2-core AMD EPYC Zen 4)
     "squad": dict(epochs=3.0, max_seq_len=384, train=dict(lr=1e-4, batch_size=16, warmup_ratio=0.1, weight_decay=0.0,
                                                           adam_eps=1e-8, log_every=20)),
+    # a cross-encoder reranker (binary cross-entropy on one relevance logit) on SQuAD question-sentence pairs:
+    # ~8 pairs per question (1 relevant, 4 of its article, 3 the retriever ranks high); MiniLM-sized models
+    "rerank": dict(epochs=1.0, max_seq_len=128, evals_per_epoch=2,
+                   train=dict(lr=5e-5, batch_size=32, warmup_ratio=0.1, log_every=20)),
     "tiny": dict(epochs=3.0, max_seq_len=32, eval_batch_size=16,
                  train=dict(lr=3e-3, batch_size=8, warmup_ratio=0.0, log_every=1, progress=False)),
 }
@@ -175,7 +185,8 @@ def build_finetune_config(model: str | Path, task: str, train_file: str | Path |
     train = {k: v for k, v in (train or {}).items() if v is not None}
     if "max_steps" in train and "epochs" not in fields:
         fields["epochs"] = None
-    preset = preset or ("ner" if task in TOKEN_PRESETS else "squad" if task in SPAN_PRESETS else "glue")
+    preset = preset or ("ner" if task in TOKEN_PRESETS else "squad" if task in SPAN_PRESETS else
+                        "rerank" if task in RANK_PRESETS else "glue")
     return FinetuneConfig.preset(preset, model=model, task=task, train_file=train_file, out=out,
                                  train=train, **fields)
 
@@ -228,7 +239,7 @@ def finetune(cfg: FinetuneConfig, *, console=None, stop_at_step: int | None = No
     tok = load_tokenizer(cfg.model)
     data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
                           cfg.max_train_examples, cfg.max_eval_examples, cfg.train.seed,
-                          tag_column=cfg.tag_column, doc_stride=cfg.stride)
+                          tag_column=cfg.tag_column, doc_stride=cfg.stride, retriever=cfg.retriever)
     torch.manual_seed(cfg.train.seed)  # the new head's initialisation
     model = load_classifier_start(cfg.model, cfg.architecture, data.labels, cfg.max_seq_len)
     if cfg.freeze_word_embeddings:

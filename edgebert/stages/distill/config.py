@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from edgebert.data.corpus import FORMATS
-from edgebert.data.tasks import SEQUENCE_PRESETS, SPAN_PRESETS, TOKEN_PRESETS, TaskShape
+from edgebert.data.tasks import RANK_PRESETS, SEQUENCE_PRESETS, SPAN_PRESETS, TOKEN_PRESETS, TaskShape
 from edgebert.errors import ConfigError
 from edgebert.files.atomic import jsonable
 from edgebert.model import BertConfig
@@ -25,7 +25,7 @@ from edgebert.qa.windows import check_window
 from edgebert.training import TrainConfig
 
 TEXT_MODES = ("mlm", "embed")              # distillation on unlabelled text (--corpus)
-LABELLED_TASKS = (*SEQUENCE_PRESETS, *TOKEN_PRESETS, *SPAN_PRESETS)   # task distillation of a fine-tuned model
+LABELLED_TASKS = (*SEQUENCE_PRESETS, *TOKEN_PRESETS, *SPAN_PRESETS, *RANK_PRESETS)   # task distillation of a fine-tuned model
 DISTILL_TASKS = (*TEXT_MODES, *LABELLED_TASKS)
 STUDENT_INITS = ("teacher", "random")
 CLOSEST = "closest"                        # --layer-map closest: measured (layer_choice)
@@ -64,6 +64,7 @@ class DistillConfig(TaskShape):
     max_train_examples: int | None = None  # a seeded random subset of the training file
     tag_column: int | None = None          # ner: the CoNLL tag column (1-based; None: the last)
     doc_stride: int | None = None          # squad: context tokens consecutive windows share (None: default_stride)
+    retriever: Path | None = None          # rerank: hard negatives' and dev top-k's bi-encoder (None: the teacher's)
     # the student
     layers: int = 4
     layer_map: tuple[int, ...] | str | None = None  # per student layer; None: evenly spaced; "closest": measured
@@ -104,7 +105,9 @@ class DistillConfig(TaskShape):
         set_("out", Path(self.out))
         set_("corpus", tuple(Path(p) for p in self.corpus))
         set_("eval_corpus", tuple(Path(p) for p in self.eval_corpus))
-        for name in ("train_file", "dev_file"):
+        if self.is_rank_task and self.retriever is None:
+            set_("retriever", _teacher_retriever(Path(self.teacher)))
+        for name in ("train_file", "dev_file", "retriever"):
             if getattr(self, name) is not None:
                 set_(name, Path(getattr(self, name)))
         set_("layer_map", _layer_map(self.layer_map))
@@ -126,6 +129,8 @@ class DistillConfig(TaskShape):
             raise ConfigError("--train/--dev are for task distillation", "pass --task sst2|mrpc|tsv|ner|squad")
         if self.tag_column is not None and not self.is_token_task:
             raise ConfigError(f"--tag-column is for CoNLL files (--task ner), not --task {self.task}")
+        if self.retriever is not None and not self.is_rank_task:
+            raise ConfigError(f"--retriever is for --task rerank, not --task {self.task}")
         if self.tag_column is not None and self.tag_column < 2:
             raise ConfigError(f"--tag-column {self.tag_column} must be 2 or more", "column 1 holds the word")
         if self.doc_stride is not None and not self.is_span_task:
@@ -358,6 +363,12 @@ DISTILL_PRESETS: dict[str, dict[str, Any]] = {
     "squad": dict(task="squad", temperature=2.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=1.0, alpha_cos=0.0,
                   max_seq_len=384, epochs=6.0, layer_map=CLOSEST,
                   train=dict(max_steps=1000, batch_size=16, lr=2e-4, warmup_ratio=0.1, log_every=20)),
+    # a fine-tuned cross-encoder reranker -> a 4-layer one: score distillation (MSE on the one relevance logit,
+    # the teacher's cached) + binary cross-entropy on the relevance labels, on the teacher's training pairs
+    # (hard negatives of the same retriever), from the teacher layers closest to the teacher
+    "rerank": dict(task="rerank", temperature=1.0, alpha_kd=1.0, alpha_mlm=0.0, alpha_ce=1.0, alpha_cos=0.0,
+                   max_seq_len=128, epochs=2.0, layer_map=CLOSEST, evals_per_epoch=1,
+                   train=dict(max_steps=1000, batch_size=32, lr=1e-4, warmup_ratio=0.1, log_every=20)),
     # tests
     "tiny": dict(task="mlm", layers=1, max_seq_len=32, max_eval_examples=32, eval_batch_size=16,
                  train=dict(max_steps=8, batch_size=8, lr=1e-3, warmup_ratio=0.1, log_every=1,
@@ -374,6 +385,8 @@ def default_preset(teacher: str | Path, task: str | None) -> str:
             return "ner"
         if task in SPAN_PRESETS:
             return "squad"
+        if task in RANK_PRESETS:
+            return "rerank"
         return "task" if task in SEQUENCE_PRESETS else "embed" if task == "embed" else "distilbert"
     config = Path(teacher) / "config.json"
     if not config.is_file():
@@ -398,3 +411,19 @@ def build_distill_config(teacher: str | Path, out: str | Path, preset: str | Non
     if "max_steps" in train and "epochs" not in fields:
         fields["epochs"] = None
     return DistillConfig.preset(name, teacher, out, train=train, **fields)
+
+
+def _teacher_retriever(teacher: Path) -> Path:
+    """The retriever a rerank teacher was fine-tuned with (its finetune_config.json), so that the student trains
+    and is judged on the same candidates; ``ConfigError`` when the teacher's folder does not say."""
+    import json
+
+    record = teacher / "finetune_config.json"
+    try:
+        found = json.loads(record.read_text(encoding="utf-8")).get("retriever") if record.is_file() else None
+    except (OSError, ValueError):
+        found = None
+    if not found:
+        raise ConfigError(f"--task rerank: {teacher} does not record the retriever it was fine-tuned with",
+                          "pass --retriever DIR (the sentence-embedding model of its hard negatives)")
+    return Path(found)

@@ -28,6 +28,8 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
     """
     s = student_logits.reshape(-1, student_logits.shape[-1]).float()
     t = teacher_logits.reshape(-1, teacher_logits.shape[-1]).float()
+    if s.shape[-1] == 1:       # one relevance logit (a reranker): score distillation, MSE on the logits
+        return F.mse_loss(s[:, 0], t[:, 0])
     if select is not None:
         keep = select.reshape(-1)
         s, t = s[keep], t[keep]
@@ -124,7 +126,9 @@ class ModelOutputs:
 
 def hard_label_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Cross-entropy on (..., C) logits and (...) targets; IGNORE_INDEX targets (sub-tokens after a
-    word's first, specials, padding) do not count."""
+    word's first, specials, padding) do not count. One logit (a reranker): binary cross-entropy on 0/1 labels."""
+    if logits.shape[-1] == 1:
+        return F.binary_cross_entropy_with_logits(logits.reshape(-1).float(), targets.reshape(-1).float())
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                            ignore_index=IGNORE_INDEX)
 

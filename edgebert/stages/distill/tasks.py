@@ -317,8 +317,9 @@ class TaskDistillationTask(ClassificationTask):
         total, metrics = distillation_loss(self.cfg, ModelOutputs.of(s.encoder, s_logits), t_out,
                                            mask, labels, self.layer_map, positions)
         with torch.no_grad():
-            pred = s_logits.argmax(-1)
-            agree = pred == t_out.logits.argmax(-1)
+            one = s_logits.shape[-1] == 1          # a reranker: relevant when its logit is positive
+            pred = (s_logits[..., 0] > 0).long() if one else s_logits.argmax(-1)
+            agree = pred == ((t_out.logits[..., 0] > 0).long() if one else t_out.logits.argmax(-1))
             metrics["accuracy"] = (pred[labelled] == labels[labelled]).float().mean()
             metrics["teacher_agreement"] = (agree[positions] if positions is not None else agree).float().mean()
         return total, metrics
@@ -330,5 +331,6 @@ class TaskDistillationTask(ClassificationTask):
         if self.teacher_metrics is None:
             m = self.dev_metrics(self.teacher)
             self.teacher_metrics = {f"teacher_{k}": float(m[k]) for k in
-                                    ("accuracy", "f1", "precision", "recall", "exact_match") if k in m}
+                                    ("accuracy", "f1", "precision", "recall", "exact_match", "mrr@10", "ndcg@10")
+                                    if k in m}
         return {**metrics, **self.teacher_metrics}
