@@ -94,7 +94,8 @@ def write_hf_folder(staging: Path, *, task: str, cfg: BertConfig, num_labels: in
     write_json(staging / CONFIG_NAME, hf_config)
     clean_tokenizer(tok_file, staging / tok_meta["file"])
     specials = _special_tokens(tok_file, tok_meta, cfg.model_type)
-    write_json(staging / TOKENIZER_CONFIG, _tokenizer_config(specials, tok_meta, max_len, cfg.model_type))
+    limit = min(max_len, (cross_encoder or {}).get("max_length") or max_len)     # a CrossEncoder cuts pairs there
+    write_json(staging / TOKENIZER_CONFIG, _tokenizer_config(specials, tok_meta, limit, cfg.model_type))
     write_json(staging / SPECIAL_TOKENS, specials)
     names = [CONFIG_NAME, tok_meta["file"], *HF_FILES]
     if bundle_task(task).has_pooling:

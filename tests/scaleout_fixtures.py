@@ -1,4 +1,4 @@
-"""Tiny seeded bundles of every task ``edgebert.scaleout`` serves (embed, cls, token-cls, qa), for its tests.
+"""Tiny seeded bundles of every task ``edgebert.scaleout`` serves (embed, cls, token-cls, qa, rerank), for its tests.
 
 Not a test module. ``scaleout_bundle(root, task)`` exports one once per ``root`` (pass
 ``tmp_path_factory.getbasetemp()`` to share it); in the torch-free scale-out venv (``make test-scaleout``) the
@@ -16,8 +16,9 @@ import numpy as np
 
 from runtime_fixtures import READY_BUNDLES, make_tiny_model_dir, tiny_bundle
 
-TASKS = ("embed", "cls", "token-cls", "qa")
-ARCHITECTURES = {"token-cls": "BertForTokenClassification", "qa": "BertForQuestionAnswering"}
+TASKS = ("embed", "cls", "token-cls", "qa", "rerank")
+ARCHITECTURES = {"token-cls": "BertForTokenClassification", "qa": "BertForQuestionAnswering",
+                 "rerank": "BertForSequenceClassification"}
 NER_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 
 TEXTS = ["the film was good", "a dull and boring movie", "great acting by the cast", "",
@@ -49,6 +50,7 @@ def scaleout_bundle(root: Path, task: str) -> Path:
         from edgebert.exporters import ExportConfig, export_bundle
 
         extra = {"id2label": NER_LABELS} if task == "token-cls" else {}
+        extra = {"id2label": {0: "LABEL_0"}} if task == "rerank" else extra       # one relevance logit
         model = make_tiny_model_dir(Path(root) / f"tiny_{task.replace('-', '_')}_model", ARCHITECTURES[task],
                                     seed=5, **extra)
         export_bundle(ExportConfig(model_dir=model, out_dir=bundle, task=task, int8=False,
@@ -74,6 +76,9 @@ def small_graph_bundle(root: Path) -> Path:
 
 
 def inputs_of(task: str, copies: int = 1) -> dict[str, list]:
+    if task == "rerank":            # every question against every context: a query's passages are rows
+        pairs = [(q, c) for q, _ in QUESTIONS for _, c in QUESTIONS]
+        return {"query": [q for q, _ in pairs] * copies, "passage": [c for _, c in pairs] * copies}
     if task == "qa":
         return {"question": [q for q, _ in QUESTIONS] * copies, "context": [c for _, c in QUESTIONS] * copies}
     return {"text": TEXTS * copies}
@@ -94,6 +99,8 @@ def reference(bundle: Path, task: str, cols: dict[str, list], **session_options)
         found = session.tag(cols["text"], aggregation="simple")
         return {"entities": [[{"entity": e["entity_group"], "score": e["score"], "word": e["word"],
                                "start": e["start"], "end": e["end"]} for e in text] for text in found]}
+    if task == "rerank":
+        return {"score": [float(x) for x in session.predict(list(zip(cols["query"], cols["passage"])))]}
     answers = session.answer(cols["question"], cols["context"])
     return {k: [a[k] for a in answers] for k in ("answer", "start", "end", "score")}
 

@@ -5,6 +5,7 @@ gate's figures. Tiny seeded models."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from edgebert.errors import ConfigError, DataError
 from edgebert.runtime import EdgeSession
 from edgebert.runtime.fidelity import FidelityTracker, ndcg_at, reference_gains
+from conftest import SENTENCE_TRANSFORMERS_MAJOR
 from runtime_fixtures import make_tiny_model_dir
 
 st = pytest.importorskip("sentence_transformers")
@@ -83,6 +85,8 @@ def test_predict_matches_sentence_transformers(models, name):
     session = EdgeSession(bundle, precision="fp32")
     for kwargs in ({}, {"batch_size": 2}, {"apply_softmax": True}, {"activation_fn": torch.nn.Identity()},
                    {"activation_fn": torch.nn.Sigmoid()}):
+        if kwargs.get("apply_softmax") and name != "three" and SENTENCE_TRANSFORMERS_MAJOR < 6:
+            continue        # 5.x softmaxes one label's (N, 1) scores into 1.0 each; 6 (the pinned one) leaves them
         ours, theirs = session.predict(PAIRS, **kwargs), model.predict(PAIRS, **kwargs)
         assert ours.shape == theirs.shape and ours.dtype == theirs.dtype == np.float32, (name, kwargs)
         assert float(np.abs(ours - theirs).max()) < TOL, (name, kwargs)
@@ -194,3 +198,78 @@ def test_the_tracker_counts_queries_and_top1():
     result = tracker.result()
     assert (result.n, result.pairs, result.top1) == (4, 80, 0.75)
     assert result.loss == pytest.approx(0.12025079 / 4, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- sentence-transformers' own ONNX backend
+@pytest.mark.skipif(importlib.util.find_spec("optimum") is None,
+                    reason="CrossEncoder(backend='onnx') needs Optimum, which installs beside sentence-transformers 5 "
+                           "(make test-optimum runs this)")
+@pytest.mark.parametrize("name", ["sigmoid", "identity"])
+def test_the_bundle_opens_in_sentence_transformers_onnx_backend(models, name):
+    """``CrossEncoder(bundle, backend="onnx")`` reads the bundle's own files: the fp32 graph gives the PyTorch
+    model's scores, the INT8 graph (the file the manifest's loaders name) EdgeSession's INT8 scores."""
+    model, bundle = models[name]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    loaders = manifest["loaders"]["sentence-transformers"]
+    for key, reference in (("fp32", model.predict(PAIRS)),
+                           ("int8", EdgeSession(bundle, precision="int8").predict(PAIRS))):
+        kwargs = {**loaders[key].get("model_kwargs", {}), "provider": "CPUExecutionProvider"}
+        onnx = st.CrossEncoder(str(bundle), device="cpu", backend="onnx", model_kwargs=kwargs)
+        assert float(np.abs(onnx.predict(PAIRS) - reference).max()) < TOL, key
+        assert [r["corpus_id"] for r in onnx.rank(QUERY, DOCS)] == [r["corpus_id"] for r in
+                                                                   EdgeSession(bundle, precision=key).rank(QUERY, DOCS)]
+
+
+@pytest.mark.parametrize("family", ["distilbert", "roberta", "xlm-roberta"])
+def test_other_families_cross_encoders_score_as_sentence_transformers(family, tmp_path):
+    """A one-label DistilBERT / RoBERTa / XLM-R classifier saved by ``CrossEncoder.save`` (Identity: raw logits)
+    is imported as a reranker and scores every pair as sentence-transformers does."""
+    import transformers
+
+    from edgebert.exporters import ExportConfig, export_bundle
+    from edgebert.stages.import_hf import import_hf
+    from family_fixtures import CLASS_PREFIX, hf_config, save_tokenizer
+
+    config = hf_config(family, "ForSequenceClassification")
+    config.num_labels, config.id2label, config.label2id = 1, {0: "LABEL_0"}, {"LABEL_0": 0}
+    torch.manual_seed(1)
+    model = getattr(transformers, CLASS_PREFIX[family] + "ForSequenceClassification")(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    src = tmp_path / "hf"
+    model.save_pretrained(str(src))
+    save_tokenizer(family, src)
+    st.CrossEncoder(str(src), device="cpu", activation_fn=torch.nn.Identity()).save(str(tmp_path / "ce"))
+    theirs = st.CrossEncoder(str(tmp_path / "ce"), device="cpu")
+    bundle = tmp_path / "bundle"
+    export_bundle(ExportConfig(model_dir=import_hf(tmp_path / "ce", tmp_path / "imported"), out_dir=bundle,
+                               validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    session = EdgeSession(bundle, precision="fp32")
+    assert (session.task, session.activation) == ("rerank", "identity")
+    pairs = [("Where does Zoë live?", "She lives in Zürich."), ("who wrote the book?", "The film was bad."),
+             ("Hello world", "The quick brown fox jumps over the lazy dog.")]
+    assert float(np.abs(session.predict(pairs) - theirs.predict(pairs)).max()) < TOL
+    assert [r["corpus_id"] for r in session.rank(*pairs[0][:1], [p for _, p in pairs])] == \
+        [r["corpus_id"] for r in theirs.rank(pairs[0][0], [p for _, p in pairs])]
+
+
+def test_transformers_js_scores_the_bundle_as_edgesession(models):
+    """transformers.js in Node (AutoTokenizer with text_pair + AutoModelForSequenceClassification, as its reranking
+    examples run a cross-encoder) on the bundle as it is: the fp32 graph's logits to 1e-5, the INT8 graph's ("q8")
+    to 1e-4 of EdgeSession's. Pairs within the model's 48 tokens: transformers.js cuts a longer pair's tail (its
+    last [SEP] with it), where sentence-transformers and EdgeSession cut the longer text first."""
+    from web_tools import need_node, run_node
+
+    need_node()
+    model, bundle = models["identity"]             # Identity: predict() gives the raw logits
+    pairs = [p for p in PAIRS if len(p[1]) < 100]
+    jobs = [{"task": "cross-encoder", "model": bundle.name, "dtype": dtype,
+             "inputs": [{"query": q, "passage": p} for q, p in pairs]} for dtype in ("fp32", "q8")]
+    work = bundle.parent / "js"
+    work.mkdir(exist_ok=True)
+    out = run_node("node_pipeline.mjs", {"root": str(bundle.parent), "jobs": jobs}, work)
+    for result, precision, tol in zip(out, ("fp32", "int8"), (TOL, 1e-4)):
+        got = np.asarray(result["outputs"], dtype=np.float32)[:, 0]
+        want = EdgeSession(bundle, precision=precision).predict(pairs)
+        assert len(got) == len(pairs) == 7 and float(np.abs(got - want).max()) < tol, precision

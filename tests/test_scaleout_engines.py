@@ -51,7 +51,7 @@ def test_ray_data_actor_pool_gives_edgesession_results_on_both_actors(ray_cluste
     from edgebert.scaleout.ray_data import PID_COLUMN, BundleMapper, map_kwargs
 
     table, cols = _table(task, copies=6 if task == "qa" else 3)
-    columns = ("question", "context") if task == "qa" else ("text",)
+    columns = tuple(inputs_of(task))
     # six blocks from the start: an all-to-all repartition would wait for CPUs the actor pool holds
     dataset = ray_cluster.data.from_arrow([table.slice(i, 4) for i in range(0, table.num_rows, 4)])
     mapped = dataset.map_batches(BundleMapper, **map_kwargs(bundles[task], workers=2, threads=1, columns=columns,
@@ -123,7 +123,7 @@ def spark():
 def _spark_results(spark, udf, task: str, table) -> dict[str, list]:
     from edgebert.scaleout.spark import rows_of
 
-    columns = ("question", "context") if task == "qa" else ("text",)
+    columns = tuple(inputs_of(task))
     frame = spark.createDataFrame(table.to_pandas()).repartition(2)
     rows = sorted(frame.select("id", udf(*columns).alias("r")).collect(), key=lambda r: r["id"])
     values = [rows_of(r["r"]) for r in rows]

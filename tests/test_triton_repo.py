@@ -20,7 +20,7 @@ from conftest import REPO
 from edgebert.errors import ConfigError, DataError, MissingExtra, OutputError
 from edgebert.runtime import EdgeSession
 from edgebert.scaleout import triton_model
-from scaleout_fixtures import QUESTIONS, TASKS, TEXTS, scaleout_bundle
+from scaleout_fixtures import QUESTIONS, TASKS, TEXTS, inputs_of, scaleout_bundle
 
 pytestmark = pytest.mark.scaleout
 HAS_TRITONCLIENT = importlib.util.find_spec("tritonclient") is not None
@@ -62,13 +62,13 @@ def test_the_python_repository_parses_with_triton_schema_and_matches_the_manifes
     assert (config.name, config.backend, config.max_batch_size) == (name, "python", 16)
     assert config.HasField("dynamic_batching") and [(g.kind, g.count) for g in config.instance_group] == [(2, 2)]
     assert config.parameters["threads"].string_value == "3" and (repo.instances, repo.threads) == (2, 3)
-    want_in = {"question": ("TYPE_STRING", [1]), "context": ("TYPE_STRING", [1])} if task == "qa" else \
-        {"text": ("TYPE_STRING", [1])}
+    want_in = {name: ("TYPE_STRING", [1]) for name in inputs_of(task)}
     want_out = {"embed": {"embedding": ("TYPE_FP32", [manifest.config.hidden_size])},
                 "cls": {"label": ("TYPE_STRING", [1]), "score": ("TYPE_FP32", [1])},
                 "token-cls": {"entities": ("TYPE_STRING", [1])},
                 "qa": {"answer": ("TYPE_STRING", [1]), "start": ("TYPE_INT64", [1]), "end": ("TYPE_INT64", [1]),
-                       "score": ("TYPE_FP32", [1])}}[task]
+                       "score": ("TYPE_FP32", [1])},
+                "rerank": {"score": ("TYPE_FP32", [1])}}[task]
     assert (_io(config.input), _io(config.output)) == (want_in, want_out)
     version = tmp_path / "repo" / name / "1"
     assert (version / "model.py").read_text() == Path(triton_model.__file__).read_text()

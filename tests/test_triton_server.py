@@ -37,7 +37,7 @@ from triton_load import TritonServer, TritonUnavailable, infer  # noqa: E402
 
 MODELS = {task: f"edgebert_{task.replace('-', '_')}" for task in TASKS}
 OUTPUTS = {"embed": ["embedding"], "cls": ["label", "score"], "token-cls": ["entities"],
-           "qa": ["answer", "start", "end", "score"]}
+           "qa": ["answer", "start", "end", "score"], "rerank": ["score"]}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from edgebert.cli.app import app, say
 @app.command("batch")
 def batch_cmd(
     bundle: Annotated[Path, typer.Argument(metavar="BUNDLE", help="A bundle written by `edgebert export` (embed, "
-                                                                "cls, token-cls or qa), or its archive.")],
+                                                                "cls, token-cls, qa or rerank), or its archive.")],
     input: Annotated[Path, typer.Option("--input", "-i", help="The rows: a .parquet (or a folder of them), "
                                                               ".jsonl or .csv file.")],
     output: Annotated[Path, typer.Option("--output", help="Folder of Parquet parts: the input's columns plus "
@@ -25,6 +25,9 @@ def batch_cmd(
     question_column: Annotated[str, typer.Option("--question-column", help="qa: the question column.")
                                ] = "question",
     context_column: Annotated[str, typer.Option("--context-column", help="qa: the context column.")] = "context",
+    query_column: Annotated[str, typer.Option("--query-column", help="rerank: the query column.")] = "query",
+    passage_column: Annotated[str, typer.Option("--passage-column", help="rerank: the passage column (one row "
+                                                                         "per (query, passage) pair).")] = "passage",
     engine: Annotated[str, typer.Option("--engine", help="local (worker processes here) | ray (the running "
                                                          "cluster, or a local one) | spark (the active session, "
                                                          "or local[N]).")] = "local",
@@ -42,12 +45,13 @@ def batch_cmd(
     resume: o.BatchResume = False,
     overwrite: o.BatchOverwrite = False,
 ) -> None:
-    """Run a bundle over a table of texts: embeddings, labels, entities or answers, one Parquet part at a
+    """Run a bundle over a table of texts: embeddings, labels, entities, answers or relevance scores, one Parquet part at a
     time. A killed run continues with --resume; workers x threads never oversubscribe the cores."""
     from edgebert.scaleout.batch import BatchConfig, run_batch
 
     summary = run_batch(BatchConfig(bundle=bundle, input=input, output=output, column=column,
                                     question_column=question_column, context_column=context_column,
+                                    query_column=query_column, passage_column=passage_column,
                                     engine=engine, workers=workers, threads=threads, batch_size=batch_size,
                                     part_rows=part_rows, precision=precision, aggregation=aggregation,
                                     resume=resume, overwrite=overwrite), say=say)

@@ -32,6 +32,8 @@ class BatchConfig:
     column: str = "text"                     # the text column (embed / cls / token-cls)
     question_column: str = "question"        # qa: the question and context columns
     context_column: str = "context"
+    query_column: str = "query"              # rerank: the query and passage columns
+    passage_column: str = "passage"
     engine: str = "local"
     workers: int | None = None
     threads: int | None = None
@@ -104,7 +106,9 @@ def run_batch(cfg: BatchConfig, say: Callable[[str], None] | None = None) -> Bat
     out = BatchOutput(cfg.output, resume=cfg.resume, overwrite=cfg.overwrite)     # checked: writes nothing
     task, bundle_id = opened_bundle(cfg)
     spec = task_columns(task)
-    columns = (cfg.column,) if spec.inputs == ("text",) else (cfg.question_column, cfg.context_column)
+    named = {"text": cfg.column, "question": cfg.question_column, "context": cfg.context_column,
+             "query": cfg.query_column, "passage": cfg.passage_column}
+    columns = tuple(named[role] for role in spec.inputs)
     table = read_table(cfg.input, columns)
     clash = [c for c in spec.outputs if c in table.column_names]
     if clash:

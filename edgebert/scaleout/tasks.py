@@ -11,6 +11,7 @@ embed      text                 ``embedding`` list<float32> (the session's vecto
 classify   text                 ``label`` string, ``score`` float64 (the label's probability)
 tag        text                 ``entities`` list<struct<entity, score, word, start, end>>
 answer     question, context    ``answer`` string, ``start`` / ``end`` int64 (characters), ``score``
+rank       query, passage       ``score`` float64 (``EdgeSession.predict`` of the pair: the reranker's activation)
 =========  ===================  ==================================================================
 
 ``run_task(session, spec, columns, batch_size)`` calls the method once on the whole chunk: the results are the
@@ -41,7 +42,7 @@ class TaskColumns:
     | ``int64`` | ``entities``)."""
 
     method: str
-    inputs: tuple[str, ...]                         # roles: ("text",) or ("question", "context")
+    inputs: tuple[str, ...]                         # roles: ("text",), ("question", "context"), ("query", "passage")
     fields: tuple[tuple[str, str], ...]             # (result column, type)
 
     @property
@@ -55,6 +56,7 @@ TASK_COLUMNS: dict[str, TaskColumns] = {
     "tag": TaskColumns("tag", ("text",), (("entities", "entities"),)),
     "answer": TaskColumns("answer", ("question", "context"),
                           (("answer", "string"), ("start", "int64"), ("end", "int64"), ("score", "float64"))),
+    "rank": TaskColumns("rank", ("query", "passage"), (("score", "float64"),)),
 }
 SERVED = tuple(t.name for t in BUNDLE_TASKS if t.method in TASK_COLUMNS)
 AGGREGATIONS = ("none", "simple", "first")
@@ -90,7 +92,7 @@ def _rows_renamed(exc: DataError, keep: list[int], first_row: int) -> DataError:
         i = int(match.group(2))
         return f"{match.group(1)}[{first_row + keep[i]}]" if i < len(keep) else match.group(0)
 
-    message = re.sub(r"\b(texts|questions|contexts|question|context|text)\[(\d+)\]", renumber, exc.message)
+    message = re.sub(r"\b(texts|questions|contexts|question|context|text|input)\[(\d+)\]", renumber, exc.message)
     return exc if message == exc.message else DataError(message, exc.hint)
 
 
@@ -131,6 +133,9 @@ def _call(session, method: str, columns: list[list[str]], batch_size: int | None
             raise ConfigError(f"aggregation={aggregation!r} is not one of {', '.join(AGGREGATIONS)}")
         found = session.tag(columns[0], aggregation=aggregation, batch_size=batch_size)
         return {"entities": [[_entity(e) for e in text] for text in found]}
+    if method == "rank":
+        scores = session.predict(list(zip(columns[0], columns[1])), batch_size=batch_size or 32)
+        return {"score": [float(s) for s in np.asarray(scores).reshape(-1)]}
     answers = session.answer(columns[0], columns[1], batch_size=batch_size)
     answers = answers if isinstance(answers, list) else [answers]
     return {"answer": [a["answer"] for a in answers], "start": [int(a["start"]) for a in answers],

@@ -64,7 +64,8 @@ class SessionRole:
                                    int8_target=params.get("int8_target") or None,
                                    threads=int(params["threads"]) if params.get("threads") else None)
         self.task = bundle_task(self.session.task)        # the registry: which EdgeSession method serves it
-        self.input_names = ["question", "context"] if self.task.inputs == "questions" else ["text"]
+        self.input_names = (["question", "context"] if self.task.inputs == "questions" else
+                            ["query", "passage"] if self.task.inputs == "pairs" else ["text"])
 
     def run(self, inputs: dict[str, list[str]]) -> dict[str, np.ndarray]:
         """{input: n texts} -> {output: array with n rows}."""
@@ -83,6 +84,9 @@ class SessionRole:
                     "start": np.array([[a["start"]] for a in found], np.int64).reshape(-1, 1),
                     "end": np.array([[a["end"]] for a in found], np.int64).reshape(-1, 1),
                     "score": np.array([[a["score"]] for a in found], np.float32).reshape(-1, 1)}
+        if method == "rank":          # each row a (query, passage) pair: a query's documents are rows of one request
+            scores = s.predict(list(zip(inputs["query"], inputs["passage"])))
+            return {"score": np.asarray(scores, np.float32).reshape(-1, 1)}
         raise ValueError(f"triton-repo serves no {self.task.name!r} bundle (EdgeSession.{method})")
 
 

@@ -47,7 +47,8 @@ _RESULTS = {"embed": lambda hidden: {"embedding": (FP32, [hidden])},
             "classify": lambda hidden: {"label": (STRING, [1]), "score": (FP32, [1])},
             "tag": lambda hidden: {"entities": (STRING, [1])},
             "answer": lambda hidden: {"answer": (STRING, [1]), "start": (INT64, [1]), "end": (INT64, [1]),
-                                      "score": (FP32, [1])}}
+                                      "score": (FP32, [1])},
+            "rank": lambda hidden: {"score": (FP32, [1])}}     # one (query, passage) row -> its relevance score
 SERVED_TASKS = tuple(t.name for t in BUNDLE_TASKS if t.method in _RESULTS)
 MODEL_PY = Path(__file__).with_name("triton_model.py")
 MODELS_FILE = ".edgebert-triton.json"      # the models this command wrote: what --overwrite may replace
@@ -92,6 +93,7 @@ def _task_io(manifest: Manifest) -> tuple[dict, dict]:
         raise ConfigError(f"triton-repo serves {', '.join(SERVED_TASKS)} bundles; this one is {task.name!r}",
                           "export the model for one of those tasks")
     inputs = ({"question": (STRING, [1]), "context": (STRING, [1])} if task.inputs == "questions"
+              else {"query": (STRING, [1]), "passage": (STRING, [1])} if task.inputs == "pairs"
               else {"text": (STRING, [1])})
     return inputs, _RESULTS[task.method](manifest.config.hidden_size)
 
