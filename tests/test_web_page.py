@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,14 +22,31 @@ from web_tools import WEB, need_chromium, run_node
 SMALL_BUILDS = ("asyncify", "jsep")      # onnxruntime-web WASM builds the page can load (ortbuild=...)
 
 
+def _rerank_bundle(root: Path) -> Path:
+    """A tiny seeded one-label classifier exported as a reranker (Sigmoid: sentence-transformers' default), fp32 +
+    INT8."""
+    bundle = Path(root) / "tiny_web_rerank_bundle"
+    if not (bundle / "manifest.json").is_file():
+        from edgebert.exporters import ExportConfig, export_bundle
+        from runtime_fixtures import make_tiny_model_dir
+
+        model = make_tiny_model_dir(Path(root) / "tiny_web_rerank_model", "BertForSequenceClassification", seed=7,
+                                    id2label={0: "LABEL_0"})
+        export_bundle(ExportConfig(model_dir=model, out_dir=bundle, task="rerank", int8=True,
+                                   validation_batch_sizes=(1, 3), validation_seq_lens=(7, 32)))
+    return bundle
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(base URL, bundles) of serve.py serving the tiny embed and QA bundles; stopped after the module."""
     need_chromium()
     bundles = loader_bundles(tmp_path_factory.getbasetemp())
     bundles["small"] = small_bundle(tmp_path_factory.getbasetemp())
+    bundles["rerank"] = _rerank_bundle(tmp_path_factory.getbasetemp())
     proc = subprocess.Popen([sys.executable, str(WEB / "serve.py"), f"embed={bundles['embed']}",
-                             f"qa={bundles['qa']}", f"small={bundles['small']}", "--port", "0"],
+                             f"qa={bundles['qa']}", f"small={bundles['small']}", f"rerank={bundles['rerank']}",
+                             "--port", "0"],
                             stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -43,7 +61,8 @@ def served(tmp_path_factory):
 def pages(served, tmp_path_factory):
     url, bundles = served
     work = tmp_path_factory.mktemp("web_page")
-    spec = {"pages": [{"url": f"{url}?embed=embed&qa=qa&dtype={d}&threads={t}"} for d, t in (("fp32", 1), ("q8", 2))]
+    spec = {"pages": [{"url": f"{url}?embed=embed&qa=qa&rerank=rerank&dtype={d}&threads={t}"}
+                      for d, t in (("fp32", 1), ("q8", 2))]
             + [{"url": f"{url}?embed=small&dtype=q4&threads=1&ortbuild={b}"} for b in SMALL_BUILDS]}
     out = run_node("browser_run.mjs", spec, work)
     assert out["browser"]
@@ -72,6 +91,13 @@ def test_page_embeds_and_answers_as_edgesession(pages, precision):
                                                                                                 qa["context"])
     assert qa["answer"] == answer["answer"]
     assert abs(qa["score"] - answer["score"]) <= (1e-5 if precision == "fp32" else 1e-2)
+    ranked = results["rerank"]
+    reranker = EdgeSession(bundles["rerank"], provider="cpu", precision=precision, threads=1)
+    want = reranker.predict([(ranked["query"], p) for p in ranked["passages"]])
+    assert len(want) == 4 and float(np.abs(np.asarray(ranked["scores"]) - want).max()) <= \
+        (1e-5 if precision == "fp32" else 1e-3)
+    if precision == "fp32":
+        assert ranked["order"] == [r["corpus_id"] for r in reranker.rank(ranked["query"], ranked["passages"])]
 
 
 @pytest.mark.parametrize("build", SMALL_BUILDS)

@@ -43,7 +43,8 @@ from edgebert.runtime.numeric import nonfinite_rows, softmax
 # Each bundle task's metric, compared output and default budget are its registry entry's
 # (``edgebert.bundle.task_registry``: the budgets' reasons are there); these maps are read from it.
 METRICS = {t.name: t.metric for t in BUNDLE_TASKS}
-OUTPUT = {t.name: t.metric_output for t in BUNDLE_TASKS if t.inputs == "texts"}   # compared on single texts
+# compared on batches of single texts (a reranker's: of pairs, each batch as one query's candidates)
+OUTPUT = {t.name: t.metric_output for t in BUNDLE_TASKS if t.inputs in ("texts", "pairs")}
 DEFAULT_BUDGETS = {t.name: t.budget for t in BUNDLE_TASKS}     # the export gate's and check's
 LABELS = ("label_agreement", "token_label_agreement")             # argmax agreement, per text or per token
 RANK_DEPTH = 10                                                   # ranking: NDCG@10

@@ -1,13 +1,13 @@
 // An edgebert bundle in the browser through transformers.js (onnxruntime-web, WASM), all from this server:
 // the library from node_modules (no CDN), the bundle from /models/<name>/ (serve.py).
-// URL parameters: embed=<bundle name>, qa=<bundle name> (either may be left out), dtype=q8|fp32|q4 (q8: the
+// URL parameters: embed=<bundle name>, qa=<bundle name>, rerank=<bundle name> (a cross-encoder; any may be left out), dtype=q8|fp32|q4 (q8: the
 // bundle's onnx/model_quantized.onnx, its portable INT8 graph; q4: onnx/model_q4.onnx, the small graph of
 // export --int8 --int4), threads=N (WASM threads; more than 1 needs the page to be cross-origin isolated,
 // which serve.py does), ortbuild=asyncify|jsep (onnxruntime-web's WASM build; q4 needs jsep, see below),
 // autorun=0 to wait for the buttons.
 // For tests and benchmarks the page sets window.edgebertResults / window.edgebertDone and exposes
 // window.edgebertBench(spec) (timing of the model call on given token ids).
-import { AutoModel, env, pipeline, Tensor } from "./node_modules/@huggingface/transformers/dist/transformers.min.js";
+import { AutoModel, AutoModelForSequenceClassification, AutoTokenizer, env, pipeline, Tensor } from "./node_modules/@huggingface/transformers/dist/transformers.min.js";
 
 const params = new URLSearchParams(location.search);
 const DTYPE = params.get("dtype") ?? "q8";
@@ -88,6 +88,39 @@ async function answer() {
     ${out.score.toFixed(4)}, ${ms.toFixed(1)} ms; model load ${results.timings.load_question_answering_ms.toFixed(0)} ms</div>`;
 }
 
+// A reranker (task rerank: a sentence-transformers CrossEncoder) orders passages for a query. No transformers.js
+// pipeline takes text pairs, so the tokenizer (text_pair) and the model run as its own reranking examples do; the
+// score is the model's activation of its one logit (config_sentence_transformers.json: Sigmoid, Identity, Tanh),
+// what CrossEncoder.predict and EdgeSession.predict give. A pair past the model's length is cut at its tail here.
+const ACTIVATIONS = { Sigmoid: (x) => 1 / (1 + Math.exp(-x)), Identity: (x) => x, Tanh: Math.tanh };
+
+async function rerank() {
+  const name = params.get("rerank");
+  if (!loaded.rerank) {
+    const t0 = now();
+    const settings = await (await fetch(`/models/${name}/config_sentence_transformers.json`)).json();
+    loaded.rerank = { tokenizer: await AutoTokenizer.from_pretrained(name),
+                      model: await AutoModelForSequenceClassification.from_pretrained(name, { dtype: DTYPE,
+                                                                                               device: "wasm" }),
+                      activation: ACTIVATIONS[(settings.activation_fn ?? "Sigmoid").split(".").pop()] };
+    results.timings.load_rerank_ms = now() - t0;
+  }
+  const { tokenizer, model, activation } = loaded.rerank;
+  const query = $("query").value;
+  const passages = $("passages").value.split("\n").map((s) => s.trim()).filter(Boolean);
+  const t0 = now();
+  const inputs = tokenizer(passages.map(() => query), { text_pair: passages, padding: true, truncation: true });
+  const { logits } = await model(inputs);
+  const ms = now() - t0;
+  const scores = Array.from(logits.data, activation);
+  const order = scores.map((_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b);   // ties in passage order
+  results.rerank = { query, passages, scores, order, ms };
+  $("rerank-out").innerHTML = `<table><tr><th>rank</th><th>passage</th><th>score</th></tr>${order.map((i, r) =>
+    `<tr><td>${r + 1}</td><td class="text">${passages[i]}</td><td>${scores[i].toFixed(4)}</td></tr>`).join("")}
+    </table><div class="timing">${passages.length} passages in ${ms.toFixed(1)} ms; model load
+    ${results.timings.load_rerank_ms.toFixed(0)} ms</div>`;
+}
+
 // Benchmark hook: time the model call (no tokenizing) on given token id rows at batch 1; mean-pooled,
 // unit-length vectors of the first round for accuracy. spec: {model, dtype, rows: [[ids]], rounds, warmup}
 window.edgebertBench = async (spec) => {
@@ -123,6 +156,7 @@ window.edgebertBench = async (spec) => {
 
 $("embed").onclick = () => embed().catch(fail);
 $("answer").onclick = () => answer().catch(fail);
+$("rerank").onclick = () => rerank().catch(fail);
 
 function fail(error) {
   results.error = String(error?.stack ?? error);
@@ -132,11 +166,12 @@ function fail(error) {
 
 $("status").textContent = `transformers.js, onnxruntime-web WASM, dtype ${DTYPE}, ${THREADS} thread(s), ` +
   `cross-origin isolated: ${self.crossOriginIsolated}; bundles: ${params.get("embed") ?? "-"} (embeddings), ` +
-  `${params.get("qa") ?? "-"} (answers)`;
+  `${params.get("qa") ?? "-"} (answers), ${params.get("rerank") ?? "-"} (reranking)`;
 if (params.get("autorun") !== "0") {
   (async () => {
     if (params.get("embed")) await embed();
     if (params.get("qa")) await answer();
+    if (params.get("rerank")) await rerank();
     window.edgebertDone = true;
   })().catch(fail);
 } else {
