@@ -11,11 +11,12 @@ from conftest import REPO
 
 # options whose value is a path a command reads / writes
 INPUTS = ("--input", "--context", "--corpus", "--eval-corpus", "--train", "--dev", "--data", "--calib", "--reference",
-          "--lengths-from", "--vocab", "--init", "--gate-data", "--downstream-data", "--vocab-from")
+          "--lengths-from", "--vocab", "--init", "--gate-data", "--downstream-data", "--vocab-from", "--documents",
+          "--retriever")
 OUTPUTS = ("--out", "--output", "--archive", "--report")
 # commands whose first positional argument is a model folder or a bundle
 READS_FIRST = ("import-hf", "finetune", "distill", "evaluate", "export", "check", "pack", "info", "answer", "batch",
-               "bench", "attention", "triton-repo")
+               "bench", "attention", "triton-repo", "rerank")
 SKIPPED = ("pip ", "python -m venv", "cd ", "make ")          # the install lines and the two commands
 
 

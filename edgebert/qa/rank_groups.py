@@ -24,8 +24,10 @@ GROUP_SIZE = 20          # passages per query: its paragraph's sentences, then t
 GATE_QUERIES = 100       # built-in questions the rerank gate and check order (one from each of 100 paragraphs)
 BUILTIN_GROUPS = "built-in held-out"     # how the gate records them as its source (check measures the same)
 # a sentence ends at . ! or ? (optionally closed by a quote or bracket) followed by space and a capital, digit
-# or quote: "U.S. Army" and "3.5 percent" stay whole
+# or quote, unless the period closes an initial or a title ("U.S. Army", "Dr. Smith"); "3.5 percent" has no space
 _END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])")
+_NOT_AN_END = re.compile(r"(?:\b[A-Z]|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Mt|Prof|Gen|Col|Lt|Sgt|Rev|Gov|Sen|Rep|No|vs|Inc|"
+                         r"Co|Ltd|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|e\.g|i\.e))\.$")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ def sentences(context: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of ``context``, spaces between them left out."""
     spans, start = [], 0
     for match in _END.finditer(context):
+        if _NOT_AN_END.search(context[max(0, match.start() - 8):match.start()]):
+            continue
         end = match.start() + len(match.group(0).rstrip())
         spans.append((start, end))
         start = match.end()
