@@ -62,13 +62,14 @@ def main() -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from sentence_transformers import CrossEncoder
 
-    from edgebert.data.rerank_data import bi_encoder, dev_groups
+    from edgebert.data.rerank_data import dev_groups
     from edgebert.qa.rank_groups import builtin_rank_groups, sentences
     from edgebert.qa.squad_file import read_squad
     from edgebert.runtime import EdgeSession
     from edgebert.runtime.fidelity import FidelityTracker
     from edgebert.runtime.text import length_sorted_batches, pad_batch
     from edgebert.stages.rerank_metrics import ranking_figures, split_scores
+    from edgebert.stages.retriever import bi_encoder
 
     torch.set_num_threads(args.threads)
     examples = read_squad(args.data)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
@@ -23,6 +23,8 @@ from edgebert.files.textfiles import builtin_texts, iter_texts
 from edgebert.runtime.held_out import BUILTIN_HELD_OUT
 
 Feeds = dict[str, np.ndarray]
+Say = Callable[..., None]        # a stage's progress callback (message, **figures)
+INVARIANCE_ROWS = 8              # rows the batch-invariance probe runs alone and among long batch mates
 MIN_GATE_TEXTS = 32      # fewer held-out texts than this cannot rank an accuracy loss of 0.005
 
 

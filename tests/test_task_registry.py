@@ -20,6 +20,7 @@ ALLOWED = {
     # another vocabulary that shares two names with the bundle tasks
     "edgebert/stages/distill/config.py": "distillation modes (mlm / embed: what a student learns from text)",
     "edgebert/stages/distill/stage.py": "distillation modes",
+    "edgebert/stages/distill/presets.py": "distillation modes (the recipes' mlm / embed)",
     "edgebert/pipeline/config.py": "the pipeline's distillation modes",
     "edgebert/stages/evaluate.py": "evaluation tasks: the dataset presets plus mlm / embed checkpoints",
 }

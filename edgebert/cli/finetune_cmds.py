@@ -39,7 +39,7 @@ def finetune_cmd(
     train: dict[str, Any],          # the engine options, added by o.engine_options
 ) -> None:
     """Fine-tune MODEL_DIR for classification or question answering; keeps the best dev checkpoint
-    (accuracy; entity F1 for ner; F1 for squad) in --out."""
+    (accuracy; entity F1 for ner; F1 for squad; MRR@10 for rerank) in --out."""
     from edgebert.stages.finetune import build_finetune_config, finetune
 
     cfg = build_finetune_config(model, task, train_file, out, preset, train=train, resume=resume,

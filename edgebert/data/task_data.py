@@ -200,26 +200,27 @@ def load_task_data(task: str, train_file: Path, dev_file: Path | None, tok: Toke
                    max_train_examples: int | None = None, max_eval_examples: int | None = None,
                    seed: int = 0, labels: Sequence[str] | None = None,
                    tag_column: int | None = None, doc_stride: int | None = None,
-                   retriever: Path | None = None) -> TaskData:
+                   retriever=None) -> TaskData:
     """Read and tokenize a task's train (and dev) file; the dev file uses the train file's labels.
 
     ``labels`` (e.g. a teacher classifier's id2label) fixes the label order for ``tsv``/``ner``;
     ``tag_column`` picks a CoNLL file's tag column (default: the last). ``squad``: windows of
     ``max_seq_len`` tokens overlapping by ``doc_stride``; the dev file's answerable questions only
     (``max_eval_examples``: the first N of those), as SQuAD 1.1 scoring counts them. ``rerank``: (question,
-    sentence) pairs of SQuAD files with hard negatives by ``retriever`` (``edgebert.data.rerank_data``;
+    sentence) pairs of SQuAD files with hard negatives by ``retriever`` (texts -> unit vectors:
+    ``edgebert.stages.retriever.bi_encoder``; ``edgebert.data.rerank_data``;
     ``max_train_examples``: questions, ``max_eval_examples``: dev queries).
     """
     def first(items: list | None) -> list | None:
         return items[:max_eval_examples] if items and max_eval_examples else items
 
     if task in RANK_PRESETS:
-        from edgebert.data.rerank_data import bi_encoder, read_rerank_split
+        from edgebert.data.rerank_data import read_rerank_split
 
         if retriever is None:
             raise ConfigError("--task rerank needs a retriever (a sentence-embedding model) for its hard negatives",
                               "pass --retriever DIR, e.g. all-MiniLM-L6-v2")
-        split = read_rerank_split(train_file, dev_file, bi_encoder(retriever), seed=seed,
+        split = read_rerank_split(train_file, dev_file, retriever, seed=seed,
                                   max_train_questions=max_train_examples, eval_queries=max_eval_examples or 400)
         train = encode_examples([LabelledExample(q, p, int(y)) for (q, p), y in zip(split.pairs, split.labels)],
                                 tok, max_seq_len)

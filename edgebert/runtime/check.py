@@ -34,8 +34,8 @@ from edgebert.bundle import Manifest, ModelEntry, read_manifest, verify_entry, v
 from edgebert.bundle.task_registry import bundle_task, check_budget
 from edgebert.errors import BundleError, ConfigError, EdgebertError
 from edgebert.files.textfiles import is_conll, read_conll
-from edgebert.runtime.fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker, answer_spans
 from edgebert.qa.rank_groups import BUILTIN_GROUPS
+from edgebert.runtime.fidelity import DEFAULT_BUDGETS, OUTPUT, FidelityTracker, answer_spans
 from edgebert.runtime.float_reference import measure_against_reference, read_reference
 from edgebert.runtime.held_out import BUILTIN_HELD_OUT, measured_texts
 from edgebert.runtime.hostcpu import PRECISION_OPTION, detect_host

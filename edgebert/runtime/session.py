@@ -1,9 +1,7 @@
-"""``EdgeSession``: an exported bundle behind ``embed`` / ``classify`` / ``tag`` / ``fill_mask`` / ``answer`` /
-``predict`` and ``rank`` (a cross-encoder: ``runtime.cross_encoder``).
+"""``EdgeSession``: a bundle behind ``embed`` / ``classify`` / ``tag`` / ``fill_mask`` / ``answer`` / ``predict`` / ``rank``.
 
-Imports only onnxruntime, tokenizers and numpy (plus torch-free edgebert modules), so an app that ships a bundle
-does not need torch. One session is safe to share between threads: onnxruntime's ``run`` is thread-safe and
-nothing here mutates shared state per call.
+Imports only onnxruntime, tokenizers and numpy (plus torch-free edgebert modules): an app that ships a bundle needs
+no torch. One session is safe to share between threads (onnxruntime's ``run`` is; nothing here mutates per call).
 
 Failures are typed, never onnxruntime's own:
 
@@ -325,10 +323,8 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
     def classify(self, texts: Any, batch_size: int | None = None,
                  truncate: bool | None = None) -> ClassificationResult:
         """Labels and softmax probabilities for texts, or for (text, text) pairs (e.g. MRPC)."""
-        if bundle_task(self.task).one_label:
-            raise ConfigError(f"classify() needs a 'cls' bundle; {self.bundle_dir} is a '{self.task}' bundle, whose one "
-                              "logit a softmax would turn into 1.0 for every pair", "use predict(pairs) or rank(query, "
-                              "documents)")
+        if bundle_task(self.task).one_label:     # a softmax over its one logit would say 1.0 for every pair
+            raise ConfigError(f"classify() needs a 'cls' bundle, not '{self.task}'", "use predict(pairs) or rank()")
         logits = self.logits(texts, batch_size, truncate)
         names = self.label_names or [f"LABEL_{i}" for i in range(logits.shape[1])]
         probs = softmax(logits)

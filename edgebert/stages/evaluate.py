@@ -278,9 +278,10 @@ def _evaluate_rerank(path: Path, data: Path, retriever: str | Path | None, max_s
     """MRR@10 / NDCG@10 (torchmetrics) of a reranker on a SQuAD file's questions (``edgebert.data.rerank_data``):
     each question's paragraph group, and with a ``retriever`` its top 20 over every sentence of the file. A bundle
     scores through ``EdgeSession.predict`` (cut where it cuts pairs), a checkpoint in PyTorch."""
-    from edgebert.data.rerank_data import bi_encoder, dev_groups
+    from edgebert.data.rerank_data import dev_groups
     from edgebert.qa.squad_file import read_squad
     from edgebert.stages.rerank_metrics import ranking_figures, split_scores
+    from edgebert.stages.retriever import bi_encoder
 
     groups = dev_groups(read_squad(data), bi_encoder(Path(retriever)) if retriever else None, max_examples)
     details: dict[str, Any] = {"settings": {k: {"queries": len(v), "pairs": sum(len(g.passages) for g in v)}

@@ -51,6 +51,7 @@ from edgebert.files.outdirs import OutputDir
 from edgebert.model import MODEL_OUTPUTS, BertConfig, count_parameters, freeze_word_embeddings, load_model
 from edgebert.qa.windows import check_window
 from edgebert.stages.classification import BEST_FILE, ClassificationTask
+from edgebert.stages.retriever import bi_encoder
 from edgebert.training import STATE_FILE, TRAINING_OUTPUTS, TrainConfig, Trainer, checkpoint_dir
 
 FINETUNE_CONFIG_FILE = "finetune_config.json"
@@ -239,7 +240,8 @@ def finetune(cfg: FinetuneConfig, *, console=None, stop_at_step: int | None = No
     tok = load_tokenizer(cfg.model)
     data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
                           cfg.max_train_examples, cfg.max_eval_examples, cfg.train.seed,
-                          tag_column=cfg.tag_column, doc_stride=cfg.stride, retriever=cfg.retriever)
+                          tag_column=cfg.tag_column, doc_stride=cfg.stride,
+                          retriever=bi_encoder(cfg.retriever) if cfg.retriever else None)
     torch.manual_seed(cfg.train.seed)  # the new head's initialisation
     model = load_classifier_start(cfg.model, cfg.architecture, data.labels, cfg.max_seq_len)
     if cfg.freeze_word_embeddings:

@@ -11,14 +11,13 @@ refused (missing encoder or head weights, shapes that disagree with config.json,
 decoder, leftover encoder weights such as extra layers), and what is dropped on purpose (buffers
 like ``position_ids``, tied copies, heads the chosen architecture has no use for) is reported. A
 sentence-transformers directory's pooling (``modules.json``, ``1_Pooling/config.json``, ``Normalize``:
-``edgebert.bundle.pooling``) is kept in the checkpoint in the same files, for ``export`` to put into
-the bundle; one edgebert cannot reproduce (a ``Dense`` module, concatenated modes) is refused, and so is a
-RoBERTa whose config ``pad_token_id`` is not the id its tokenizer pads with (``families.check_pad_id``).
+``edgebert.bundle.pooling``) and a CrossEncoder's score activation (``edgebert.bundle.cross_encoder``) are kept
+in the checkpoint for ``export``; a pooling edgebert cannot reproduce (a ``Dense`` module, concatenated modes) is
+refused, and so is a RoBERTa whose ``pad_token_id`` is not the id its tokenizer pads with (``families.check_pad_id``).
 
-The output directory is written in one go (``atomic_dir``): ``config.json`` + ``model.safetensors``
-via ``save_model``, the tokenizer files, and nothing at all if any step fails. Before it is moved
-into place, the written checkpoint is reloaded with ``load_model`` and must give exactly (max abs
-diff 0) the outputs of the model built from the source weights.
+The output directory is written in one go (``atomic_dir``): ``config.json`` + ``model.safetensors`` via ``save_model``,
+the tokenizer files, and nothing at all if any step fails. Before it is moved into place, the written checkpoint is
+reloaded with ``load_model`` and must give exactly (max abs diff 0) the outputs of the model built from the source.
 
 The other direction needs no converter: every edgebert checkpoint loads with
 ``transformers.<Arch>.from_pretrained(dir)`` (tested in tests/test_hf_interop.py).
@@ -120,7 +119,6 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
         raise ConfigError(f"unknown architecture {arch!r}", f"use one of {', '.join(ARCHITECTURES)}")
     if not supports(arch, cfg.model_type):
         raise ConfigError(f"{arch} has no {cfg.model_type} form", "import it as one its family has, e.g. BertModel")
-    # a CrossEncoder's activation, read (and an activation edgebert cannot compute refused) before any weights
     cross_encoder = read_cross_encoder(src, cfg.num_labels) if arch.endswith("ForSequenceClassification") else None
     weights_file = WEIGHTS_NAME if (src / WEIGHTS_NAME).exists() else "pytorch_model.bin"
     sd = _read_source_weights(src)
@@ -147,8 +145,7 @@ def convert_hf(src: str | Path, out_dir: str | Path, *, architecture: str | None
             write_pooling(tmp, pooling, cfg.hidden_size, write_text, src)
         if cross_encoder is not None:           # its activation, where sentence-transformers 6 reads it
             write_json(tmp / ST_SETTINGS_NAME, settings_file(cross_encoder["activation"]))
-            notes.append(f"a sentence-transformers CrossEncoder: scores through {cross_encoder['activation']} "
-                         f"(from {cross_encoder['stated_in']})")
+            notes.append(f"a CrossEncoder: {cross_encoder['activation']} scores ({cross_encoder['stated_in']})")
         elif read_settings(src) is not None:    # prompts, similarity function: checked, then kept as written
             copy_file(src / ST_SETTINGS_NAME, tmp / ST_SETTINGS_NAME)
         diff = _verify_reload(model, tmp)

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgebert.bundle.cross_encoder import ST_SETTINGS_NAME
 from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.data.corpus import paragraphs
 from edgebert.data.mlm import mlm_documents, mlm_eval_batches, mlm_examples
-from edgebert.bundle.cross_encoder import ST_SETTINGS_NAME
 from edgebert.data.task_data import collate, encode_texts, load_task_data
 from edgebert.data.tasks import SPAN_PRESETS, TOKEN_PRESETS
 from edgebert.data.tokenizer import TOKENIZER_OUTPUTS, SpecialIds, load_tokenizer
@@ -61,6 +61,7 @@ from edgebert.stages.distill.layer_choice import (
 )
 from edgebert.stages.distill.tasks import EmbeddingDistillationTask, MlmDistillationTask, TaskDistillationTask
 from edgebert.stages.distill.width import student_width
+from edgebert.stages.retriever import bi_encoder
 from edgebert.training import STATE_FILE, TRAINING_OUTPUTS, Trainer, TrainingTask, checkpoint_dir, is_main_process
 
 DISTILL_CONFIG_FILE = "distill_config.json"
@@ -162,7 +163,7 @@ def mode_data(cfg: DistillConfig, teacher: nn.Module, tok):
         if teacher.config.id2label else None
     data = load_task_data(cfg.task, cfg.train_file, cfg.dev_file, tok, cfg.max_seq_len,
                           cfg.max_train_examples, cfg.eval_limit, cfg.train.seed, labels, cfg.tag_column,
-                          cfg.stride, cfg.retriever)
+                          cfg.stride, bi_encoder(cfg.retriever) if cfg.retriever else None)
     if not cfg.is_span_task and len(data.labels) != teacher.config.num_labels:
         raise CheckpointError(f"the teacher has {teacher.config.num_labels} labels, the data "
                               f"{len(data.labels)}", "distil on the task the teacher was fine-tuned for")
