@@ -47,7 +47,7 @@ from edgebert.runtime.hostcpu import PRECISION_OPTION
 # would fail check on the same machine. Counted metrics (labels, tokens, answers) keep their exact edge: a
 # budget of 2 labels in 200 admits 2.
 GATE_MARGIN = 0.02
-MARGIN_METRICS = ("cosine",)
+MARGIN_METRICS = ("cosine", "ranking")           # continuous: check's own session reads a hair apart
 
 
 class Quantizer(Protocol):

@@ -273,3 +273,21 @@ def test_transformers_js_scores_the_bundle_as_edgesession(models):
         got = np.asarray(result["outputs"], dtype=np.float32)[:, 0]
         want = EdgeSession(bundle, precision=precision).predict(pairs)
         assert len(got) == len(pairs) == 7 and float(np.abs(got - want).max()) < tol, precision
+
+
+def test_check_and_a_packed_bundle_measure_the_gates_queries(models, tmp_path):
+    """``check`` re-measures the INT8 graph on the gate's 100 query groups, to the export's figure; a bundle packed
+    without its fp32 graph is checked against the fp32 scores stored with it, to the same figure."""
+    from edgebert.runtime.check import check_bundle
+    from edgebert.runtime.pack import pack_bundle
+
+    _, bundle = models["sigmoid"]
+    gate = json.loads((bundle / "manifest.json").read_text())["models"]["int8"]["accuracy"]
+    full = check_bundle(bundle)
+    assert full.passed and full.fidelity["metric"] == "ranking" and full.fidelity["n"] == 100
+    assert abs(full.fidelity["mean"] - gate["mean"]) <= 1e-3          # the runtime's session, not the gate's: near-ties
+    pack_bundle(bundle, "portable", tmp_path / "packed")
+    packed = check_bundle(tmp_path / "packed")
+    assert packed.passed and packed.texts.get("reference") and packed.fidelity["n"] == 100
+    # the tiny model's scores sit close together: another session's float order swaps a near-tie or two
+    assert abs(packed.fidelity["mean"] - full.fidelity["mean"]) <= 1e-3

@@ -39,17 +39,22 @@ BATCH = 32                          # the check's batches (so padding matches)
 # what is kept per metric; the tasks whose check measures single texts or questions have a reference
 _KEYS = {"cosine": ("emb",), "label_agreement": ("label", "probs"),
          "token_label_agreement": ("label", "probs", "offsets"), "top1_agreement": ("top1", "p_top1", "offsets"),
-         "answer_overlap_f1": ("spans",)}
+         "answer_overlap_f1": ("spans",), "ranking": ("scores", "offsets")}
 REFERENCE_TASKS = tuple(t.name for t in BUNDLE_TASKS if t.metric in _KEYS and t.inputs != "choices")
 
 
 def texts_digest(items: list) -> str:
     """sha256 of the texts (or questions) a reference was computed on, in order."""
-    rows = [[q.question, q.context] if hasattr(q, "question") else q for q in items]
+    rows = [[q.question, q.context] if hasattr(q, "question") else [q.query, list(q.passages)]
+            if hasattr(q, "passages") else q for q in items]
     return hashlib.sha256(json.dumps(rows, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def _default_items(task: str, limit: int = 1 << 30) -> tuple[list, dict[str, Any]]:
+    if bundle_task(task).inputs == "pairs":          # a reranker: the gate's query groups, no more
+        from edgebert.qa.rank_groups import GATE_QUERIES
+
+        limit = min(limit, GATE_QUERIES)
     return measured_texts(None, limit, task)
 
 
@@ -63,6 +68,10 @@ def compute_reference(session, task: str) -> tuple[dict[str, np.ndarray], dict[s
                                              [e.context for e in items[i:i + BATCH]]))["spans"]
                  for i in range(0, len(items), BATCH)]
         arrays = {"spans": np.concatenate(spans).astype(np.int64)}
+    elif bundle_task(task).inputs == "pairs":
+        scores = [_group_scores(session, g) for g in items]
+        arrays = {"scores": np.concatenate(scores).astype(np.float32),
+                  "offsets": np.concatenate([[0], np.cumsum([len(x) for x in scores])]).astype(np.int64)}
     else:
         arrays = _summaries(session, task, items)
     field = {"file": REFERENCE_FILE, "texts": source["source"], "n": len(items), "texts_sha256": texts_digest(items),
@@ -70,6 +79,13 @@ def compute_reference(session, task: str) -> tuple[dict[str, np.ndarray], dict[s
              "why": "edgebert check compares an INT8 graph with these fp32 outputs where the bundle has no fp32 "
                     "graph (a one-device bundle)"}
     return arrays, field
+
+
+def _group_scores(session, group) -> np.ndarray:
+    """A reranker's logits for one query's passages, one batch (as the gate and ``check`` batch them)."""
+    encoder = session.encoder.with_max_length(session.cross_encoder_max_length)
+    feeds = pad_batch(encoder.encode(group.pairs(), True, truncate=True), session.pad_id)
+    return session.run(feeds, ["logits"])["logits"][:, -1]
 
 
 def _summaries(session, task: str, texts: list) -> dict[str, np.ndarray]:
@@ -175,6 +191,10 @@ def measure_against_reference(int8, task: str, max_texts: int, arrays: dict[str,
             chunk = items[i:i + BATCH]
             got = answer_spans(int8.answer([e.question for e in chunk], [e.context for e in chunk]))
             tracker.add({"spans": arrays["spans"][i:i + len(chunk)]}, got, len(chunk))
+    elif bundle_task(task).inputs == "pairs":
+        for i, group in enumerate(items):
+            ref = arrays["scores"][arrays["offsets"][i]:arrays["offsets"][i + 1]].astype(np.float64)
+            tracker.add({"scores": ref}, {"scores": _group_scores(int8, group).astype(np.float64)}, len(ref))
     else:
         pairs = bool(items) and isinstance(items[0], tuple)
         rows = int8.encoder.encode(items, pairs, truncate=True)
