@@ -19,7 +19,8 @@ SHARED_DATA = (REPO.parent / "shared" / "data").resolve()
 # torch-free ``[cpu]`` install, where only these files are collected (their torch-made bundles ready-made).
 RUNTIME_TESTS = ("test_runtime.py", "test_archive_trust.py", "test_bundle_faults.py", "test_encode.py",
                  "test_encode_archive.py", "test_manifest.py", "test_tokenizer.py", "test_textfiles.py",
-                 "test_bench_schema.py", "test_hostcpu_arm64.py", "test_openvino_target.py", "test_squad_data.py")
+                 "test_bench_schema.py", "test_hostcpu_arm64.py", "test_openvino_target.py", "test_squad_data.py",
+                 "test_device_profile.py")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 # What checks against transformers, sentence-transformers or Optimum runs on both majors: `make test` (.venv:
 # transformers 5, sentence-transformers 6) and `make test-optimum` (.venv-optimum: transformers 4.x,

@@ -21,5 +21,6 @@ from edgebert.cli import (  # noqa: F401,E402
                pretrain_cmds,
                rerank_cmds,
                triton_cmds,
+               tune_cmds,
 )
 from edgebert.cli.app import app, main, run  # noqa: F401

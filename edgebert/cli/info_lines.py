@@ -55,8 +55,16 @@ def bundle_lines(path: Path) -> list[str]:
         lines.append(f"  one-device bundle for {packed.get('target')}: left out "
                      + ", ".join(f"{e.get('file')} ({e.get('model')})" for e in packed.get("left_out", [])))
     host_cpu = detect_host()
-    chosen = choose_precision(None, manifest, host_cpu)
-    lines.append(f"  default precision here: {chosen.precision} ({chosen.reason})")
+    from edgebert.runtime.device_profile import load_profile
+
+    profile, said = load_profile(folder, host_cpu)
+    chosen = choose_precision(profile.settings.get("precision") if profile else None, manifest, host_cpu,
+                              profile.settings.get("int8_target") if profile else None)
+    why = "this machine's device profile, `edgebert tune`" if profile and profile.settings.get("precision") else \
+        chosen.reason
+    lines.append(f"  default precision here: {chosen.precision} ({why})")
+    lines.append(f"  device profile: {said.note}" + (": " + ", ".join(f"{k}={v}" for k, v in profile.settings.items()
+                                                                      if v is not None) if profile else ""))
     if any(e.engine == "openvino" for e in manifest.models.values()):
         from edgebert.runtime.int8_choice import choose_openvino
 

@@ -27,11 +27,11 @@ import numpy as np
 
 from edgebert.bundle import PRECISIONS, read_manifest, tokenizer_path, verify_files
 from edgebert.bundle.task_registry import bundle_task, task_serving
-from edgebert.errors import BundleError, ConfigError, DataError, ProviderUnavailable, RuntimeFault
+from edgebert.errors import ConfigError, DataError, ProviderUnavailable, RuntimeFault
 from edgebert.runtime.attempts import SessionRequest, open_session
 from edgebert.runtime.cross_encoder import CrossEncoderMethods
 from edgebert.runtime.hostcpu import detect_host
-from edgebert.runtime.numeric import nonfinite_rows, softmax
+from edgebert.runtime.numeric import nonfinite_rows
 from edgebert.runtime.precision import SMALLEST, choose_precision
 from edgebert.runtime.providers import short_name
 from edgebert.runtime.sentences import SentenceMethods
@@ -45,20 +45,19 @@ from edgebert.runtime.session_args import (
     int64_ids,
     is_int,
 )
-from edgebert.runtime.text import Encoded, TextEncoder, check_text, check_texts, length_sorted_batches, pad_batch
-from edgebert.runtime.vector_pooling import CALLER_POOLINGS, choose_pooling
+from edgebert.runtime.task_methods import TaskMethods
+from edgebert.runtime.text import Encoded, TextEncoder, check_texts, length_sorted_batches, pad_batch
+from edgebert.runtime.vector_pooling import CALLER_POOLINGS
 from edgebert.system.environment import check_threads
 
 if TYPE_CHECKING:   # task-specific and GPU-only modules load with their first use, not with every session
-    from edgebert.runtime.results import ClassificationResult, MaskPrediction
-    from edgebert.runtime.tagging import Entity
     from edgebert.runtime.trt_profile import TrtProfile
 
 POOLINGS = CALLER_POOLINGS                # what embed(pooling=...) takes; a model may also state max
 SPECIAL_IDS = ("pad_id", "cls_id", "sep_id", "mask_id", "unk_id")
 
 
-class EdgeSession(SentenceMethods, CrossEncoderMethods):
+class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
     """Load a bundle (hash-checked) and run it on the best provider that really works here.
 
     bundle_dir: the folder ``edgebert export`` wrote, or its archive (``.tar.gz`` / ``.zip`` from
@@ -90,7 +89,10 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
     CPU kinds where it measured faster: none yet, ``int8_choice.choose_openvino``; ``engine`` says which library
     runs); any onnxruntime target avoids it.
     allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several sessions in one
-    process: an idle session's spinning threads steal the running one's cores).
+    process: an idle session's spinning threads steal the running one's cores); None: the profile's, else True.
+    profile: apply the bundle's device profile for this machine (``edgebert tune``; ``runtime.device_profile``) to
+    ``precision``, ``int8_target``, ``threads``, ``allow_spinning`` and ``batch_tokens`` where they are left unset
+    (CPU and auto providers); ``describe()["profile"]`` says what it applied, or why none (stale, foreign).
     trt_profile: TensorRT min/opt/max (batch, sequence), a ``TrtProfile`` or ``"min=1x1,opt=8x128,max=32x512"``
     (default: the bundle's); it must hold ``max_length``, ``batch_size`` is lowered to its max batch, and a call
     outside it is refused (never rerouted).
@@ -104,9 +106,9 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str | None = None,
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
                  batch_size: int = 32, batch_tokens: int | None = None, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
-                 int8_target: str | None = None, allow_spinning: bool = True,
+                 int8_target: str | None = None, allow_spinning: bool | None = None,
                  trt_profile: TrtProfile | str | None = None, ort_log_level: int | None = None,
-                 graph_format: str = "onnx"):
+                 graph_format: str = "onnx", profile: bool = True):
         if not isinstance(bundle_dir, (str, os.PathLike)):
             raise ConfigError(f"bundle_dir={bundle_dir!r} is a {type(bundle_dir).__name__}, not a path",
                               "pass the folder written by `edgebert export` (a str or pathlib.Path)")
@@ -132,13 +134,19 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
         if self.verify:
             verify_files(self.bundle_dir, self.manifest, [self.manifest.tokenizer.file], stamps=True)
         self.task: str = self.manifest.task
-        self.threads = threads
-        self.allow_spinning = bool(allow_spinning)
         self.truncate = bool(truncate)
         self.batch_size = batch_size
         self.host = detect_host()
+        given = {"precision": precision, "int8_target": int8_target, "threads": threads,
+                 "allow_spinning": allow_spinning, "batch_tokens": batch_tokens}
+        settings = self._profile_settings(given, profile and provider in ("auto", "cpu"))
+        precision, int8_target, threads, allow_spinning, batch_tokens = (settings[k] for k in given)
+        self.threads = threads
+        self.allow_spinning = True if allow_spinning is None else bool(allow_spinning)
         chosen = choose_precision(precision, self.manifest, self.host, int8_target, graph_format=graph_format)
         self.precision, self.precision_reason = chosen.precision, chosen.reason
+        if "precision" in self.profile.applied:
+            self.precision_reason = "this machine's device profile (`edgebert tune`) chose it"
         self.int8_target = int8_target
         self.hidden_size = self.manifest.config.hidden_size
         limit = self.manifest.max_length
@@ -162,6 +170,24 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
         self._bind_io = self.provider == "cuda"  # see _run_bound
         self.batch_tokens = int(batch_tokens) if batch_tokens is not None else (
             CPU_BATCH_TOKENS if self.provider == "cpu" else 0)
+
+    def _profile_settings(self, given: dict[str, Any], wanted: bool) -> dict[str, Any]:
+        """``given`` with the unset ones taken from this bundle's device profile for this machine
+        (``runtime.device_profile``; ``self.profile`` says what was applied, or why none was)."""
+        from edgebert.runtime.device_profile import SETTINGS, load_profile
+
+        found, self.profile = load_profile(self.bundle_dir, self.host, wanted)
+        if found is None:
+            return given
+        out = dict(given)
+        for key, value in found.settings.items():
+            if key not in SETTINGS or value is None:
+                continue
+            if given.get(key) is not None:
+                self.profile.overridden.append(key)
+            else:
+                out[key] = self.profile.applied[key] = value
+        return out
 
     # ------------------------------------------------------------------ session creation
     def _create(self, requested: str, trt_cache_dir, trt_profile) -> tuple[Any, list[str], list[str]]:
@@ -212,6 +238,7 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
                 "trt_profile": self.trt_profile.as_dict() if self.trt_profile else None, "threads": self.threads,
                 "batch_size": self.batch_size, "batch_tokens": self.batch_tokens,
                 "max_length": self.max_length, "host": self.host.summary(), "host_cpu": self.host.as_dict(),
+                "allow_spinning": self.allow_spinning, "profile": self.profile.as_dict(),
                 "int8": self.int8_choice.as_dict() if self.int8_choice else None}
 
     # ------------------------------------------------------------------ low level
@@ -290,105 +317,6 @@ class EdgeSession(SentenceMethods, CrossEncoderMethods):
         if self.task != task:
             raise ConfigError(f"{method}() needs a '{task}' bundle; {self.bundle_dir} is a "
                               f"'{self.task}' bundle", f"export the model with task '{task}'")
-
-    # ------------------------------------------------------------------ tasks
-    def embed(self, texts: str | Sequence[str], pooling: str | None = None, normalize: bool = True,
-              batch_size: int | None = None, truncate: bool | None = None) -> np.ndarray:
-        """(N, hidden) float32 sentence embeddings, in input order (a str is a batch of one).
-
-        pooling: ``mean`` averages the token vectors under the attention mask ([CLS]/[SEP] included,
-        as sentence-transformers does), ``cls`` takes the [CLS] vector; None (the default): the model's
-        pooling, as the bundle's sentence-transformers files state it (``session.pooling``: mean, cls or
-        max; mean when the model states none). ``normalize`` scales each row to unit L2
-        norm (a dot product is then the cosine). A text with no tokens (``""``, only spaces) gets the
-        zero vector. An empty list gives shape (0, hidden). ``encode`` is sentence-transformers' form.
-        """
-        self._require("embed")
-        chosen = choose_pooling(pooling, self._stated_pooling())
-        items, _ = check_texts(texts)
-        return self._vectors(items, chosen, bool(normalize), batch_size, self._truncate(truncate))
-
-    def logits(self, texts: Any, batch_size: int | None = None, truncate: bool | None = None) -> np.ndarray:
-        """Raw ``logits`` of a ``cls`` or ``rerank`` bundle, (N, C) float32 in input order (texts or pairs)."""
-        if bundle_task(self.task).metric_shape != ("batch", "num_labels"):   # a classifier's or reranker's logits
-            self._require("classify")
-        rows = self.tokenize(texts, truncate)
-        result = np.zeros((len(rows), len(self.label_names) or 2), dtype=np.float32)
-        for idx, _, out in self._batches(rows, ["logits"], batch_size):
-            if out["logits"].shape[-1] != result.shape[1]:  # labels missing from the manifest
-                result = np.zeros((len(rows), out["logits"].shape[-1]), dtype=np.float32)
-            result[idx] = out["logits"]
-        return result
-
-    def classify(self, texts: Any, batch_size: int | None = None,
-                 truncate: bool | None = None) -> ClassificationResult:
-        """Labels and softmax probabilities for texts, or for (text, text) pairs (e.g. MRPC)."""
-        if bundle_task(self.task).one_label:     # a softmax over its one logit would say 1.0 for every pair
-            raise ConfigError(f"classify() needs a 'cls' bundle, not '{self.task}'", "use predict(pairs) or rank()")
-        logits = self.logits(texts, batch_size, truncate)
-        names = self.label_names or [f"LABEL_{i}" for i in range(logits.shape[1])]
-        probs = softmax(logits)
-        ids = probs.argmax(axis=1).astype(np.int64) if len(probs) else np.zeros(0, np.int64)
-        from edgebert.runtime.results import ClassificationResult
-        return ClassificationResult([names[i] for i in ids], ids, probs, names)
-
-    def tag(self, texts: str | Sequence[str], aggregation: str = "none", *, stride: int | None = None,
-            ignore_labels: Sequence[str] = ("O",), batch_size: int | None = None
-            ) -> list[Entity] | list[list[Entity]]:
-        """Named entities of a ``token-cls`` bundle, grouped as Hugging Face's token-classification
-        pipeline groups them (``edgebert.runtime.tagging``): for one str its list of entities, for a
-        list of texts one list per text. Each entity: ``entity_group`` (``entity`` with ``aggregation="none"``),
-        ``score``, ``word``, ``start``, ``end`` (character offsets into the text). ``aggregation``: ``none`` (the
-        pipeline's default: one result per sub-token) | ``simple`` | ``first`` (entities grouped). A text longer
-        than ``max_length`` is tagged in windows overlapping by ``stride`` sub-tokens (default: a quarter of a
-        window), never truncated."""
-        self._require("tag")
-        items, _ = check_texts(texts)
-        width = int(self.manifest.outputs[0].shape[-1])     # labels of a manifest that names none
-        labels = tuple(self.label_names) or tuple(f"LABEL_{i}" for i in range(width))
-
-        from edgebert.runtime.tagging import Tagger, batched_logits, tag_texts
-        run = batched_logits(lambda feeds: self.run(feeds, ["logits"])["logits"], self.pad_id,
-                             self._batch_size(batch_size), self.batch_tokens)
-        results = tag_texts(Tagger(self.encoder, labels), items, run, aggregation, stride, ignore_labels)
-        return results[0] if isinstance(texts, str) else results
-
-    def fill_mask(self, text: str, top_k: int = 5, truncate: bool | None = None) -> list[MaskPrediction]:
-        """Top-k tokens for every mask token in ``text`` (one ``MaskPrediction`` per mask, in order)."""
-        self._require("fill_mask")
-        if not isinstance(text, str):
-            raise DataError(f"fill_mask() takes one str, not {type(text).__name__}")
-        check_text(text, "text")
-        if not isinstance(top_k, int) or top_k < 1:
-            raise ConfigError(f"top_k={top_k!r} must be a positive integer")
-        if self.mask_id is None:
-            raise BundleError(f"{self.bundle_dir} manifest names no mask_id", "re-export the bundle")
-        rows = self.encoder.encode([text], False, self._truncate(truncate))
-        positions = np.flatnonzero(rows[0].ids == int(self.mask_id))
-        if not len(positions):
-            mask = self.encoder.token(self.mask_id)
-            if rows[0].truncated and int(self.mask_id) in self.encoder.tokenizer.encode(text).ids:
-                raise DataError(f"every {mask} token is past the truncation point ({self.max_length} tokens)",
-                                f"shorten the text, or put {mask} within the first {self.max_length} tokens")
-            raise DataError(f"no {mask} token in the text", f"write {mask} where a word should be predicted")
-        from edgebert.runtime.results import MaskPrediction
-        logits = self.run(pad_batch(rows, self.pad_id), ["logits"])["logits"][0]   # (T, V)
-        predictions = []
-        for pos in positions:
-            probs = softmax(logits[pos][None, :])[0]
-            top = np.argsort(-probs, kind="stable")[:top_k]
-            predictions.append(MaskPrediction(int(pos), [self.encoder.token(t) for t in top],
-                                              [int(t) for t in top], [float(probs[t]) for t in top]))
-        return predictions
-
-    def answer(self, question: Any, context: Any, top_k: int = 1, max_answer_len: int = 15,
-               doc_stride: int | None = None, max_length: int = 384, handle_impossible_answer: bool = False,
-               batch_size: int | None = None, max_question_len: int = 64, align_to_words: bool = True) -> Any:
-        """A ``qa`` bundle's answers as transformers' question-answering pipeline gives them, with its defaults
-        (``runtime.answer``; ``max_length`` is the pipeline's ``max_seq_len``)."""
-        from edgebert.runtime.answer import answer_questions
-        return answer_questions(self, question, context, top_k, max_answer_len, doc_stride, max_length,
-                                handle_impossible_answer, batch_size, max_question_len, align_to_words)
 
 
 def _bundle_folder(source: Path) -> Path:
