@@ -81,6 +81,7 @@ PATHS = {
     "edgebert-int8-spin": "edgebert export --int8, EdgeSession default (spinning on)",
     "edgebert-int8-vnni-spin": "edgebert --target x86-vnni graph, EdgeSession default (spinning on)",
     "edgebert-int8-openvino": "edgebert export --int8 --target openvino (OpenVINO, via EdgeSession)",
+    "edgebert-tuned": "edgebert after `edgebert tune` (EdgeSession() with no settings: the device profile's)",
     "openvino-fp32": "OpenVINO fp32",
     "openvino-int8": "OpenVINO INT8 (NNCF, transformer preset)",
     "ctranslate2-int8": "CTranslate2 int8",
@@ -258,6 +259,22 @@ def edgebert_path(wb: Workbench, precision: str, spinning: bool = False, target:
                                   f"allow_spinning {'on' if spinning else 'off'}, {session.model_file.name}{choice}")
 
 
+def tuned_path(wb: Workbench) -> Engine:
+    """``EdgeSession(bundle, "cpu")`` with nothing else set: what an app gets once ``edgebert tune`` has measured the
+    bundle on this machine (its device profile's graph, threads, spinning). Not measured without a profile."""
+    from edgebert.runtime import EdgeSession
+
+    session = EdgeSession(wb.bundle(), provider="cpu")
+    said = session.describe()["profile"]
+    if said["status"] != "applied":
+        raise RuntimeError(f"no device profile applies ({said['note']}): run `edgebert tune {wb.bundle()}` first")
+
+    def run(feed):
+        return session.run(feed, ["last_hidden_state"])["last_hidden_state"].mean(1)
+
+    return Engine(ort_feeds, run, f"EdgeSession() with the device profile: {said['applied']}, {session.model_file.name}")
+
+
 def openvino_path(wb: Workbench, int8: bool) -> Engine:
     import openvino as ov
 
@@ -296,6 +313,7 @@ BUILDERS: dict[str, Callable[[Workbench], Engine]] = {
     "edgebert-int8-spin": lambda wb: edgebert_path(wb, "int8", spinning=True, target="portable"),
     "edgebert-int8-vnni-spin": lambda wb: edgebert_path(wb, "int8", spinning=True, target="x86-vnni"),
     "edgebert-int8-openvino": lambda wb: edgebert_path(wb, "int8", target="openvino"),
+    "edgebert-tuned": lambda wb: tuned_path(wb),
     "openvino-fp32": lambda wb: openvino_path(wb, False),
     "openvino-int8": lambda wb: openvino_path(wb, True),
     "ctranslate2-int8": ctranslate2_int8,
@@ -448,7 +466,8 @@ def table(report: dict) -> list[str]:
 
 
 PEER_INT8 = ("openvino-int8", "ctranslate2-int8")
-EDGEBERT_INT8 = ("edgebert-int8-spin", "edgebert-int8-vnni-spin", "edgebert-int8-openvino", "edgebert-int8")
+EDGEBERT_INT8 = ("edgebert-tuned", "edgebert-int8-spin", "edgebert-int8-vnni-spin", "edgebert-int8-openvino",
+                 "edgebert-int8")
 
 
 def goal_lines(report: dict) -> list[str]:
