@@ -95,3 +95,19 @@ def test_bad_requests_are_refused_in_one_line(bundle):
         TuneConfig(bundle, shapes=())
     with pytest.raises(ConfigError, match="longer than the bundle"):
         tune(TuneConfig(bundle, shapes=((1, 100000),), threads=(1,), graphs=("fp32",), rounds=1))
+
+
+def test_the_command_reports_without_saving_and_info_shows_the_profile(bundle, capsys):
+    from edgebert.cli import main
+
+    assert main(["tune", str(bundle), "--shapes", "1x8", "--threads", "1", "--graphs", "fp32", "--rounds", "1",
+                 "--no-save", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["profile_file"] is None and report["chosen"]["precision"] == "fp32"
+    assert [c["name"] for c in report["candidates"]] == ["fp32 t1"] and not profile_path(bundle).exists()
+    assert main(["tune", str(bundle), "--shapes", "2x", "--rounds", "1"]) == 2          # one line, exit 2
+    assert "is not BATCHxSEQUENCE" in capsys.readouterr().err
+    _tuned(bundle)
+    assert main(["info", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "device profile: device profile of" in out and "threads=1" in out

@@ -16,7 +16,7 @@ INPUTS = ("--input", "--context", "--corpus", "--eval-corpus", "--train", "--dev
 OUTPUTS = ("--out", "--output", "--archive", "--report")
 # commands whose first positional argument is a model folder or a bundle
 READS_FIRST = ("import-hf", "finetune", "distill", "evaluate", "export", "check", "pack", "info", "answer", "batch",
-               "bench", "attention", "triton-repo", "rerank")
+               "bench", "attention", "triton-repo", "rerank", "tune")
 SKIPPED = ("pip ", "python -m venv", "cd ", "make ")          # the install lines and the two commands
 
 

@@ -60,7 +60,14 @@ def tune_cmd(
     cfg = TuneConfig(bundle_dir, _shapes(shapes), texts, max_texts, _ints(threads, "--threads"),
                      tuple(g.strip() for g in graphs.split(",") if g.strip()),
                      _ints(batch_tokens, "--batch-tokens") or (0,), rounds, save=save)
-    result = tune(cfg, say=(lambda m: None) if as_json else (lambda m: say(f"tune: {m}")))
+    from rich.console import Console
+
+    stderr = Console(stderr=True)
+    if as_json or not stderr.is_terminal:     # plain lines off a terminal (a log), none with --json
+        result = tune(cfg, say=(lambda m: None) if as_json else (lambda m: say(f"tune: {m}")))
+    else:                                     # a live status line on a terminal: gates, rounds, spinning
+        with stderr.status("tune: starting") as status:
+            result = tune(cfg, say=lambda m: status.update(f"tune: {m}"))
     if as_json:
         print(json.dumps(result.as_dict(), indent=2))
         return
