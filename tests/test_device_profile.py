@@ -100,7 +100,7 @@ def test_bad_requests_are_refused_in_one_line(bundle):
 def test_the_command_reports_without_saving_and_info_shows_the_profile(bundle, capsys):
     from edgebert.cli import main
 
-    assert main(["tune", str(bundle), "--shapes", "1x8", "--threads", "1", "--graphs", "fp32", "--rounds", "1",
+    assert main(["tune", str(bundle), "--shapes", "1x8", "--try-threads", "1", "--graphs", "fp32", "--rounds", "1",
                  "--no-save", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["profile_file"] is None and report["chosen"]["precision"] == "fp32"

@@ -41,12 +41,13 @@ def tune_cmd(
                                                          "token real); '' with --texts: the texts only.")] = "1x128",
     texts: Annotated[Optional[Path], typer.Option("--texts", help="Real inputs (text or TSV, one per line): the "
                                                                  "whole file through the session's batching.")] = None,
-    threads: Annotated[Optional[str], typer.Option("--threads", help="Comma list of intra-op thread counts "
-                                                                     "(default: 1 to the usable CPUs).")] = None,
+    try_threads: Annotated[Optional[str], typer.Option("--try-threads", help="Comma list of intra-op thread counts "
+                                                                         "to time (default: 1 to the usable "
+                                                                         "CPUs).")] = None,
     graphs: Annotated[str, typer.Option("--graphs", help="int8 (every INT8 target, each gated here first) plus any "
                                                          "of fp32, int4, openvino.")] = "int8",
-    batch_tokens: Annotated[str, typer.Option("--batch-tokens", help="With --texts: the padded-token caps to try "
-                                                                     "(0: none).")] = "0,512,1024,2048",
+    try_batch_tokens: Annotated[str, typer.Option("--try-batch-tokens", help="With --texts: the padded-token caps to "
+                                                                         "time (0: none).")] = "0,512,1024,2048",
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="Interleaved timing rounds.")] = 10,
     max_texts: Annotated[int, typer.Option("--max-texts", min=1, help="At most this many of --texts.")] = 200,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep the result as the bundle's device "
@@ -57,9 +58,9 @@ def tune_cmd(
     the shapes or texts you name, and keep the fastest as this bundle's device profile on this machine."""
     from edgebert.runtime.tune import TuneConfig, tune
 
-    cfg = TuneConfig(bundle_dir, _shapes(shapes), texts, max_texts, _ints(threads, "--threads"),
+    cfg = TuneConfig(bundle_dir, _shapes(shapes), texts, max_texts, _ints(try_threads, "--try-threads"),
                      tuple(g.strip() for g in graphs.split(",") if g.strip()),
-                     _ints(batch_tokens, "--batch-tokens") or (0,), rounds, save=save)
+                     _ints(try_batch_tokens, "--try-batch-tokens") or (0,), rounds, save=save)
     from rich.console import Console
 
     stderr = Console(stderr=True)
