@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from edgebert.bundle import MANIFEST_NAME
-from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.bundle.cross_encoder import MANIFEST_KEY as CROSS_ENCODER_KEY
+from edgebert.bundle.pooling import POOLING_FILES, read_pooling
 from edgebert.bundle.st_settings import MANIFEST_KEY, ST_SETTINGS_NAME
 from edgebert.bundle.task_registry import bundle_task
 from edgebert.errors import CheckpointError, ConfigError
