@@ -59,8 +59,9 @@ def models(tmp_path_factory):
         folder, model = cross_encoder_dir(root, name, labels, activation)
         imported = import_hf(folder, root / f"{name}-imported")
         bundle = root / f"{name}-bundle"
+        small = {"int4": True, "int4_algorithm": "rtn", "int4_max_accuracy_loss": 0.5} if name == "sigmoid" else {}
         export_bundle(ExportConfig(model_dir=imported, out_dir=bundle, int8=labels == 1, validation_batch_sizes=(1, 3),
-                                   validation_seq_lens=(7, 40)))
+                                   validation_seq_lens=(7, 40), **small))
         made[name] = (model, bundle)
     return made
 
@@ -285,6 +286,7 @@ def test_check_and_a_packed_bundle_measure_the_gates_queries(models, tmp_path):
     gate = json.loads((bundle / "manifest.json").read_text())["models"]["int8"]["accuracy"]
     full = check_bundle(bundle)
     assert full.passed and full.fidelity["metric"] == "ranking" and full.fidelity["n"] == 100
+    assert full.small["metric"] == "ranking" and full.small["n"] == 100       # the small graph, ordered alike
     assert abs(full.fidelity["mean"] - gate["mean"]) <= 1e-3          # the runtime's session, not the gate's: near-ties
     pack_bundle(bundle, "portable", tmp_path / "packed")
     packed = check_bundle(tmp_path / "packed")

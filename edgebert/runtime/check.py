@@ -221,7 +221,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
             measure = (_measure_answers if spec.inputs == "questions" else
                        _measure_groups if spec.inputs == "pairs" else _measure)
             fidelity, report.speed = measure(fp32, int8, task, texts)
-        if "int4" in manifest.models and not packed and spec.inputs == "texts":
+        if "int4" in manifest.models and not packed and spec.inputs in ("texts", "pairs"):
             small_gate = _gate_count(manifest.models["int4"].get_extra("accuracy") or {}, data, spec.inputs)
             report.small = _measure_small(bundle_dir, manifest, fp32, task,
                                           texts[:small_gate] if small_gate else texts, threads)
@@ -265,7 +265,8 @@ def _measure_small(bundle_dir: Path, manifest: Manifest, fp32, task: str, texts:
 
     accuracy = manifest.models["int4"].get_extra("accuracy") or {}
     small = EdgeSession(bundle_dir, "cpu", "int4", threads, verify=False, allow_spinning=False)
-    fidelity, _ = _measure(fp32, small, task, texts)
+    measure = _measure_groups if bundle_task(task).inputs == "pairs" else _measure     # a reranker: query groups
+    fidelity, _ = measure(fp32, small, task, texts)
     budget = float(accuracy.get("max_accuracy_loss") or DEFAULT_BUDGETS[task])
     return {**fidelity.as_dict(), "budget": budget, "within_budget": fidelity.within(budget),
             "export": {k: accuracy.get(k) for k in ("mean", "min", "loss", "within_budget")}}
