@@ -19,14 +19,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from edgebert.bundle.st_settings import ST_SETTINGS_NAME
 from edgebert.errors import ConfigError
+from edgebert.files.jsonfile import read_json_object
 
-__all__ = ["ACTIVATIONS", "MANIFEST_KEY", "CROSS_ENCODER", "read_cross_encoder", "default_activation",
+__all__ = ["ACTIVATIONS", "MANIFEST_KEY", "CROSS_ENCODER", "ST_SETTINGS_NAME", "read_cross_encoder", "default_activation",
            "activation_name", "settings_file", "hf_config_entry"]
 
 CROSS_ENCODER = "CrossEncoder"                  # config_sentence_transformers.json "model_type"
 MANIFEST_KEY = "cross_encoder"
-ST_SETTINGS_NAME = "config_sentence_transformers.json"
 # edgebert's name -> sentence-transformers' dotted path (what it saves; torch.nn's classes)
 ACTIVATIONS = {"sigmoid": "torch.nn.modules.activation.Sigmoid",
                "identity": "torch.nn.modules.linear.Identity",
@@ -54,26 +55,14 @@ def activation_name(value: Any, where: str) -> str:
                       f"use one of {', '.join(ACTIVATIONS)} (torch.nn.Sigmoid, Identity, Tanh)")
 
 
-def _read(path: Path) -> dict:
-    import json
-
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"{path} is not readable JSON ({exc})", "restore the model folder's file") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path} must hold a JSON object")
-    return value
-
-
 def read_cross_encoder(model_dir: str | os.PathLike, num_labels: int) -> dict[str, str] | None:
     """``{"activation": name, "activation_fn": dotted path, "stated_in": file}`` of a cross-encoder folder, None for
     any other model (one that states nothing of a cross-encoder). The ST 6 file wins over config.json's."""
     folder = Path(model_dir)
     settings = folder / ST_SETTINGS_NAME
     config = folder / "config.json"
-    st = _read(settings) if settings.is_file() else {}
-    cfg = _read(config) if config.is_file() else {}
+    st = read_json_object(settings) if settings.is_file() else {}
+    cfg = read_json_object(config) if config.is_file() else {}
     stated, where = None, None
     if st.get("model_type") == CROSS_ENCODER:
         stated, where = st.get("activation_fn"), ST_SETTINGS_NAME
