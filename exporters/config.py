@@ -20,7 +20,8 @@ MIN_OPSET, MAX_OPSET = 14, 20   # 14: Trilu/etc.; 17: native LayerNormalization;
 INT8_SETTINGS = {"int8_mode": "--int8-mode", "int8_targets": "--target", "per_channel": "--per-channel/--per-tensor",
                  "quantize_attention": "quantize_attention", "calib": "--calib", "calib_size": "--calib-size",
                  "gate_size": "--gate-size", "gate_data": "--gate-data", "max_accuracy_loss": "--max-accuracy-loss",
-                 "outlier_ratio": "--outlier-ratio", "activation_scales": "--activation-scales",
+                 "outlier_ratio": "--outlier-ratio", "smooth_alpha": "--smooth-alpha",
+                 "activation_scales": "--activation-scales",
                  "int8_embedding_tables": "int8_embedding_tables"}
 # the settings that shape only the small graph: refused without --int4
 INT4_SETTINGS = {"int4_block_size": "--int4-block", "int4_table_block": "--int4-table-block",
@@ -84,6 +85,7 @@ class ExportConfig:
     gate_data: Path | None = None              # qa: a SQuAD file of questions not trained on, for the gate
     max_accuracy_loss: float | None = None     # None: the task's default budget (the gate is always on)
     outlier_ratio: float | None = None         # None: the recipe's (3); 0: no outlier split
+    smooth_alpha: float | None = None          # None: the recipe's (0.75); 0: no smoothing scales
     activation_scales: str | None = None       # None: the recipe's (calibrated); per-call: dynamic
     int8_embedding_tables: bool | None = None  # None: the recipe's (int8 per row); False: tables stay fp32
     # the small graph (int4: 4-bit MatMuls + word table, gated like INT8; quantization.int4); needs int8
@@ -201,7 +203,7 @@ class ExportConfig:
                           op_types=op_types, calib=self.calib, calib_size=self.calib_size, gate_size=self.gate_size,
                           gate_data=self.gate_data,
                           max_accuracy_loss=self.max_accuracy_loss, outlier_ratio=self.outlier_ratio,
-                          activation_scales=self.activation_scales, embedding_tables=self.int8_embedding_tables)
+                          smooth_alpha=self.smooth_alpha, activation_scales=self.activation_scales, embedding_tables=self.int8_embedding_tables)
         if max_len is not None and qcfg.calib_seq_len > max_len:
             qcfg = qcfg.replace(calib_seq_len=max_len)
         if max_len is not None:              # the gate measures held-out texts as the runtime and check cut them

@@ -34,12 +34,13 @@ def export_int8(job: ExportJob, check: GraphValidator, qcfg: Int8Config,
         recipes, notes = qcfg.recipes()
         for note in notes:
             check.say(note)
-        splits: dict[float, OutlierSplit] = {}
+        splits: dict[tuple[float, float], OutlierSplit] = {}
         for i, recipe in enumerate(recipes):
-            if recipe.outlier_ratio not in splits:
-                splits[recipe.outlier_ratio] = _validated(maker.outlier_split(recipe), check)
+            key = (recipe.smooth_alpha, recipe.outlier_ratio)
+            if key not in splits:
+                splits[key] = _validated(maker.outlier_split(recipe), check)
             out = job.staging / int8_file(recipe.target, default=i == 0)
-            graph = maker.target_graph(recipe, splits[recipe.outlier_ratio], out)
+            graph = maker.target_graph(recipe, splits[key], out)
             entries["int8" if i == 0 else f"int8-{recipe.target}"] = {**_entry(graph, check, job), "providers": ["cpu"]}
         if qcfg.openvino:
             graph = maker.openvino_graph(job.raw, job.staging / OPENVINO_FILE, export_host()["kind"])
@@ -69,12 +70,14 @@ def default_precision(models: dict[str, dict]) -> dict:
 
 
 def _validated(split: OutlierSplit, check: GraphValidator) -> OutlierSplit:
-    """A new split graph must compute what the fused graph does (exact in fp32): checked like any graph."""
+    """A new split (or smoothed) graph must compute what the fused graph does (exact in fp32): checked like any
+    graph."""
     if not split.made:
         return split
-    val = check.check(split.path, "outlier split")
+    stage = "smoothing + outlier split" if split.figures["smoothing"]["applied"] else "outlier split"
+    val = check.check(split.path, stage)
     split = split.with_figures(max_abs_diff=val["max_abs_diff"])
-    check.say("validated outlier split", nodes=len(split.plan), channels=split.figures["channels"],
+    check.say(f"validated {stage}", nodes=len(split.plan), channels=split.figures.get("channels", 0),
               max_abs_diff=val["max_abs_diff"])
     return split
 

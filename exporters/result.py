@@ -78,6 +78,9 @@ def _int8_line(q: ModelEntry) -> str:
         line += f"; GELU erf form (the tanh form lost {fallback['tanh_loss']:g})"
     line += _tables_text(quant.get("embedding_tables") or {})
     split = quant.get("outlier_split") or {}
+    smoothing = split.get("smoothing") or {}
+    if smoothing.get("applied"):
+        line += f"; smoothing scales (alpha {smoothing['alpha']:g}) folded into {smoothing['layernorms']} LayerNorm(s)"
     if split.get("channels"):
         line += f"; {split['channels']} outlier channel(s) float in {split['nodes']} MatMul(s)"
     line += f"; batch-invariance 1-cos {q.get_extra('batch_invariance')['max_1_minus_cos']:.2g}"

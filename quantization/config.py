@@ -75,6 +75,7 @@ class Int8Config:
     max_accuracy_loss: float | None = None       # None: the task's registry budget
     sensitivity_size: int = 64                   # texts used to rank nodes by sensitivity
     outlier_ratio: float | None = None           # None: the recipe's; 0: no outlier split
+    smooth_alpha: float | None = None            # None: the recipe's (0.75); 0: no smoothing scales
     activation_scales: str | None = None         # None: the recipe's (calibrated); or per-call
     embedding_tables: bool | None = None         # None: the recipe's (int8 tables); False: tables fp32
 
@@ -124,6 +125,11 @@ class Int8Config:
                 and (self.outlier_ratio == 0 or self.outlier_ratio > 1)):
             raise ConfigError(f"outlier ratio {self.outlier_ratio!r} must be 0 (off) or > 1",
                               "3 keeps a few channels per MatMul float on BERT")
+        if self.smooth_alpha is not None and not (isinstance(self.smooth_alpha, (int, float))
+                                                  and not isinstance(self.smooth_alpha, bool)
+                                                  and 0 <= self.smooth_alpha < 1):
+            raise ConfigError(f"smoothing alpha {self.smooth_alpha!r} must be 0 (off) or in (0, 1)",
+                              "0.75 moves most of a LayerNorm output's outliers into the weights")
         if self.activation_scales is not None and self.activation_scales not in ACTIVATION_SCALES:
             raise ConfigError(f"unknown activation scales {self.activation_scales!r}",
                               f"use one of {', '.join(ACTIVATION_SCALES)}")
@@ -137,6 +143,7 @@ class Int8Config:
         recipes, notes = resolve_targets(self.targets)
         overrides = {k: v for k, v in (("per_channel", self.per_channel), ("op_types", self.op_types),
                                        ("outlier_ratio", self.outlier_ratio),
+                                       ("smooth_alpha", self.smooth_alpha),
                                        ("activation_scales", self.activation_scales),
                                        ("embedding_tables", self.embedding_tables)) if v is not None}
         return [r.replace(**overrides) for r in recipes], notes

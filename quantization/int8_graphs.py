@@ -42,12 +42,14 @@ ARITHMETIC = ("exact U8S8 products (session.x64quantprecision=1 where the export
 
 @dataclass(frozen=True)
 class OutlierSplit:
-    """The graph a target quantizes: the fused graph with outlier channels split off (or the fused
-    graph itself at ratio 0), the split's ``{node: channels}`` and its manifest figures."""
+    """The graph a target quantizes: the fused graph, smoothed where the recipe asks (``quantization.smoothing``),
+    with outlier channels split off (or not, at ratio 0); the split's ``{node: channels}``, its manifest figures
+    and the channel ranges of the graph it was made from (the smoothed one's, where smoothed)."""
     path: Path
     plan: dict[str, list[int]]
     figures: dict[str, Any]
     made: bool                     # a new graph: the exporter validates it before it is quantized
+    stats: ChannelStats | None = None
 
     def with_figures(self, **figures: Any) -> "OutlierSplit":
         return dataclasses.replace(self, figures={**self.figures, **figures})
@@ -92,21 +94,34 @@ class Int8Maker:
         return self._stats
 
     def outlier_split(self, recipe: Int8Recipe) -> OutlierSplit:
-        """The split ``recipe`` asks for (its outlier ratio), written to the scratch folder."""
-        stats = self.stats(recipe.op_types)
+        """The graph ``recipe`` quantizes, written to the scratch folder: the fused graph smoothed by its alpha
+        (if any), then split at its outlier ratio (if any)."""
+        source, stats, smoothing = self.fused, self.stats(recipe.op_types), {"applied": False}
+        if recipe.smooth_alpha:
+            from edgebert.quantization.smoothing import fold_smoothing
+
+            self.say(f"folding smoothing scales into the LayerNorms (alpha {recipe.smooth_alpha:g})")
+            smoothed = self.work / f"model.smooth-{recipe.smooth_alpha:g}.onnx"
+            smoothing = fold_smoothing(self.fused, smoothed, stats, recipe.smooth_alpha)
+            if smoothing["applied"]:
+                source = smoothed
+                stats = ChannelStats.collect(source, self.feeds.calibration(),
+                                             weight_node_inputs(source, (*recipe.op_types, "Gemm")))
         ratio = recipe.outlier_ratio
         if ratio == 0:
-            return OutlierSplit(self.fused, {}, {"applied": False, "reason": "off (outlier ratio 0)"}, made=False)
+            return OutlierSplit(source, {}, {"applied": False, "reason": "off (outlier ratio 0)",
+                                             "smoothing": smoothing}, made=source != self.fused, stats=stats)
         self.say(f"splitting outlier channels (ratio {ratio:g})")
-        path = self.work / f"model.split-{ratio:g}.onnx"
-        plan = split_outliers(self.fused, path, None, ratio, stats=stats)
+        path = source.with_name(f"{source.stem}.split-{ratio:g}.onnx")
+        plan = split_outliers(source, path, None, ratio, stats=stats)
         return OutlierSplit(path, plan, {"applied": True, "ratio": ratio, "nodes": len(plan),
-                                         "channels": sum(len(c) for c in plan.values()), "float_channels": plan},
-                            made=True)
+                                         "channels": sum(len(c) for c in plan.values()), "float_channels": plan,
+                                         "smoothing": smoothing},
+                            made=True, stats=stats)
 
     def target_graph(self, recipe: Int8Recipe, split: OutlierSplit, out: Path) -> Int8Graph:
         """Quantize ``split`` by ``recipe`` into ``out``, gate and measure it."""
-        quantizer = DynamicInt8Quantizer(split.path, recipe, self.stats(recipe.op_types), split.plan)
+        quantizer = DynamicInt8Quantizer(split.path, recipe, split.stats or self.stats(recipe.op_types), split.plan)
         candidates = quantizer.candidates()
         self.say(f"quantizing INT8 for {recipe.target} ({len(candidates)} nodes)")
         guard, quant = self._quantize(quantizer, candidates, out, {"outlier_split": split.figures})

@@ -2,8 +2,9 @@
 
 A bundle is built on one machine and runs on another, so an INT8 graph is made *for a target*, not for
 the export host. Every recipe here is dynamic-format INT8 on the fused graph (``QAttention`` +
-``MatMulInteger``), per-channel int8 weights, uint8 activations, the outlier-channel split
-(``quantization.outliers``) and **calibrated activation scales** (``quantization.scales``: one fixed
+``MatMulInteger``), per-channel int8 weights, uint8 activations, SmoothQuant scales folded into the LayerNorms
+(``quantization.smoothing``, alpha 0.75), the outlier-channel split (``quantization.outliers``) and **calibrated
+activation scales** (``quantization.scales``: one fixed
 scale per tensor from calibration text, so a text's output never depends on its batch-mates). What
 differs is the weight range, which decides where the graph is exact (``edgebert.runtime.hostcpu``):
 
@@ -41,6 +42,7 @@ class Int8Recipe:
     reduce_range: bool = False                # int8 weights in [-64, 64]: no AVX2 saturation
     per_channel: bool = True
     op_types: tuple[str, ...] = ("MatMul", "Attention")
+    smooth_alpha: float = 0.75                # SmoothQuant scales folded into the LayerNorms first; 0 = off
     outlier_ratio: float = 3.0                # channels over ratio x median |max| stay float; 0 = off
     activation_scales: str = "calibrated"     # calibrated (fixed, batch-invariant) | per-call (dynamic)
     embedding_tables: bool = True             # word / position tables int8 per row (quantization.embedding_tables)
@@ -55,6 +57,9 @@ class Int8Recipe:
                               f"use one of {', '.join(ACTIVATION_SCALES)}")
         if self.weight_type == "uint8" and self.reduce_range:
             raise ConfigError("reduce_range only applies to int8 weights")
+        if not 0 <= self.smooth_alpha < 1:
+            raise ConfigError(f"smoothing alpha {self.smooth_alpha!r} must be 0 (off) or in (0, 1)",
+                              "0.75 moves most of a LayerNorm output's outliers into the weights")
         if not (self.outlier_ratio == 0 or self.outlier_ratio > 1):
             raise ConfigError(f"outlier ratio {self.outlier_ratio!r} must be 0 (off) or > 1")
         object.__setattr__(self, "op_types", tuple(self.op_types))

@@ -234,3 +234,36 @@ def test_cli_export_int8_openvino_prints_its_summary_and_writes_the_archive(tmp_
         assert f"archive: {tmp_path / archive} (" in out
         session = EdgeSession(tmp_path / archive, int8_target="openvino")
         assert session.engine == "openvino" and session.embed(TEXTS).shape[0] == len(TEXTS)
+
+
+def test_tune_times_the_openvino_graph_in_its_own_blocks_and_a_profile_can_choose_it(ov_bundle, tmp_path, monkeypatch):
+    from edgebert.runtime import openvino_graph
+    from edgebert.runtime.tune import TuneConfig, tune
+
+    monkeypatch.setenv("EDGEBERT_CACHE", str(tmp_path / "cache"))
+    bundle = tmp_path / "bundle"
+    shutil.copytree(ov_bundle, bundle)
+    cfg = TuneConfig(bundle, shapes=((1, 8),), threads=(1,), graphs=("int8", "openvino"), rounds=2, warmup=1,
+                     pause=0.0, repeats=2)
+    result = tune(cfg)
+    assert [(g["graph"], g["passed"]) for g in result.gates] == [("int8", True), ("int8-openvino", True)]
+    ov = [c for c in result.candidates if c.engine == "openvino"]
+    assert [c.name for c in ov] == ["int8-openvino t1"] and ov[0].score is None and not ov[0].p50_ms   # no heats
+    finals = {f.name: f for f in result.finals}
+    assert set(finals) == {"default (EdgeSession)", "int8 t1 spin off", "int8 t1 spin on", "int8-openvino t1"}
+    assert finals["int8-openvino t1"].spinning is None and len(finals["int8-openvino t1"].ratios) == 2
+
+    ov_settings = finals["int8-openvino t1"].settings()          # a profile that chose it: the session runs OpenVINO
+    from edgebert.runtime.device_profile import DeviceProfile, machine_identity, manifest_sha256, save_profile
+    save_profile(bundle, DeviceProfile(str(bundle.resolve()), manifest_sha256(bundle), machine_identity(detect_host()),
+                                       ov_settings, {}, "today"))
+    session = EdgeSession(bundle)
+    assert (session.engine, session.int8_target, session.threads) == ("openvino", "openvino", 1)
+    assert session.embed(TEXTS).shape[0] == len(TEXTS)
+
+    monkeypatch.setattr(openvino_graph, "openvino_version", lambda: None)     # openvino absent: left out, saying so
+    result = tune(TuneConfig(bundle, shapes=((1, 8),), threads=(1,), graphs=("int8", "openvino"), rounds=1,
+                             warmup=1, pause=0.0, repeats=1, save=False))
+    assert result.gates[1]["graph"] == "int8-openvino" and not result.gates[1]["passed"]
+    assert "openvino is not installed" in result.gates[1]["reason"]
+    assert all(c.engine == "onnxruntime" for c in result.candidates)

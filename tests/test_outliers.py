@@ -118,7 +118,7 @@ def test_split_keeps_outlier_matmuls_float_and_cuts_int8_error(planted, calib, w
 
 def test_export_records_the_split_and_validates_it(planted, calib, work):
     model_dir = work / "model"
-    per_call = dict(int8_targets=("x86-vnni",), activation_scales="per-call", max_accuracy_loss=0.5)
+    per_call = dict(int8_targets=("x86-vnni",), activation_scales="per-call", max_accuracy_loss=0.5, smooth_alpha=0)
     manifest = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8", int8=True, calib=calib,
                                           calib_size=48, outlier_ratio=6.0, **per_call,
                                           validation_batch_sizes=(1, 3), validation_seq_lens=(7, 64))).manifest
@@ -132,13 +132,20 @@ def test_export_records_the_split_and_validates_it(planted, calib, work):
     assert off["models"]["int8"]["quantization"]["outlier_split"]["applied"] is False
     # distance (1 - mean cosine, 4 significant digits): the loss rounds to 0 at 6 decimals on this model
     assert manifest["models"]["int8"]["accuracy"]["distance"] < off["models"]["int8"]["accuracy"]["distance"]
-    # no --calib: the built-in text calibrates, so the split (recipe ratio 3) happens by default
+    # no --calib: the built-in text calibrates; the recipe's smoothing (alpha 0.75) moves the planted channel into
+    # the weights first (exact: validated), so the split (recipe ratio 3) no longer needs it
     builtin = export_bundle(ExportConfig(model_dir=model_dir, out_dir=work / "int8-builtin", int8=True,
                                          max_accuracy_loss=0.5, validation_batch_sizes=(1,),
                                          validation_seq_lens=(7,))).manifest
     split = builtin["models"]["int8"]["quantization"]["outlier_split"]
-    assert split["applied"] is True and split["ratio"] == 3.0
-    assert OUTLIER in split["float_channels"]["/model/layer.0/intermediate/dense/MatMul"]
+    smoothing = split["smoothing"]
+    assert smoothing["applied"] is True and smoothing["alpha"] == 0.75 and smoothing["layernorms"] >= 1
+    wide = smoothing["channels_over_3x_median"]
+    print("channels over 3x the median, before / after smoothing:", wide)
+    assert wide["before"] >= 1 and wide["after"] < wide["before"]
+    assert split["ratio"] == 3.0 and split["max_abs_diff"] < 1e-4
+    assert OUTLIER not in split["float_channels"].get("/model/layer.0/intermediate/dense/MatMul", [])
+    assert builtin["models"]["int8"]["recipe"]["smooth_alpha"] == 0.75
     assert builtin["models"]["int8"]["quantization"]["calibration"]["calibration"]["source"] == "built-in calibration text"
 
 
@@ -290,3 +297,46 @@ def test_the_gate_sends_gelu_back_to_erf_before_keeping_a_node_float(planted, ca
     quantizer = DynamicInt8Quantizer(split, recipe, stats, plan)
     result = quantize_with_guard(quantizer, out, GeluProbe(), 0.05, fallback=quantizer.erf_gelus)
     assert quantizer.gelu_fallback is None and op_type_counts(out).get("FastGelu") == 1
+
+
+def test_smoothing_is_exact_in_fp32_moves_the_planted_channel_and_copies_shared_tensors(planted, calib, work):
+    from edgebert.quantization.smoothing import SMOOTH_SUFFIX, fold_smoothing, smooth_plan
+
+    fused = model_path(planted)
+    model = onnx.load(str(fused))
+    plan = smooth_plan(model)
+    ffn_ln = "/model/layer.0/attention/output/LayerNorm/LayerNormalization_output_0"
+    assert ffn_ln in plan and "/model/layer.0/intermediate/dense/MatMul" in [u.name for u in plan[ffn_ln]["users"]]
+    assert not {o.name for o in model.graph.output} & set(plan)           # a graph output is never scaled
+    stats = ChannelStats.collect(fused, _batches(planted, calib), list(plan))
+    smoothed = work / "smoothed.onnx"
+    figures = fold_smoothing(fused, smoothed, stats, 0.75)
+    wide = [t for t in plan if (stats.absmax(t) > 3 * np.median(stats.absmax(t))).any()]
+    assert ffn_ln in wide and figures["layernorms"] == len(wide) and figures["candidates"] == len(plan)
+    assert figures["channels_over_3x_median"]["after"] == 0
+    out = onnx.load(str(smoothed))
+    muls = [n for n in out.graph.node if n.name.endswith(SMOOTH_SUFFIX)]
+    assert sorted(n.input[0] for n in muls) == sorted(wide)          # a LayerNorm with no wide channel: untouched
+    # the untrained LayerNorms share their ones / zeros in the exported graph: each smoothed one got its own copy
+    readers: dict[str, int] = {}
+    for n in out.graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    assert all(readers[n.input[k]] == 1 for n in out.graph.node if n.output[0] in wide for k in (1, 2))
+    flat = ChannelStats(low={t: -np.ones_like(stats.low[t]) for t in plan},
+                        high={t: np.ones_like(stats.high[t]) for t in plan})
+    assert fold_smoothing(fused, work / "none.onnx", flat, 0.75)["applied"] is False       # nothing wide: nothing done
+    assert not (work / "none.onnx").exists()
+    after = ChannelStats.collect(smoothed, _batches(planted, calib), list(plan))
+    wide = after.absmax(ffn_ln)
+    assert wide[OUTLIER] < 3 * np.median(wide) < stats.absmax(ffn_ln)[OUTLIER]     # 40x wide before
+    feeds = next(iter(_batches(planted, calib)))                                    # padded rows included
+    ref = cpu_session(fused).run(["last_hidden_state"], feeds)[0]
+    got = cpu_session(smoothed).run(["last_hidden_state"], feeds)[0]
+    assert np.abs(ref - got).max() < 1e-4 * max(1.0, np.abs(ref).max())
+    with pytest.raises(ValueError, match="alpha"):
+        fold_smoothing(fused, work / "bad.onnx", stats, 1.0)
+    with pytest.raises(ConfigError, match="smoothing alpha"):
+        Int8Config(smooth_alpha=1.5)
+    with pytest.raises(ConfigError, match="smoothing alpha"):
+        TARGETS["portable"].replace(smooth_alpha=-0.1)

@@ -79,6 +79,10 @@ def export(
     outlier_ratio: Annotated[Optional[float], typer.Option(
         "--outlier-ratio", help="Activation channels whose calibration max exceeds this x the median "
                                 "channel's are computed in float (default: the target's, 3; 0: off).")] = None,
+    smooth_alpha: Annotated[Optional[float], typer.Option(
+        "--smooth-alpha", help="SmoothQuant scales folded into the LayerNorms before INT8: how much of their "
+                               "outputs' outlier range moves into the weights (default: the target's, 0.75; "
+                               "0: off).")] = None,
     activation_scales: Annotated[Optional[str], typer.Option(
         "--activation-scales", help="calibrated (default: fixed from calibration text, batch-invariant) | "
                                     "per-call (dynamic, changes with the batch).")] = None,
@@ -111,7 +115,7 @@ def export(
     cfg = ExportConfig(model_dir=model_dir, out_dir=out, overwrite=overwrite, task=task, opset=opset, int8=int8, int8_mode=int8_mode,
                        int8_targets=target or "portable", per_channel=per_channel, calib=calib, calib_size=calib_size,
                        gate_size=gate_size, gate_data=gate_data, max_accuracy_loss=max_accuracy_loss, outlier_ratio=outlier_ratio,
-                       activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
+                       smooth_alpha=smooth_alpha, activation_scales=activation_scales, fp16=fp16, max_sequence_length=max_seq_len,
                        tensorrt=tensorrt, trt_profile=trt_profile, cuda=cuda,
                        ort_format=ort_format, int4=int4, int4_block_size=int4_block, int4_algorithm=int4_algorithm,
                        int4_table_block=int4_table_block,

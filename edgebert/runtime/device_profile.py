@@ -28,7 +28,7 @@ __all__ = ["DeviceProfile", "SETTINGS", "ENV", "machine_identity", "manifest_sha
 
 PROFILE_DIR = "profiles"
 ENV = "EDGEBERT_PROFILE"
-SETTINGS = ("precision", "int8_target", "threads", "allow_spinning", "batch_tokens")   # what a profile may set
+SETTINGS = ("precision", "int8_target", "threads", "allow_spinning", "pin_threads", "batch_tokens")   # what a profile may set
 VERSION = 1
 
 

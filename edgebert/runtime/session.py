@@ -90,8 +90,10 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
     runs); any onnxruntime target avoids it.
     allow_spinning: False stops idle onnxruntime threads from spinning (set it when timing several sessions in one
     process: an idle session's spinning threads steal the running one's cores); None: the profile's, else True.
+    pin_threads: onnxruntime's pool threads on CPUs of their own and the calling thread, during each call, on the one
+    left (Linux; ``runtime.thread_pinning``); None: the profile's, else off.
     profile: apply the bundle's device profile for this machine (``edgebert tune``; ``runtime.device_profile``) to
-    ``precision``, ``int8_target``, ``threads``, ``allow_spinning`` and ``batch_tokens`` where they are left unset
+    ``precision``, ``int8_target``, ``threads``, ``allow_spinning``, ``pin_threads`` and ``batch_tokens`` where they are left unset
     (CPU and auto providers); ``describe()["profile"]`` says what it applied, or why none (stale, foreign).
     trt_profile: TensorRT min/opt/max (batch, sequence), a ``TrtProfile`` or ``"min=1x1,opt=8x128,max=32x512"``
     (default: the bundle's); it must hold ``max_length``, ``batch_size`` is lowered to its max batch, and a call
@@ -106,7 +108,7 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
     def __init__(self, bundle_dir: str | os.PathLike, provider: str = "auto", precision: str | None = None,
                  threads: int | None = None, *, max_length: int | None = None, truncate: bool = True,
                  batch_size: int = 32, batch_tokens: int | None = None, verify: bool = True, trt_cache_dir: str | os.PathLike | None = None,
-                 int8_target: str | None = None, allow_spinning: bool | None = None,
+                 int8_target: str | None = None, allow_spinning: bool | None = None, pin_threads: bool | None = None,
                  trt_profile: TrtProfile | str | None = None, ort_log_level: int | None = None,
                  graph_format: str = "onnx", profile: bool = True):
         if not isinstance(bundle_dir, (str, os.PathLike)):
@@ -138,11 +140,12 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
         self.batch_size = batch_size
         self.host = detect_host()
         given = {"precision": precision, "int8_target": int8_target, "threads": threads,
-                 "allow_spinning": allow_spinning, "batch_tokens": batch_tokens}
+                 "allow_spinning": allow_spinning, "pin_threads": pin_threads, "batch_tokens": batch_tokens}
         settings = self._profile_settings(given, profile and provider in ("auto", "cpu"))
-        precision, int8_target, threads, allow_spinning, batch_tokens = (settings[k] for k in given)
+        precision, int8_target, threads, allow_spinning, pin_threads, batch_tokens = (settings[k] for k in given)
         self.threads = threads
         self.allow_spinning = True if allow_spinning is None else bool(allow_spinning)
+        self.pin_threads, self._pinning, self.pinning_note = bool(pin_threads), None, ""
         chosen = choose_precision(precision, self.manifest, self.host, int8_target, graph_format=graph_format)
         self.precision, self.precision_reason = chosen.precision, chosen.reason
         if "precision" in self.profile.applied:
@@ -187,6 +190,8 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
                 self.profile.overridden.append(key)
             else:
                 out[key] = self.profile.applied[key] = value
+        if not any(v is not None for v in found.settings.values()):
+            self.profile.note += ": EdgeSession's defaults (tune found none faster)"
         return out
 
     # ------------------------------------------------------------------ session creation
@@ -220,6 +225,12 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
         if not self.allow_spinning:
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if self.pin_threads:
+            from edgebert.runtime.thread_pinning import plan
+
+            self._pinning, self.pinning_note = plan(self.threads)
+            if self._pinning is not None:
+                opts.add_session_config_entry("session.intra_op_thread_affinities", self._pinning.pool_affinities)
         return opts
 
     def __repr__(self) -> str:
@@ -238,7 +249,8 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
                 "trt_profile": self.trt_profile.as_dict() if self.trt_profile else None, "threads": self.threads,
                 "batch_size": self.batch_size, "batch_tokens": self.batch_tokens,
                 "max_length": self.max_length, "host": self.host.summary(), "host_cpu": self.host.as_dict(),
-                "allow_spinning": self.allow_spinning, "profile": self.profile.as_dict(),
+                "allow_spinning": self.allow_spinning, "pin_threads": self.pinning_note or self.pin_threads,
+                "profile": self.profile.as_dict(),
                 "int8": self.int8_choice.as_dict() if self.int8_choice else None}
 
     # ------------------------------------------------------------------ low level
@@ -277,6 +289,11 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
             batch, seq = feeds["input_ids"].shape
             self.trt_profile.check(int(batch), int(seq))
         try:
+            if self._pinning is not None and self.engine == "onnxruntime" and self.provider == "cpu":
+                from edgebert.runtime.thread_pinning import caller_on
+
+                with caller_on(self._pinning.caller_cpu):
+                    return self._session.run(names, feeds)
             if not self._bind_io:
                 return self._session.run(names, feeds)
             binding = self._session.io_binding()
