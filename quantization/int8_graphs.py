@@ -112,7 +112,8 @@ class Int8Maker:
             return OutlierSplit(source, {}, {"applied": False, "reason": "off (outlier ratio 0)",
                                              "smoothing": smoothing}, made=source != self.fused, stats=stats)
         self.say(f"splitting outlier channels (ratio {ratio:g})")
-        path = source.with_name(f"{source.stem}.split-{ratio:g}.onnx")
+        stem = source.stem if source != self.fused else "model"          # in the scratch folder, never the bundle's
+        path = self.work / f"{stem}.split-{ratio:g}.onnx"
         plan = split_outliers(source, path, None, ratio, stats=stats)
         return OutlierSplit(path, plan, {"applied": True, "ratio": ratio, "nodes": len(plan),
                                          "channels": sum(len(c) for c in plan.values()), "float_channels": plan,

@@ -164,7 +164,8 @@ def test_the_command_reports_without_saving_and_info_shows_the_profile(bundle, c
     assert main(["tune", str(bundle), "--shapes", "1x8", "--try-threads", "1", "--graphs", "fp32", "--rounds", "1",
                  "--no-save", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["profile_file"] is None and report["chosen"]["precision"] == "fp32"
+    faster = [f for f in report["finals"][1:] if max(f["ratios"]) < 1]       # chosen only if faster in every repeat
+    assert report["profile_file"] is None and report["chosen"]["precision"] == ("fp32" if faster else None)
     assert [c["name"] for c in report["candidates"]] == ["fp32 t1"] and not profile_path(bundle).exists()
     assert main(["tune", str(bundle), "--shapes", "2x", "--rounds", "1"]) == 2          # one line, exit 2
     assert "is not BATCHxSEQUENCE" in capsys.readouterr().err
