@@ -102,11 +102,9 @@ class Int8Maker:
 
             self.say(f"folding smoothing scales into the LayerNorms (alpha {recipe.smooth_alpha:g})")
             smoothed = self.work / f"model.smooth-{recipe.smooth_alpha:g}.onnx"
-            smoothing = fold_smoothing(self.fused, smoothed, stats, recipe.smooth_alpha)
+            smoothing, stats = fold_smoothing(self.fused, smoothed, stats, recipe.smooth_alpha)
             if smoothing["applied"]:
                 source = smoothed
-                stats = ChannelStats.collect(source, self.feeds.calibration(),
-                                             weight_node_inputs(source, (*recipe.op_types, "Gemm")))
         ratio = recipe.outlier_ratio
         if ratio == 0:
             return OutlierSplit(source, {}, {"applied": False, "reason": "off (outlier ratio 0)",

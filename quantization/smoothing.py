@@ -34,8 +34,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from edgebert.graph.ops import load
+from edgebert.graph.ops import load, readers
 from edgebert.quantization.activations import ChannelStats
+from edgebert.quantization.outliers import outlier_channels
 
 WEIGHT_OPS = ("MatMul", "Attention")
 WIDE = 3.0                          # a LayerNorm is smoothed only if a channel of its output is this x the median's
@@ -48,10 +49,7 @@ def smooth_plan(model: onnx.ModelProto) -> dict[str, dict[str, Any]]:
     graph output)."""
     inits = {i.name for i in model.graph.initializer}
     outputs = {o.name for o in model.graph.output}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    consumers = readers(model.graph)
     plan = {}
     for n in model.graph.node:
         if n.op_type != "LayerNormalization" or len(n.input) < 3 or n.output[0] in outputs:
@@ -66,23 +64,23 @@ def smooth_plan(model: onnx.ModelProto) -> dict[str, dict[str, Any]]:
     return plan
 
 
-def fold_smoothing(fused: str | Path, out: str | Path, stats: ChannelStats, alpha: float) -> dict[str, Any]:
-    """Write ``fused`` with smoothing scales folded into its LayerNorms at ``out``; the manifest's figures (``applied``
-    False, and nothing written, where no LayerNorm output has a wide channel)."""
+def fold_smoothing(fused: str | Path, out: str | Path, stats: ChannelStats, alpha: float
+                   ) -> tuple[dict[str, Any], ChannelStats]:
+    """Write ``fused`` with smoothing scales folded into its LayerNorms at ``out``: the manifest's figures (``applied``
+    False, and nothing written, where no LayerNorm output has a wide channel) and ``stats`` as the smoothed graph has
+    them (each smoothed output's ranges divided by its scales; every other tensor is the same)."""
     if not 0 < alpha < 1:
         raise ValueError(f"smoothing alpha {alpha!r} must be in (0, 1)")
     model = load(fused)
     inits = {i.name: i for i in model.graph.initializer}
     plan = smooth_plan(model)
-    uses: dict[str, int] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            uses[i] = uses.get(i, 0) + 1
+    uses = {name: len(nodes) for name, nodes in readers(model.graph).items()}
+    smoothed = ChannelStats(dict(stats.low), dict(stats.high), stats.texts)
     done = wide_before = wide_after = 0
     for tensor, p in plan.items():
         ln = p["ln"]
         xmax = np.maximum(stats.absmax(tensor), 1e-6)
-        wide = int((xmax > WIDE * np.median(xmax)).sum())
+        wide = len(outlier_channels(xmax, WIDE))
         if not wide:
             continue
         wmax = np.max([np.abs(numpy_helper.to_array(inits[w])).max(1) for w in p["weights"]], axis=0)
@@ -98,14 +96,14 @@ def fold_smoothing(fused: str | Path, out: str | Path, stats: ChannelStats, alph
         model.graph.node.insert(list(model.graph.node).index(ln) + 1, mul)
         for add in p["adds"]:
             add.input[list(add.input).index(tensor)] = restored
-        smoothed = xmax / s
-        done, wide_before, wide_after = done + 1, wide_before + wide, wide_after + int(
-            (smoothed > WIDE * np.median(smoothed)).sum())
+        smoothed.low[tensor], smoothed.high[tensor] = stats.low[tensor] / s, stats.high[tensor] / s
+        done, wide_before = done + 1, wide_before + wide
+        wide_after += len(outlier_channels(smoothed.absmax(tensor), WIDE))
     if not done:
-        return {"applied": False, "reason": f"no LayerNorm output has a channel {WIDE:g}x its median's range"}
+        return {"applied": False, "reason": f"no LayerNorm output has a channel {WIDE:g}x its median's range"}, stats
     onnx.save(model, str(out))
-    return {"applied": True, "alpha": alpha, "layernorms": done, "candidates": len(plan),
-            "channels_over_3x_median": {"before": wide_before, "after": wide_after}}
+    return ({"applied": True, "alpha": alpha, "layernorms": done, "candidates": len(plan),
+             "channels_over_3x_median": {"before": wide_before, "after": wide_after}}, smoothed)
 
 
 def _scale(model: onnx.ModelProto, inits: dict[str, onnx.TensorProto], uses: dict[str, int], node: onnx.NodeProto,

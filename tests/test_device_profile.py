@@ -208,7 +208,7 @@ def test_pinned_threads_give_the_same_outputs_and_give_the_caller_its_cpus_back(
     session = EdgeSession(bundle, threads=2, pin_threads=True, profile=False)
     assert session.describe()["pin_threads"] == note
     before = os.sched_getaffinity(0)
-    assert np.array_equal(session.embed(texts), plain.embed(texts))
+    assert np.abs(session.embed(texts) - plain.embed(texts)).max() < 1e-6        # where threads run, not what
     assert os.sched_getaffinity(0) == before                      # the caller's own affinity, back after each call
     c = Candidate("int8 t2", "int8", "int8", None, 2, None, score=0.9)
     assert [f.name for f in finalists_of(TuneConfig(bundle, finalists=1), [c])][1:] == [

@@ -310,7 +310,7 @@ def test_smoothing_is_exact_in_fp32_moves_the_planted_channel_and_copies_shared_
     assert not {o.name for o in model.graph.output} & set(plan)           # a graph output is never scaled
     stats = ChannelStats.collect(fused, _batches(planted, calib), list(plan))
     smoothed = work / "smoothed.onnx"
-    figures = fold_smoothing(fused, smoothed, stats, 0.75)
+    figures, derived = fold_smoothing(fused, smoothed, stats, 0.75)
     wide = [t for t in plan if (stats.absmax(t) > 3 * np.median(stats.absmax(t))).any()]
     assert ffn_ln in wide and figures["layernorms"] == len(wide) and figures["candidates"] == len(plan)
     assert figures["channels_over_3x_median"]["after"] == 0
@@ -325,9 +325,12 @@ def test_smoothing_is_exact_in_fp32_moves_the_planted_channel_and_copies_shared_
     assert all(readers[n.input[k]] == 1 for n in out.graph.node if n.output[0] in wide for k in (1, 2))
     flat = ChannelStats(low={t: -np.ones_like(stats.low[t]) for t in plan},
                         high={t: np.ones_like(stats.high[t]) for t in plan})
-    assert fold_smoothing(fused, work / "none.onnx", flat, 0.75)["applied"] is False       # nothing wide: nothing done
+    assert fold_smoothing(fused, work / "none.onnx", flat, 0.75)[0]["applied"] is False    # nothing wide: nothing done
     assert not (work / "none.onnx").exists()
     after = ChannelStats.collect(smoothed, _batches(planted, calib), list(plan))
+    for t in plan:          # the ranges fold_smoothing derives (no second calibration pass) are the graph's own
+        assert np.allclose(derived.low[t], after.low[t], rtol=1e-4, atol=1e-5)
+        assert np.allclose(derived.high[t], after.high[t], rtol=1e-4, atol=1e-5)
     wide = after.absmax(ffn_ln)
     assert wide[OUTLIER] < 3 * np.median(wide) < stats.absmax(ffn_ln)[OUTLIER]     # 40x wide before
     feeds = next(iter(_batches(planted, calib)))                                    # padded rows included

@@ -377,5 +377,10 @@ class Manifest(_JsonView):
         out = {k: e for k, e in self.models.items() if e.is_cpu_int8}
         return dict(sorted(out.items(), key=lambda kv: kv[0] != "int8"))
 
+    def openvino_graphs(self) -> dict[str, ModelEntry]:
+        """``{key: entry}`` of the OpenVINO INT8 graphs (``export --target openvino``): not in ``int8_graphs``,
+        which onnxruntime runs."""
+        return {k: e for k, e in self.models.items() if e.engine == OPENVINO_ENGINE and e.precision == "int8"}
+
     def entry(self, key: str) -> ModelEntry | None:
         return self.models.get(key)

@@ -40,7 +40,6 @@ from edgebert.runtime.float_reference import measure_against_reference, read_ref
 from edgebert.runtime.held_out import BUILTIN_HELD_OUT, measured_texts
 from edgebert.runtime.hostcpu import PRECISION_OPTION, detect_host
 from edgebert.runtime.int8_choice import choose_openvino
-from edgebert.runtime.openvino_graph import ENGINE
 from edgebert.runtime.tagging import tag_sentences
 from edgebert.runtime.text import length_sorted_batches, pad_batch
 
@@ -138,7 +137,7 @@ def _check_target(bundle_dir: Path, manifest: Manifest, target: str | None) -> N
     """``target`` (``--target``) names one of the bundle's INT8 graphs, else a usage error listing them: a
     target the bundle has no graph for is not a failed bundle. (A bundle with no INT8 graph at all fails
     the check, with or without a target.)"""
-    have = list(dict.fromkeys(str(e.target) for e in manifest.models.values() if e.is_cpu_int8 or e.engine == ENGINE))
+    have = list(dict.fromkeys(str(e.target) for e in {**manifest.int8_graphs(), **manifest.openvino_graphs()}.values()))
     if target is not None and have and target not in have:
         raise ConfigError(f"--target {target!r} names no INT8 graph of {bundle_dir} (its INT8 targets: "
                           f"{', '.join(have)})", "pass one of them, or leave --target out for the graph the "
@@ -178,7 +177,7 @@ def check_bundle(bundle_dir: str | Path, data: str | Path | None = None, *, max_
     if small_only:
         graphs = {"int4": manifest.models["int4"]}
     report.graphs = [_describe_graph(e, host) for e in graphs.values()] + [
-        _describe_openvino(manifest, e, host) for e in manifest.models.values() if e.engine == ENGINE]
+        _describe_openvino(manifest, e, host) for e in manifest.openvino_graphs().values()]
     texts, report.texts = measured_texts(Path(data) if data is not None else None, max_texts, task)
     if task not in OUTPUT and spec.inputs not in ("questions", "pairs"):
         report.reason = f"FAIL: no fidelity metric for task {task!r} in this edgebert"

@@ -172,7 +172,7 @@ def choose_openvino(manifest: Manifest, host: HostCpu, target: str | None = None
     """``(choice, "")`` when the bundle's OpenVINO graph should run here (see the module docstring), else
     ``(None, why not)``; ``why`` is empty when the bundle has none or another target was asked for.
     ``BundleError`` when ``target="openvino"`` cannot be had."""
-    graphs = {k: e for k, e in manifest.models.items() if e.engine == ENGINE and e.precision == "int8"}
+    graphs = manifest.openvino_graphs()
     if target not in (None, ENGINE):
         return None, ""
     if not graphs:

@@ -249,7 +249,7 @@ class EdgeSession(TaskMethods, SentenceMethods, CrossEncoderMethods):
                 "trt_profile": self.trt_profile.as_dict() if self.trt_profile else None, "threads": self.threads,
                 "batch_size": self.batch_size, "batch_tokens": self.batch_tokens,
                 "max_length": self.max_length, "host": self.host.summary(), "host_cpu": self.host.as_dict(),
-                "allow_spinning": self.allow_spinning, "pin_threads": self.pinning_note or self.pin_threads,
+                "allow_spinning": self.allow_spinning, "pin_threads": self.pinning_note or False,
                 "profile": self.profile.as_dict(),
                 "int8": self.int8_choice.as_dict() if self.int8_choice else None}
 

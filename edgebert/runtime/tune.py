@@ -154,8 +154,7 @@ def gated_graphs(cfg: TuneConfig, say: Say) -> tuple[list[Graph], list[dict]]:
     if "fp32" in cfg.graphs and "fp32" in manifest.models:
         passing.append(("fp32", "fp32", None, "onnxruntime"))
         gates.append({"graph": "fp32", "passed": True, "reason": "the reference"})
-    ov_graphs = {k: e for k, e in manifest.models.items() if e.precision == "int8" and e.engine == OPENVINO_ENGINE}
-    for key, entry in {**manifest.int8_graphs(), **ov_graphs}.items():
+    for key, entry in {**manifest.int8_graphs(), **manifest.openvino_graphs()}.items():
         openvino = entry.engine == OPENVINO_ENGINE
         if not (openvino and "openvino" in cfg.graphs or entry.is_cpu_int8 and "int8" in cfg.graphs):
             continue
